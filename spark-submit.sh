@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Run a sparkqos job with spark-submit from the project's own virtualenv.
+#
+#   ./spark-submit.sh jobs/simulate_demo.py [job arguments]
+#   ./spark-submit.sh --master 'local[2]' --conf spark.ui.enabled=true jobs/....py
+#
+# On first use (and whenever pyproject.toml changes) it creates .venv and installs the package
+# there. Spark options given here come after the defaults below, so they win.
+# Environment: PYTHON (interpreter for the virtualenv, default python3), SPARKQOS_VENV
+# (virtualenv folder, default ./.venv), JAVA_HOME (where Java 17 lives, if not on PATH).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="${SPARKQOS_VENV:-$here/.venv}"
+python="${PYTHON:-python3}"
+
+if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+  java="$JAVA_HOME/bin/java"
+else
+  java="$(command -v java || true)"
+fi
+if [ -z "$java" ] || ! "$java" -version >/dev/null 2>&1; then
+  echo "spark-submit.sh: no Java runtime found (looked at \$JAVA_HOME and PATH)." >&2
+  echo "  Spark 4 needs Java 17 or 21: install one (e.g. 'apt-get install openjdk-17-jre-headless')" >&2
+  echo "  or set JAVA_HOME to its folder." >&2
+  exit 2
+fi
+
+if ! command -v "$python" >/dev/null 2>&1 || ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "spark-submit.sh: sparkqos needs Python 3.11 or newer; '$python' is missing or older." >&2
+  echo "  Set PYTHON to a Python 3.11+ interpreter." >&2
+  exit 2
+fi
+
+stamp="$venv/.sparkqos-installed"
+want="$(cksum < "$here/pyproject.toml")"
+if [ ! -x "$venv/bin/python" ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "spark-submit.sh: setting up $venv (first run: downloads pyspark, a few minutes)..." >&2
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip >&2
+  "$venv/bin/python" -m pip install -q -e "$here[plot]" >&2
+  echo "$want" > "$stamp"
+fi
+
+export PYSPARK_PYTHON="$venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$venv/bin/python"
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+
+exec "$venv/bin/spark-submit" \
+  --master 'local[*]' \
+  --conf spark.ui.enabled=false \
+  --conf spark.sql.shuffle.partitions=4 \
+  --conf spark.sql.execution.arrow.pyspark.enabled=true \
+  "$@"

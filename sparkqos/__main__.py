@@ -1,0 +1,5 @@
+import sys
+
+from sparkqos.cli import main
+
+sys.exit(main())

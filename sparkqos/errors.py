@@ -1,0 +1,31 @@
+"""Error classes. Each message names the offending value and what was expected."""
+
+from __future__ import annotations
+
+
+class SparkqosError(Exception):
+    """Base class of every error sparkqos raises on purpose."""
+
+
+class PlanError(SparkqosError, ValueError):
+    """An operator plan is malformed (cycle, unknown input, bad selectivity or cost...)."""
+
+
+class WorkloadError(SparkqosError, ValueError):
+    """A workload file or workload definition is malformed."""
+
+
+class SchedulerError(SparkqosError):
+    """A scheduler broke its contract or was configured wrongly."""
+
+
+class UnknownStrategy(SchedulerError, KeyError):
+    """A strategy name that is not in the registry."""
+
+    def __init__(self, name: str, available: list[str]):
+        self.name = name
+        self.available = available
+        super().__init__(f"unknown strategy {name!r}; registered strategies are: {', '.join(available)}")
+
+    def __str__(self) -> str:  # KeyError would quote the whole message otherwise
+        return self.args[0]

@@ -1,0 +1,305 @@
+"""The scheduler contract shared by the simulator and the executor.
+
+A scheduler reads a :class:`SchedulerState` (read-only) and returns a :class:`Unit` of work, or
+None when nothing can run. It never touches queues, Arrow data or clocks. Engines tell it what
+changed through an event log (operators whose queues received tuples) and a statistics version
+(bumped when selectivities or costs were re-estimated), so a scheduler keeps its priorities in
+heaps and does logarithmic work per pick instead of scanning every operator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterable
+
+from sparkqos.plan import Plan
+
+UNIT_KINDS = ("operator", "path", "segment", "cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What to run next.
+
+    ``operators`` is one operator (kind ``operator``) or a chain of operators listed bottom-up
+    (``path``, ``segment``, ``cluster``). ``quota_tuples`` / ``quota_time`` cap how much the unit
+    may consume / how long it may run; None leaves the engine's default (the simulator's run rule,
+    the executor's workload rule, thesis fig 4.1).
+
+    With ``carry`` the unit follows tuples: the first operator consumes its share and every later
+    operator processes exactly what the operator below it produced (FIFO's "push the oldest tuple
+    through its whole path", Jiang §2.2). Without it, every operator of the unit gets one run of
+    its own input in turn, bottom-up.
+    """
+
+    kind: str
+    operators: tuple[str, ...]
+    quota_tuples: float | None = None
+    quota_time: float | None = None
+    carry: bool = False
+
+    @property
+    def head(self) -> str:
+        return self.operators[0]
+
+
+class SchedulerState(ABC):
+    """What a scheduler may read. Engines implement it; schedulers never write to it."""
+
+    plan: Plan
+
+    @property
+    @abstractmethod
+    def now(self) -> float:
+        """Current time (virtual time in the simulator, seconds in the executor)."""
+
+    @abstractmethod
+    def queued(self, op: str) -> float:
+        """Tuples waiting in the input queues of ``op``."""
+
+    @abstractmethod
+    def queued_bytes(self, op: str) -> float:
+        """Memory held by the input queues of ``op`` (tuple units in the simulator)."""
+
+    @abstractmethod
+    def oldest(self, op: str) -> float | None:
+        """Arrival time of the oldest tuple waiting for ``op`` (None when its queues are empty)."""
+
+    @abstractmethod
+    def runnable(self, op: str) -> bool:
+        """``op`` has input and is not blocked (a join waits for all of its inputs)."""
+
+    @abstractmethod
+    def runnable_operators(self) -> Iterable[str]:
+        """Every runnable operator (engines may compute this by a scan: call it only on attach)."""
+
+    @abstractmethod
+    def selectivity(self, op: str) -> float:
+        """Current (smoothed) selectivity estimate of ``op``."""
+
+    @abstractmethod
+    def cost(self, op: str) -> float:
+        """Current (smoothed) processing time per input tuple of ``op``."""
+
+    def output_rate(self, op: str) -> float:
+        """Output tuples per time unit while running: σ / c unless an engine measures it."""
+        return self.selectivity(op) / self.cost(op)
+
+    @property
+    @abstractmethod
+    def total_queued(self) -> float:
+        """Tuples waiting in all queues."""
+
+    @property
+    @abstractmethod
+    def total_queued_bytes(self) -> float:
+        """Memory held by all queues."""
+
+    @property
+    @abstractmethod
+    def output_total(self) -> float:
+        """Tuples delivered by all query roots so far (plan throughput, thesis eq 3.6)."""
+
+    @property
+    @abstractmethod
+    def output_delay_total(self) -> float:
+        """Σ amount × delay over everything delivered so far (mean delay = this / output_total)."""
+
+    @property
+    @abstractmethod
+    def stats_version(self) -> int:
+        """Changes whenever selectivity or cost estimates change; priorities depending on them are stale."""
+
+    @abstractmethod
+    def subscribe(self) -> list[str]:
+        """A fresh event log: the engine appends an operator's name each time tuples enter its queues."""
+
+    @abstractmethod
+    def unsubscribe(self, log: list[str]) -> None:
+        """Stop appending to ``log``."""
+
+
+class Scheduler(ABC):
+    """Base class of every strategy.
+
+    Parameters are the ``__init__`` arguments (river-style): ``params()``, ``clone()`` and ``repr``
+    derive from the signature. Mutable *state* (a round-robin cursor, credits, a mode) is
+    separate: ``state_dict()`` returns it as JSON-able data and ``load_state_dict()`` restores it.
+    Derived structures (heaps of priorities) are rebuilt on :meth:`attach` and never serialised.
+
+    Subclasses implement :meth:`_rebuild` (from the whole state), :meth:`_on_enqueue` (an operator
+    received tuples) and :meth:`_choose` (the pick itself).
+    """
+
+    #: Registry name, set by :func:`sparkqos.schedulers.register`.
+    name: ClassVar[str] = ""
+
+    _state: SchedulerState | None = None
+    _log: list[str] | None = None
+    _stats_seen: int = -1
+
+    # -- parameters (derived from __init__) -------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p for p in sig.parameters if p != "self"]
+
+    def params(self) -> dict[str, Any]:
+        return {p: getattr(self, p) for p in self._param_names()}
+
+    def clone(self, **overrides: Any) -> "Scheduler":
+        """A fresh, unattached scheduler with the same parameters (some overridden)."""
+        return type(self)(**{**self.params(), **overrides})
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Serialisable mutable state (empty for stateless strategies)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; takes effect at the next attach."""
+        if state:
+            raise ValueError(f"{type(self).__name__} holds no state, got {sorted(state)}")
+
+    # -- engine protocol --------------------------------------------------------------------
+    def attach(self, state: SchedulerState) -> None:
+        """Start serving ``state``: subscribe to its events and build priorities from scratch."""
+        self.detach()
+        self._state = state
+        self._log = state.subscribe()
+        self._stats_seen = state.stats_version
+        self._rebuild(state)
+
+    def detach(self) -> None:
+        """Stop listening (the adaptive controller parks strategies it is not using)."""
+        if self._state is not None and self._log is not None:
+            self._state.unsubscribe(self._log)
+        self._state = None
+        self._log = None
+
+    def pick(self, state: SchedulerState) -> Unit | None:
+        """The next unit of work, or None when no operator can run."""
+        if state is not self._state:
+            self.attach(state)
+        elif state.stats_version != self._stats_seen:
+            self._stats_seen = state.stats_version
+            self._log.clear()
+            self._rebuild(state)
+        log = self._log
+        if log:
+            for op in log:
+                self._on_enqueue(op, state)
+            log.clear()
+        return self._choose(state)
+
+    @abstractmethod
+    def _rebuild(self, state: SchedulerState) -> None: ...
+
+    @abstractmethod
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None: ...
+
+    @abstractmethod
+    def _choose(self, state: SchedulerState) -> Unit | None: ...
+
+
+class LazyHeap:
+    """A max-priority queue of runnable operators with lazy invalidation.
+
+    ``key(op)`` returns a tuple ordered so that the *smallest* key is served first. Entries go
+    stale when an operator's queue changes; :meth:`top` checks the entry it is about to return
+    against the live key and re-inserts it when they differ, so each pick costs O(log n)
+    amortised instead of a scan.
+    """
+
+    __slots__ = ("_heap", "_version", "_key", "_runnable")
+
+    def __init__(self, key: Callable[[str], tuple], runnable: Callable[[str], bool]):
+        self._heap: list[tuple] = []
+        self._version: dict[str, int] = {}
+        self._key = key
+        self._runnable = runnable
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._version.clear()
+
+    def has_entry(self, op: str) -> bool:
+        return self._version.get(op, 0) % 2 == 1
+
+    def push(self, op: str) -> None:
+        """Insert ``op`` with its current key, superseding any entry it had. An operator that
+        cannot run gets no entry (its next arrival brings it back)."""
+        v = self._version.get(op, 0)
+        if not self._runnable(op):
+            self._version[op] = v + 1 if v % 2 == 1 else v
+            return
+        v = v + 2 if v % 2 == 1 else v + 1  # odd versions mark a live entry
+        self._version[op] = v
+        heapq.heappush(self._heap, (self._key(op), v, op))
+
+    def ensure(self, op: str) -> None:
+        """Insert ``op`` unless it already has a live entry."""
+        if self._version.get(op, 0) % 2 == 0:
+            self.push(op)
+
+    def top(self) -> str | None:
+        heap = self._heap
+        version = self._version
+        while heap:
+            key, v, op = heap[0]
+            if version.get(op) != v:
+                heapq.heappop(heap)
+                continue
+            if not self._runnable(op):
+                heapq.heappop(heap)
+                version[op] = v + 1  # even: no live entry
+                continue
+            live = self._key(op)
+            if live != key:
+                heapq.heapreplace(heap, (live, v, op))
+                continue
+            return op
+        return None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class PriorityScheduler(Scheduler):
+    """Serves the runnable operator with the highest priority; ties go to the oldest tuple.
+
+    Subclasses give :meth:`priorities` (recomputed only when statistics change).
+    """
+
+    def __init__(self) -> None:
+        self._priority: dict[str, float] = {}
+        self._units: dict[str, Unit] = {}
+        self._heap: LazyHeap | None = None
+
+    @abstractmethod
+    def priorities(self, state: SchedulerState) -> dict[str, float]: ...
+
+    def _rebuild(self, state: SchedulerState) -> None:
+        plan = state.plan
+        self._priority = self.priorities(state)
+        self._units = {op: Unit("operator", (op,)) for op in plan.names}
+        index = plan.index
+        prio = self._priority
+        oldest = state.oldest
+        self._heap = LazyHeap(lambda op: (-prio[op], oldest(op), index[op]), state.runnable)
+        for op in state.runnable_operators():
+            self._heap.push(op)
+
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
+        self._heap.ensure(op)
+
+    def _choose(self, state: SchedulerState) -> Unit | None:
+        op = self._heap.top()
+        return None if op is None else self._units[op]

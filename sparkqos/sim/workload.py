@@ -1,0 +1,158 @@
+"""Workload files: a plan, its arrivals and the simulator's run rules, in TOML.
+
+::
+
+    run = "quantum"            # "one" | "quantum"
+    slotted = false
+    quantum = 1.0              # optional, time units per quantum
+    [classes]                  # optional query-class priorities
+    H = 6
+    [[operator]]
+    name = "O1"
+    input = "S1"               # a stream, another operator, or a list of them
+    selectivity = 0.2
+    cost = 1.0                 # time per input tuple
+    query = "Q1"               # optional (default: the root operator's name)
+    class = "H"                # optional
+    kind = "filter"            # optional; "join" blocks while an input is empty (Chain §5)
+    [arrivals]
+    S1 = [[1, 1.0], [3, 1.0]]  # [time, amount]
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkqos.errors import PlanError, WorkloadError
+from sparkqos.plan import OPERATOR_KINDS, Operator, Plan
+from sparkqos.sim.engine import RUN_RULES
+
+TOP_KEYS = {"run", "slotted", "quantum", "classes", "operator", "arrivals", "streams", "description"}
+OPERATOR_KEYS = {"name", "input", "selectivity", "cost", "query", "class", "kind", "tuple_size"}
+
+
+@dataclass
+class Workload:
+    plan: Plan
+    arrivals: dict[str, list[tuple[float, float]]]
+    run: str = "quantum"
+    slotted: bool = False
+    quantum: float = 1.0
+    description: str = ""
+    source: str = field(default="<memory>", repr=False)
+
+    def simulator(self, scheduler, **kwargs):
+        """A :class:`~sparkqos.sim.Simulator` for this workload."""
+        from sparkqos.sim.engine import Simulator
+
+        return Simulator(self.plan, scheduler, self.arrivals, run=self.run, slotted=self.slotted,
+                         quantum=self.quantum, **kwargs)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkloadError(f"{where} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise WorkloadError(f"{where} must be finite, got {value!r}")
+    return float(value)
+
+
+def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
+    """Build a :class:`Workload` from a parsed TOML document, naming any key that is wrong."""
+    unknown = set(doc) - TOP_KEYS
+    if unknown:
+        raise WorkloadError(f"{source}: unknown key(s) {sorted(unknown)}; allowed keys are {sorted(TOP_KEYS)}")
+    run = doc.get("run", "quantum")
+    if run not in RUN_RULES:
+        raise WorkloadError(f"{source}: run = {run!r}; allowed values are {list(RUN_RULES)}")
+    slotted = doc.get("slotted", False)
+    if not isinstance(slotted, bool):
+        raise WorkloadError(f"{source}: slotted must be true or false, got {slotted!r}")
+    quantum = _number(doc.get("quantum", 1.0), f"{source}: quantum")
+    if quantum <= 0:
+        raise WorkloadError(f"{source}: quantum must be > 0, got {quantum!r}")
+
+    raw_ops = doc.get("operator")
+    if not isinstance(raw_ops, list) or not raw_ops:
+        raise WorkloadError(f"{source}: needs at least one [[operator]] table")
+    ops = []
+    for k, raw in enumerate(raw_ops):
+        where = f"{source}: operator #{k + 1}" + (f" ({raw.get('name')!r})" if isinstance(raw, dict) and "name" in raw else "")
+        if not isinstance(raw, dict):
+            raise WorkloadError(f"{where} must be a table")
+        bad = set(raw) - OPERATOR_KEYS
+        if bad:
+            raise WorkloadError(f"{where}: unknown key(s) {sorted(bad)}; allowed keys are {sorted(OPERATOR_KEYS)}")
+        for key in ("name", "input", "selectivity", "cost"):
+            if key not in raw:
+                raise WorkloadError(f"{where}: missing required key {key!r}")
+        name = raw["name"]
+        if not isinstance(name, str) or not name:
+            raise WorkloadError(f"{where}: name must be a non-empty string, got {name!r}")
+        inputs = raw["input"]
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+            raise WorkloadError(f"{where}: input must be a name or a list of names, got {raw['input']!r}")
+        kind = raw.get("kind", "filter")
+        if kind not in OPERATOR_KINDS:
+            raise WorkloadError(f"{where}: kind = {kind!r}; allowed values are {list(OPERATOR_KINDS)}")
+        for key in ("query", "class"):
+            if key in raw and not isinstance(raw[key], str):
+                raise WorkloadError(f"{where}: {key} must be a string, got {raw[key]!r}")
+        ops.append(Operator(
+            name=name,
+            inputs=tuple(inputs),
+            selectivity=_number(raw["selectivity"], f"{where}: selectivity"),
+            cost=_number(raw["cost"], f"{where}: cost"),
+            query=raw.get("query"),
+            klass=raw.get("class"),
+            kind=kind,
+            tuple_size=_number(raw.get("tuple_size", 1.0), f"{where}: tuple_size"),
+        ))
+
+    raw_arrivals = doc.get("arrivals", {})
+    if not isinstance(raw_arrivals, dict):
+        raise WorkloadError(f"{source}: [arrivals] must be a table of stream = [[time, amount], ...]")
+    extra_streams = doc.get("streams", [])
+    if not isinstance(extra_streams, list) or not all(isinstance(s, str) for s in extra_streams):
+        raise WorkloadError(f"{source}: streams must be a list of names, got {extra_streams!r}")
+    arrivals: dict[str, list[tuple[float, float]]] = {}
+    for stream, items in raw_arrivals.items():
+        if not isinstance(items, list):
+            raise WorkloadError(f"{source}: arrivals.{stream} must be a list of [time, amount], got {items!r}")
+        parsed = []
+        for k, item in enumerate(items):
+            if not isinstance(item, list) or len(item) != 2:
+                raise WorkloadError(f"{source}: arrivals.{stream}[{k}] must be [time, amount], got {item!r}")
+            parsed.append((_number(item[0], f"{source}: arrivals.{stream}[{k}] time"),
+                           _number(item[1], f"{source}: arrivals.{stream}[{k}] amount")))
+        arrivals[stream] = parsed
+
+    classes = doc.get("classes", {})
+    if not isinstance(classes, dict):
+        raise WorkloadError(f"{source}: [classes] must be a table of class = priority")
+    try:
+        plan = Plan(ops, streams=[*raw_arrivals, *extra_streams], classes=classes)
+    except PlanError as exc:
+        raise PlanError(f"{source}: {exc}") from None
+    description = doc.get("description", "")
+    return Workload(plan, arrivals, run, slotted, quantum, str(description), source)
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read a workload TOML file (see the module docstring for the format)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read workload {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkloadError(f"{path}: not valid TOML: {exc}") from None
+    return parse_workload(doc, str(path))
