@@ -144,8 +144,11 @@ class Scheduler(ABC):
     # -- parameters (derived from __init__) -------------------------------------------------
     @classmethod
     def _param_names(cls) -> list[str]:
+        if cls.__init__ is object.__init__:
+            return []
         sig = inspect.signature(cls.__init__)
-        return [p for p in sig.parameters if p != "self"]
+        plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return [name for name, p in sig.parameters.items() if name != "self" and p.kind in plain]
 
     def params(self) -> dict[str, Any]:
         return {p: getattr(self, p) for p in self._param_names()}
@@ -275,7 +278,10 @@ class LazyHeap:
 class PriorityScheduler(Scheduler):
     """Serves the runnable operator with the highest priority; ties go to the oldest tuple.
 
-    Subclasses give :meth:`priorities` (recomputed only when statistics change).
+    Subclasses give :meth:`priorities` (recomputed only when statistics change). Among equally
+    old tuples the one furthest along its path goes first, so a chain of operators with one
+    priority pushes a batch through before starting the next (Chain §4.1: at most one tuple in
+    the middle of each segment).
     """
 
     def __init__(self) -> None:
@@ -291,9 +297,10 @@ class PriorityScheduler(Scheduler):
         self._priority = self.priorities(state)
         self._units = {op: Unit("operator", (op,)) for op in plan.names}
         index = plan.index
+        remaining = {op: len(plan.upstream_path(op)) for op in plan.names}  # fewer = further along
         prio = self._priority
         oldest = state.oldest
-        self._heap = LazyHeap(lambda op: (-prio[op], oldest(op), index[op]), state.runnable)
+        self._heap = LazyHeap(lambda op: (-prio[op], oldest(op), remaining[op], index[op]), state.runnable)
         for op in state.runnable_operators():
             self._heap.push(op)
 

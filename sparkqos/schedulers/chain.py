@@ -95,7 +95,7 @@ class Chain(PriorityScheduler):
     >>> sim = Simulator(plan, Chain(), {"S": [(0, 2.0)]}, run="one", record_dispatches=True)
     >>> _ = sim.run(until=6)
     >>> [d.unit.head for d in sim.dispatches]
-    ['O1', 'O1', 'O2', 'O2', 'O3']
+    ['O1', 'O2', 'O1', 'O2', 'O3']
     """
 
     def priorities(self, state: SchedulerState) -> dict[str, float]:

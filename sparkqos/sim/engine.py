@@ -57,11 +57,17 @@ class Step:
 
 @dataclass
 class SimResult:
+    """``snapshots``: queued tuples at integer times, work in flight not counted (the papers'
+    tables). ``fluid_snapshots``: the same instants with a run in flight counted pro rata — its
+    input not yet processed plus the output produced so far — the memory of partially processed
+    tuples that the Chain paper's theorems speak of."""
+
     snapshots: dict[int, float]
     outputs: list[Output]
     picks: int = 0
     starved_picks: int = 0
     end_time: float = 0.0
+    fluid_snapshots: dict[int, float] = field(default_factory=dict)
 
     def cumulative_output(self, t: float) -> float:
         """Output amount delivered by time ``t`` (inclusive)."""
@@ -69,6 +75,9 @@ class SimResult:
 
     def peak_queued(self) -> float:
         return max(self.snapshots.values(), default=0.0)
+
+    def peak_fluid(self) -> float:
+        return max(self.fluid_snapshots.values(), default=0.0)
 
     @property
     def total_output(self) -> float:
@@ -292,6 +301,7 @@ class Simulator:
         self._carry_next = 0.0
         self.outputs: list[Output] = []
         self.snapshots: dict[int, float] = {}
+        self.fluid_snapshots: dict[int, float] = {}
         self.picks = 0
         self.starved_picks = 0
         self.record_dispatches = record_dispatches
@@ -336,8 +346,7 @@ class Simulator:
                     state.enqueue(op, port, amount, arrivals[self._ai][0])
                 self._ai += 1
             if self._next_snap <= t + TIME_EPS and (until is None or self._next_snap <= until + TIME_EPS):
-                self.snapshots[self._next_snap] = state.total_queued
-                self._next_snap += 1
+                self._snapshot(t)
             stuck = False
             if self._run is None:
                 if self._unit is not None:
@@ -366,10 +375,23 @@ class Simulator:
                 break
             t = t_next
         if until is None and self._next_snap - 1 < t - TIME_EPS:  # the drained state, once
-            self.snapshots[self._next_snap] = state.total_queued
-            self._next_snap += 1
+            self._snapshot(t)
         self._time = t
-        return SimResult(dict(self.snapshots), list(self.outputs), self.picks, self.starved_picks, t)
+        return SimResult(dict(self.snapshots), list(self.outputs), self.picks, self.starved_picks, t,
+                         dict(self.fluid_snapshots))
+
+    def _snapshot(self, t: float) -> None:
+        queued = self.state.total_queued
+        fluid = queued
+        run = self._run
+        if run is not None and run.end > t:
+            amount = math.fsum(a for a, _ in run.taken)
+            done = (t - run.start) / (run.end - run.start)
+            kept = 0.0 if self._out_port[run.op] is None else self.state.selectivity(run.op)
+            fluid += amount * ((1.0 - done) + done * kept)
+        self.snapshots[self._next_snap] = queued
+        self.fluid_snapshots[self._next_snap] = fluid
+        self._next_snap += 1
 
     # -- dispatch ------------------------------------------------------------------------------
     def _start_unit(self, t: float) -> bool:
