@@ -1,0 +1,228 @@
+"""Continuous Query Class (CQC) scheduling: weighted round robin over query classes, Highest Rate
+inside each class (Al Moakar et al., DMSN 2009, §3–4 and Algorithm 1).
+
+Level 1 gives class i the time slice Tᵢ = Pᵢ·k / ΣP per round, without preempting: a class whose
+last run goes past its quota owes the excess, deducted from its next quota (negative credit),
+while quota a class leaves unused is not carried over. Level 2 is HR over the class's operators;
+source operators (kind ``"source"``, the stream readers of AQSIOS) run only when no operational
+operator of the class has input.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from sparkqos.errors import SchedulerError
+from sparkqos.schedulers.base import LazyHeap, Scheduler, SchedulerState, Unit
+from sparkqos.schedulers.rate import highest_rate_priorities
+
+#: Credit below this is spent (float error of summed run times).
+CREDIT_EPS = 1e-9
+
+
+def class_quotas(priorities: Mapping[str, float], k: float) -> dict[str, float]:
+    """Ideal time slice Tᵢ = Pᵢ·k / ΣP of each class (Algorithm 1, setup step 2).
+
+    >>> class_quotas({"H": 6, "C": 3, "N": 1}, 20)
+    {'H': 12.0, 'C': 6.0, 'N': 2.0}
+    """
+    total = math.fsum(priorities.values())
+    return {name: p * k / total for name, p in priorities.items()}
+
+
+def next_credit(slice_: float, credit: float, used: float) -> float:
+    """Quota for a class's next turn (Algorithm 1, execution step 3): back to its full slice if it
+    stayed within ``credit``, else the slice minus the overrun (the excess over ``credit``).
+
+    >>> next_credit(12, 12, 15)   # class H overran its 12 units by 3
+    9
+    >>> next_credit(12, 12, 5)    # unused quota is not carried over
+    12
+    """
+    if used <= credit + CREDIT_EPS:
+        return slice_
+    return slice_ - (used - credit)
+
+
+class Cqc(Scheduler):
+    """Two-level class scheduler (CQC Algorithm 1).
+
+    ``k`` is the length of one round of the weighted round robin, in the engine's time units
+    (virtual time in the simulator, seconds in the executor); class i gets Pᵢ·k / ΣP of it.
+    Quota is counted in time through ``state.now``: at each pick the class that made the previous
+    pick is charged the time since then, at most the length its run could have had
+    (min(``quantum``, queued × cost) of the operator picked) — the scheduler cannot otherwise
+    tell a run that ended early from an idle processor. Every unit asks for at most ``quantum``
+    of time, so a class can overrun its quota by less than one quantum per turn.
+
+    Classes take turns in decreasing priority. A class whose credit is not positive sits its
+    turn out and gains Tᵢ (step 2a); a class with no runnable operator returns at once, having
+    used nothing, so its credit goes back to Tᵢ (step 3a). Only classes with work are served, and
+    a pick returns None only when no operator of any class can run.
+
+    Three one-operator queries in classes of priority 6, 3, 1 and k = 10: each round serves H
+    for 6 time units, C for 3 and N for 1.
+
+    >>> from sparkqos import Operator, Plan
+    >>> from sparkqos.sim import Simulator
+    >>> plan = Plan([Operator("h", ("A",), 0.5, 1.0, klass="H"),
+    ...              Operator("c", ("B",), 0.5, 1.0, klass="C"),
+    ...              Operator("n", ("D",), 0.5, 1.0, klass="N")],
+    ...             streams=["A", "B", "D"], classes={"H": 6, "C": 3, "N": 1})
+    >>> sim = Simulator(plan, Cqc(k=10), {s: [(0, 30.0)] for s in "ABD"}, record_dispatches=True)
+    >>> _ = sim.run(until=19.5)
+    >>> "".join(d.unit.head for d in sim.dispatches)
+    'hhhhhhcccnhhhhhhcccn'
+    """
+
+    def __init__(self, k: float = 20.0, quantum: float = 1.0):
+        for name, value in (("k", k), ("quantum", quantum)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+                raise SchedulerError(f"Cqc: {name} must be a finite number > 0, got {value!r}")
+        self.k = k
+        self.quantum = quantum
+        self._order: list[str] = []
+        self._slice: dict[str, float] = {}
+        self._credit: dict[str, float] = {}
+        self._current: str | None = None
+        self._used = 0.0
+        self._pick_time: float | None = None
+        self._pick_cap = 0.0
+        self._operational: dict[str, LazyHeap] = {}
+        self._sources: dict[str, LazyHeap] = {}
+        self._units: dict[str, Unit] = {}
+        self._restored: dict[str, Any] | None = None
+
+    # -- derived structures -------------------------------------------------------------------
+    def _rebuild(self, state: SchedulerState) -> None:
+        plan = state.plan
+        self._order = sorted(plan.classes, key=lambda c: (-plan.classes[c], c))
+        self._slice = class_quotas({c: plan.classes[c] for c in self._order}, self.k)
+        if not self._credit or set(self._credit) != set(self._order):
+            self._credit = dict(self._slice)
+            self._current = None
+            self._used = 0.0
+            self._pick_time = None
+        if self._restored is not None:
+            self._apply(self._restored)
+            self._restored = None
+        prio = highest_rate_priorities(state)
+        index = plan.index
+        oldest = state.oldest
+        key = lambda op: (-prio[op], oldest(op), index[op])  # noqa: E731
+        self._operational = {c: LazyHeap(key, state.runnable) for c in self._order}
+        self._sources = {c: LazyHeap(key, state.runnable) for c in self._order}
+        self._units = {op: Unit("operator", (op,), quota_time=self.quantum) for op in plan.names}
+        for op in state.runnable_operators():
+            self._heap_of(op, state).push(op)
+
+    def _heap_of(self, op: str, state: SchedulerState) -> LazyHeap:
+        plan = state.plan
+        heaps = self._sources if plan[op].kind == "source" else self._operational
+        return heaps[plan.class_of(op)]
+
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
+        self._heap_of(op, state).ensure(op)
+
+    def _top(self, klass: str) -> str | None:
+        op = self._operational[klass].top()
+        return op if op is not None else self._sources[klass].top()
+
+    # -- the pick ------------------------------------------------------------------------------
+    def _choose(self, state: SchedulerState) -> Unit | None:
+        now = state.now
+        if self._pick_time is not None:
+            self._used += min(max(now - self._pick_time, 0.0), self._pick_cap)
+            self._pick_time = None
+        current = self._current
+        if current is not None:
+            if self._used < self._credit[current] - CREDIT_EPS:
+                op = self._top(current)
+                if op is not None:
+                    return self._serve(op, state)
+            self._credit[current] = next_credit(self._slice[current], self._credit[current], self._used)
+            self._current = None
+            self._used = 0.0
+        if not any(self._top(c) is not None for c in self._order):
+            return None
+        # Cycle from the class after the last one served; each pass raises every negative credit
+        # by its slice, so a class with work is reached after finitely many passes.
+        start = 0 if current is None else self._order.index(current) + 1
+        n = len(self._order)
+        i = start
+        while True:
+            klass = self._order[i % n]
+            i += 1
+            if self._credit[klass] <= CREDIT_EPS:  # step 2a: sit this turn out
+                self._credit[klass] += self._slice[klass]
+                continue
+            if self._top(klass) is None:  # a turn that returns at once used nothing: step 3a
+                self._credit[klass] = self._slice[klass]
+                continue
+            self._current = klass
+            self._used = 0.0
+            return self._serve(self._top(klass), state)
+
+    def _serve(self, op: str, state: SchedulerState) -> Unit:
+        self._pick_time = state.now
+        self._pick_cap = min(self.quantum, state.queued(op) * state.cost(op))
+        return self._units[op]
+
+    # -- introspection and state ---------------------------------------------------------------
+    @property
+    def quotas(self) -> dict[str, float]:
+        """Tᵢ of each class, highest priority first (empty until attached)."""
+        return dict(self._slice)
+
+    @property
+    def credits(self) -> dict[str, float]:
+        """Quota each class may use in its next (or current) turn."""
+        return dict(self._credit)
+
+    def charge(self, klass: str, used: float) -> None:
+        """End ``klass``'s turn after it ran for ``used`` time units (Algorithm 1, step 3); for
+        engines that run a class for a whole turn themselves, and for tests."""
+        if klass not in self._credit:
+            raise SchedulerError(f"Cqc: unknown class {klass!r}; classes are {self._order}")
+        self._credit[klass] = next_credit(self._slice[klass], self._credit[klass], used)
+        if self._current == klass:
+            self._current, self._used, self._pick_time = None, 0.0, None
+
+    _STATE_KEYS = {"credit", "current", "used", "pick_time", "pick_cap"}
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._state is None and self._restored is not None:
+            return dict(self._restored)
+        return {
+            "credit": dict(self._credit),
+            "current": self._current,
+            "used": self._used,
+            "pick_time": self._pick_time,
+            "pick_cap": self._pick_cap,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = set(state) - self._STATE_KEYS
+        if unknown:
+            raise ValueError(f"Cqc state has unknown keys {sorted(unknown)}; expected {sorted(self._STATE_KEYS)}")
+        credit = state.get("credit", {})
+        if not isinstance(credit, dict) or not all(isinstance(v, (int, float)) for v in credit.values()):
+            raise ValueError(f"Cqc state: credit must map class names to numbers, got {credit!r}")
+        self._restored = dict(state)
+        if self._state is not None:
+            self._rebuild(self._state)
+
+    def _apply(self, saved: dict[str, Any]) -> None:
+        credit = {str(c): float(v) for c, v in saved.get("credit", {}).items()}
+        if set(credit) != set(self._order):
+            raise ValueError(f"Cqc state names classes {sorted(credit)}; the plan has {sorted(self._order)}")
+        current = saved.get("current")
+        if current is not None and current not in credit:
+            raise ValueError(f"Cqc state: current class {current!r} is not one of {sorted(credit)}")
+        self._credit = credit
+        self._current = current
+        self._used = float(saved.get("used", 0.0))
+        pick_time = saved.get("pick_time")
+        self._pick_time = None if pick_time is None else float(pick_time)
+        self._pick_cap = float(saved.get("pick_cap", 0.0))
