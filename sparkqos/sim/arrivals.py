@@ -54,7 +54,7 @@ def on_off_pareto(
 
     >>> a = on_off_pareto(10.0, 200, seed=1)
     >>> a[:2]
-    [(0.0, 11.0), (1.0, 15.0)]
+    [(0.0, 8.0), (1.0, 14.0)]
     """
     mean_rate = _check("mean_rate", mean_rate)
     until = _check("until", until)
@@ -73,9 +73,12 @@ def on_off_pareto(
         while t < until:
             if on:
                 length = on_scale * (1 + rng.pareto(ON_SHAPE))
-                n = rng.poisson(on_rate * length)
-                if n:
-                    chunks.append(t + rng.uniform(0, length, n))
+                # heavy tails: an ON period can outlast the horizon by far; draw only what falls inside
+                lo, hi = max(t, 0.0), min(t + length, until)
+                if hi > lo:
+                    n = rng.poisson(on_rate * (hi - lo))
+                    if n:
+                        chunks.append(rng.uniform(lo, hi, n))
             else:
                 length = on_scale * (1 + rng.pareto(OFF_SHAPE))
             t += length

@@ -129,8 +129,11 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
         for k, item in enumerate(items):
             if not isinstance(item, list) or len(item) != 2:
                 raise WorkloadError(f"{source}: arrivals.{stream}[{k}] must be [time, amount], got {item!r}")
-            parsed.append((_number(item[0], f"{source}: arrivals.{stream}[{k}] time"),
-                           _number(item[1], f"{source}: arrivals.{stream}[{k}] amount")))
+            t = _number(item[0], f"{source}: arrivals.{stream}[{k}] time")
+            amount = _number(item[1], f"{source}: arrivals.{stream}[{k}] amount")
+            if t < 0 or amount <= 0:
+                raise WorkloadError(f"{source}: arrivals.{stream}[{k}] needs time >= 0 and amount > 0, got {item!r}")
+            parsed.append((t, amount))
         arrivals[stream] = parsed
 
     classes = doc.get("classes", {})
