@@ -1,0 +1,224 @@
+"""Clustered Operators Scheduling (COS): operators grouped by S-means on (cost, selectivity), Chain
+inside each cluster, clusters sharing the processor round-robin (Soliman & Tan, 2011, §3–4).
+
+Features (§4.3): each operator is the point (cost, selectivity). Costs of one plan span orders of
+magnitude, so cost is taken on a log scale; both coordinates are then min–max normalised over
+the plan's operators onto [0, 1] (a coordinate that does not vary is 0), so neither dominates
+the distance and the threshold means the same on every plan.
+
+Similarity (§3.2, eq 2) is the RBF kernel sim(x, c) = exp(−‖x − c‖² / (2·width²)). §3.2 states
+the S-means rule as "similarity ≥ T"; §4.2 states the knob the other way round (a small T gives
+one cluster per operator, OTS; a large T one cluster, GTS). We follow §4.2: ``T`` is the
+dissimilarity 1 − sim an operator may have to its cluster's centre, so T = 0 clusters only
+identical operators and T = 1 puts every operator in one cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from sparkqos.errors import SchedulerError
+from sparkqos.plan import Plan
+from sparkqos.schedulers.base import LazyHeap, Scheduler, SchedulerState, Unit
+from sparkqos.schedulers.chain import Chain
+
+Point = tuple[float, float]
+
+
+def operator_features(
+    plan: Plan,
+    selectivity: Callable[[str], float],
+    cost: Callable[[str], float],
+) -> list[Point]:
+    """Normalised (log cost, selectivity) of every operator, in plan order (module docstring).
+
+    >>> from sparkqos.sim import chain_plan
+    >>> plan = chain_plan([(0.5, 1.0), (0.1, 10.0), (0.3, 100.0)])
+    >>> operator_features(plan, lambda o: plan[o].selectivity, lambda o: plan[o].cost)
+    [(0.0, 1.0), (0.5, 0.0), (1.0, 0.5)]
+    """
+    raw = [(math.log(cost(op)), selectivity(op)) for op in plan.names]
+
+    def scale(values: list[float]) -> list[float]:
+        low, high = min(values), max(values)
+        if high - low <= 1e-12 * max(1.0, abs(high)):
+            return [0.0] * len(values)
+        return [(v - low) / (high - low) for v in values]
+
+    xs = scale([x for x, _ in raw])
+    ys = scale([y for _, y in raw])
+    return [(round(x, 12), round(y, 12)) for x, y in zip(xs, ys)]
+
+
+def rbf_similarity(a: Point, b: Point, width: float) -> float:
+    """exp(−‖a − b‖² / (2·width²)) — 1 for identical points, towards 0 far apart (COS eq 2)."""
+    d2 = (a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2
+    return math.exp(-d2 / (2.0 * width * width))
+
+
+def s_means(points: Sequence[Point], T: float, width: float = 0.25, max_iter: int = 100) -> list[int]:
+    """Cluster label of every point by S-means (COS §3.2), labels numbered by first member.
+
+    K starts at 1 with the centre at the mean of all points. Each pass visits the points in order
+    and puts a point in the cluster of its most similar centre when its dissimilarity 1 − sim is
+    at most ``T``; otherwise the point opens a new cluster centred on itself, which later points
+    of the same pass may join. Then every centre moves to the mean of its members and empty
+    clusters are removed. It stops when a pass opens no cluster, moves no point and no centre
+    (or after ``max_iter`` passes). Deterministic: no random initialisation.
+
+    >>> pts = [(0.0, 0.0), (0.05, 0.0), (1.0, 1.0), (0.95, 1.0)]
+    >>> s_means(pts, T=0.3), s_means(pts, T=0.0), s_means(pts, T=1.0)
+    ([0, 0, 1, 1], [0, 1, 2, 3], [0, 0, 0, 0])
+    """
+    if not points:
+        return []
+    n = len(points)
+    centres: list[Point] = [(math.fsum(p[0] for p in points) / n, math.fsum(p[1] for p in points) / n)]
+    labels: list[int] = [-1] * n
+    for _ in range(max_iter):
+        new_labels = []
+        opened = False
+        for p in points:
+            best, best_sim = -1, -1.0
+            for j, c in enumerate(centres):
+                sim = rbf_similarity(p, c, width)
+                if sim > best_sim:
+                    best, best_sim = j, sim
+            if 1.0 - best_sim <= T + 1e-12:
+                new_labels.append(best)
+            else:
+                centres.append(p)
+                new_labels.append(len(centres) - 1)
+                opened = True
+        # Renumber the non-empty clusters by first member and move each centre to its mean.
+        renumber: dict[int, int] = {}
+        for lab in new_labels:
+            renumber.setdefault(lab, len(renumber))
+        new_labels = [renumber[lab] for lab in new_labels]
+        members: list[list[Point]] = [[] for _ in renumber]
+        for p, lab in zip(points, new_labels):
+            members[lab].append(p)
+        new_centres = [
+            (math.fsum(p[0] for p in m) / len(m), math.fsum(p[1] for p in m) / len(m)) for m in members
+        ]
+        old_by_new = {new: old for old, new in renumber.items()}
+        moved = len(new_centres) != len(centres) or any(
+            abs(c[0] - centres[old_by_new[k]][0]) > 1e-12 or abs(c[1] - centres[old_by_new[k]][1]) > 1e-12
+            for k, c in enumerate(new_centres)
+        )
+        stable = not opened and not moved and new_labels == labels
+        labels, centres = new_labels, new_centres
+        if stable:
+            break
+    return labels
+
+
+class Cos(Scheduler):
+    """Clusters of similar operators, each served by Chain, taking turns round-robin.
+
+    :attr:`clusters` lists the operators of each cluster (plan order); one pick serves the next
+    cluster, in cyclic order, that has a runnable operator — its highest-Chain-priority operator
+    (ties to the oldest tuple, then the one furthest along its path) — so in the simulator the
+    clusters share the processor quantum by quantum. :meth:`pick_cluster` picks inside one given
+    cluster, for an executor that runs each cluster in its own thread (COS §4.2, second level).
+    Clusters are recomputed when the statistics change.
+
+    Below, the slow O1 is a cluster of its own and the cheap, selective O2 and O3 form another,
+    so the two clusters alternate: where Chain alone pushes the first tuple through O1, O2, O3
+    before starting the second, COS gives O1 its next turn as soon as O2 has had one.
+
+    >>> from sparkqos.sim import Simulator, chain_plan
+    >>> plan = chain_plan([(0.9, 2.0), (0.1, 0.25), (0.2, 0.2)])
+    >>> cos = Cos(T=0.3)
+    >>> sim = Simulator(plan, cos, {"S": [(0, 2.0)]}, run="one", record_dispatches=True)
+    >>> _ = sim.run()
+    >>> cos.clusters
+    [('O1',), ('O2', 'O3')]
+    >>> [d.unit.head for d in sim.dispatches]
+    ['O1', 'O2', 'O1', 'O3', 'O2', 'O3']
+    """
+
+    def __init__(self, T: float = 0.3, width: float = 0.25):
+        if isinstance(T, bool) or not isinstance(T, (int, float)) or not 0 <= T <= 1:
+            raise SchedulerError(f"Cos: T must be a number within [0, 1], got {T!r}")
+        if isinstance(width, bool) or not isinstance(width, (int, float)) or not (width > 0 and math.isfinite(width)):
+            raise SchedulerError(f"Cos: width must be a finite number > 0, got {width!r}")
+        self.T = T
+        self.width = width
+        self._clusters: list[tuple[str, ...]] = []
+        self._heaps: list[LazyHeap] = []
+        self._cluster_of: dict[str, int] = {}
+        self._units: dict[str, Unit] = {}
+        self._cursor = 0
+
+    def _rebuild(self, state: SchedulerState) -> None:
+        plan = state.plan
+        labels = s_means(operator_features(plan, state.selectivity, state.cost), self.T, self.width)
+        groups: dict[int, list[str]] = {}
+        for op, lab in zip(plan.names, labels):
+            groups.setdefault(lab, []).append(op)
+        self._clusters = [tuple(groups[k]) for k in sorted(groups)]
+        self._cluster_of = {op: k for k, ops in enumerate(self._clusters) for op in ops}
+        prio = Chain().priorities(state)
+        index = plan.index
+        remaining = {op: len(plan.upstream_path(op)) for op in plan.names}
+        oldest = state.oldest
+        key = lambda op: (-prio[op], oldest(op), remaining[op], index[op])  # noqa: E731
+        self._heaps = [LazyHeap(key, state.runnable) for _ in self._clusters]
+        self._units = {op: Unit("operator", (op,)) for op in plan.names}
+        self._cursor %= len(self._clusters)
+        for op in state.runnable_operators():
+            self._heaps[self._cluster_of[op]].push(op)
+
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
+        self._heaps[self._cluster_of[op]].ensure(op)
+
+    def _choose(self, state: SchedulerState) -> Unit | None:
+        n = len(self._heaps)
+        for step in range(n):
+            k = (self._cursor + step) % n
+            op = self._heaps[k].top()
+            if op is not None:
+                self._cursor = (k + 1) % n
+                return self._units[op]
+        return None
+
+    @property
+    def clusters(self) -> list[tuple[str, ...]]:
+        """Operators of each cluster, in plan order (empty until attached)."""
+        return list(self._clusters)
+
+    def pick_cluster(self, cluster: int, state: SchedulerState) -> Unit | None:
+        """The next unit of cluster ``cluster`` alone (its own Chain order), or None when none of
+        its operators can run. Not thread-safe: an executor running clusters in threads must
+        serialise calls to :meth:`pick` / :meth:`pick_cluster` (they update shared heaps)."""
+        if state is not self._state:
+            self.attach(state)
+        elif state.stats_version != self._stats_seen:
+            self._stats_seen = state.stats_version
+            self._log.clear()
+            self._rebuild(state)
+        if not 0 <= cluster < len(self._heaps):
+            raise SchedulerError(f"Cos: no cluster {cluster!r}; there are {len(self._heaps)} clusters")
+        log = self._log
+        if log:
+            for op in log:
+                self._on_enqueue(op, state)
+            log.clear()
+        op = self._heaps[cluster].top()
+        return None if op is None else self._units[op]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self._cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = set(state) - {"cursor"}
+        if unknown:
+            raise ValueError(f"Cos state has unknown keys {sorted(unknown)}; expected ['cursor']")
+        cursor = state.get("cursor", 0)
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+            raise ValueError(f"Cos state: cursor must be an integer >= 0, got {cursor!r}")
+        self._cursor = cursor
+        if self._heaps:
+            self._cursor %= len(self._heaps)
