@@ -71,12 +71,19 @@ def get(name: str, **params: Any) -> Scheduler:
 # Built-in strategies register themselves here so importing this package is enough.
 from sparkqos.schedulers.basic import Fifo, Greedy, MostTuplesInQueue, RoundRobin  # noqa: E402
 from sparkqos.schedulers.chain import Chain  # noqa: E402
+from sparkqos.schedulers.rate import HighestNormalizedRate, HighestRate  # noqa: E402
+from sparkqos.schedulers.cqc import Cqc  # noqa: E402
+from sparkqos.schedulers.cos import Cos  # noqa: E402
 
 register("rr")(RoundRobin)
 register("fifo")(Fifo)
 register("greedy")(Greedy)
 register("mtiq")(MostTuplesInQueue)
 register("chain")(Chain)
+register("hr")(HighestRate)
+register("hnr")(HighestNormalizedRate)
+register("cqc")(Cqc)
+register("cos")(Cos)
 
 __all__ = [
     "Chain", "Fifo", "Greedy", "LazyHeap", "MostTuplesInQueue", "PriorityScheduler", "RoundRobin",
