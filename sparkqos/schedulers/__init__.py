@@ -71,6 +71,8 @@ def get(name: str, **params: Any) -> Scheduler:
 # Built-in strategies register themselves here so importing this package is enough.
 from sparkqos.schedulers.basic import Fifo, Greedy, MostTuplesInQueue, RoundRobin  # noqa: E402
 from sparkqos.schedulers.chain import Chain  # noqa: E402
+from sparkqos.schedulers.path import PathCapacity, Segment, SimplifiedSegment, Threshold  # noqa: E402
+from sparkqos.schedulers.guards import DynamicPriority, OldestPathGuard  # noqa: E402
 from sparkqos.schedulers.rate import HighestNormalizedRate, HighestRate  # noqa: E402
 from sparkqos.schedulers.cqc import Cqc  # noqa: E402
 from sparkqos.schedulers.cos import Cos  # noqa: E402
@@ -80,6 +82,12 @@ register("fifo")(Fifo)
 register("greedy")(Greedy)
 register("mtiq")(MostTuplesInQueue)
 register("chain")(Chain)
+register("pc")(PathCapacity)
+register("segment")(Segment)
+register("simplified_segment")(SimplifiedSegment)
+register("threshold")(Threshold)
+register("oldest_guard")(OldestPathGuard)
+register("dynamic_priority")(DynamicPriority)
 register("hr")(HighestRate)
 register("hnr")(HighestNormalizedRate)
 register("cqc")(Cqc)

@@ -1,0 +1,230 @@
+"""Starvation guards around any strategy: periodic oldest-path service and dynamic priority.
+
+Jiang & Chakravarthy, "Scheduling Strategies for Processing Continuous Queries over Streams",
+UTA TR CSE-2003-30, §4.2 (starvation-free scheduling).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sparkqos.errors import SchedulerError
+from sparkqos.schedulers.base import LazyHeap, Scheduler, SchedulerState, Unit
+
+
+def _resolve(inner: str | Scheduler, wrapper: str) -> Scheduler:
+    """The wrapper's own working copy of ``inner`` (a registry name or an instance)."""
+    if isinstance(inner, Scheduler):
+        return inner.clone()
+    if isinstance(inner, str):
+        from sparkqos.schedulers import get
+
+        return get(inner)
+    raise SchedulerError(f"{wrapper}: inner must be a strategy name or a Scheduler, got {inner!r}")
+
+
+def _check_period(period: int, wrapper: str) -> int:
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise SchedulerError(f"{wrapper}: period must be an integer number of picks >= 1, got {period!r}")
+    return period
+
+
+def _path_units(state: SchedulerState, inner: Scheduler) -> dict[str, Unit]:
+    """The unit serving "the path" of each operator: the inner strategy's own chain units when
+    it has them (path / segment strategies), else the rest of the operator's path with carry and
+    a quota of one time unit's worth (path capacity's unit)."""
+    units = getattr(inner, "units", None)
+    if callable(units):
+        return units(state)
+    from sparkqos.schedulers.path import PathCapacity
+
+    return PathCapacity().units(state)
+
+
+class OldestPathGuard(Scheduler):
+    """Every ``period``-th pick serves the path holding the oldest tuple; the other picks are the
+    inner strategy's (Jiang §4.2, "periodically schedule the path with the oldest tuple").
+
+    A pick of the inner strategy lasts at most one quantum when its units carry a quota (path
+    capacity, segments), so a waiting tuple that is the oldest in the system is served within
+    ``period`` quanta, whatever the priorities.
+
+    Below, path B (capacity 1.43) has three tuples, A (capacity 0.5) one: path capacity serves
+    B's three quanta first, the guard lets A in every second pick.
+
+    >>> from sparkqos import Operator, Plan
+    >>> from sparkqos.schedulers import get
+    >>> from sparkqos.sim import Simulator
+    >>> plan = Plan([Operator("A1", ("S",), 1.0, 2.0), Operator("B1", ("T",), 0.2, 0.5),
+    ...              Operator("B2", ("B1",), 1.0, 1.0)], streams=["S", "T"])
+    >>> sim = Simulator(plan, OldestPathGuard("pc", period=2), {"S": [(0, 1.0)], "T": [(0, 3.0)]},
+    ...                 record_dispatches=True)
+    >>> _ = sim.run()
+    >>> [d.unit.head for d in sim.dispatches]
+    ['B1', 'A1', 'B1', 'A1', 'B1']
+    >>> sim = Simulator(plan, get("pc"), {"S": [(0, 1.0)], "T": [(0, 3.0)]}, record_dispatches=True)
+    >>> _ = sim.run()
+    >>> [d.unit.head for d in sim.dispatches]
+    ['B1', 'B1', 'B1', 'A1', 'A1']
+    """
+
+    def __init__(self, inner: str | Scheduler = "pc", period: int = 10):
+        self.inner = inner
+        self.period = _check_period(period, "oldest_guard")
+        self._inner = _resolve(inner, "oldest_guard")
+        self._count = 0
+        self._heap: LazyHeap | None = None
+        self._units: dict[str, Unit] = {}
+
+    def _rebuild(self, state: SchedulerState) -> None:
+        self._units = _path_units(state, self._inner)
+        index, oldest = state.plan.index, state.oldest
+        self._heap = LazyHeap(lambda op: (oldest(op), index[op]), state.runnable)
+        for op in state.runnable_operators():
+            self._heap.push(op)
+
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
+        self._heap.push(op)  # a join's other input can bring an older tuple
+
+    def _choose(self, state: SchedulerState) -> Unit | None:
+        self._count += 1
+        if self._count >= self.period:
+            self._count = 0
+            op = self._heap.top()
+            return None if op is None else self._units[op]
+        return self._inner.pick(state)
+
+    def detach(self) -> None:
+        super().detach()
+        self._inner.detach()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self._count, "inner": self._inner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = set(state) - {"count", "inner"}
+        if unknown:
+            raise SchedulerError(f"OldestPathGuard state has unknown keys {sorted(unknown)}")
+        count = state.get("count", 0)
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < self.period:
+            raise SchedulerError(f"OldestPathGuard count must be an integer in [0, {self.period}), got {count!r}")
+        self._count = count
+        self._inner.load_state_dict(state.get("inner", {}))
+
+
+class DynamicPriority(Scheduler):
+    """The inner strategy's static priority C scaled by f = τ·Q (Jiang §4.2): τ the waiting time
+    of the oldest tuple of the unit's queue and Q its queue size, each normalised by its largest
+    value over the units that have work, so Ĉ = C·τ·Q grows with age and backlog and a long
+    waiting path eventually outranks any capacity.
+
+    The priorities are recomputed every ``period`` picks (the paper changes them "periodically";
+    recomputing is a scan). Between refreshes a unit that got work since the last one ranks
+    behind every ranked unit (its τ is unknown, taken as 0), ties to the oldest tuple. When every
+    waiting tuple is brand new (all τ = 0) the static priority C·Q ranks. The inner strategy must
+    rank units statically (``priorities(state)``: pc, segment, chain, greedy, hr…).
+
+    Path B (capacity 1.43) gets five tuples over three instants, A (capacity 0.5) one. At t = 3
+    A's tuple has waited 3 time units, B's oldest 1, and B holds 0.71 tuples: Ĉ_A = 0.5·1·1 beats
+    Ĉ_B = 1.43·(1/3)·0.71, so A runs before B's last quantum (path capacity alone runs B first).
+
+    >>> from sparkqos import Operator, Plan
+    >>> from sparkqos.sim import Simulator
+    >>> plan = Plan([Operator("A1", ("S",), 1.0, 2.0), Operator("B1", ("T",), 0.2, 0.5),
+    ...              Operator("B2", ("B1",), 1.0, 1.0)], streams=["S", "T"])
+    >>> sim = Simulator(plan, DynamicPriority("pc", period=1),
+    ...                 {"S": [(0, 1.0)], "T": [(0, 3.0), (1, 1.0), (2, 1.0)]}, record_dispatches=True)
+    >>> _ = sim.run()
+    >>> [d.unit.head for d in sim.dispatches]
+    ['B1', 'B1', 'B1', 'A1', 'B1', 'A1']
+    """
+
+    def __init__(self, inner: str | Scheduler = "pc", period: int = 10):
+        self.inner = inner
+        self.period = _check_period(period, "dynamic_priority")
+        self._inner = _resolve(inner, "dynamic_priority")
+        if not callable(getattr(self._inner, "priorities", None)):
+            raise SchedulerError(
+                f"dynamic_priority needs an inner strategy with static priorities (pc, segment, chain…), "
+                f"got {self._inner!r}"
+            )
+        self._count = 0
+        self._static: dict[str, float] = {}
+        self._dynamic: dict[str, float] = {}
+        self._units: dict[str, Unit] = {}
+        self._heap: LazyHeap | None = None
+        self._restored: tuple[int, dict[str, float]] | None = None
+
+    def _rebuild(self, state: SchedulerState) -> None:
+        prio = self._inner.priorities(state)
+        units = getattr(self._inner, "units", None)
+        self._units = units(state) if callable(units) else {op: Unit("operator", (op,)) for op in state.plan.names}
+        # Ĉ multiplies C by a non-negative factor: a priority ≤ 0 (a segment that grows memory)
+        # is lifted just above 0 so age can still raise it, keeping the static order below it.
+        floor = min((p for p in prio.values() if p > 0), default=1.0) * 1e-6
+        self._static = {op: p if p > 0 else floor / (2.0 - p) for op, p in prio.items()}
+        if self._restored is not None:  # resume with the priorities frozen at the last refresh
+            self._count, dynamic = self._restored
+            self._restored = None
+            self._install(state, dynamic)
+        else:
+            self._count = 0
+            self._refresh(state)
+
+    def _refresh(self, state: SchedulerState) -> None:
+        now, queued, oldest = state.now, state.queued, state.oldest
+        heads = [op for op in state.runnable_operators() if op in self._units]
+        ages = {op: max(now - oldest(op), 0.0) for op in heads}
+        sizes = {op: queued(op) for op in heads}
+        max_age = max(ages.values(), default=0.0)
+        max_size = max(sizes.values(), default=0.0)
+        dynamic = {}
+        for op in heads:
+            tau = ages[op] / max_age if max_age > 0 else 1.0
+            q = sizes[op] / max_size if max_size > 0 else 1.0
+            dynamic[op] = self._static[op] * tau * q
+        self._install(state, dynamic)
+
+    def _install(self, state: SchedulerState, dynamic: dict[str, float]) -> None:
+        self._dynamic = dyn = dynamic
+        index, oldest = state.plan.index, state.oldest
+        self._heap = LazyHeap(lambda op: (-dyn.get(op, 0.0), oldest(op), index[op]), state.runnable)
+        for op in state.runnable_operators():
+            if op in self._units:
+                self._heap.push(op)
+
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
+        if op in self._units:
+            self._heap.ensure(op)
+
+    def _choose(self, state: SchedulerState) -> Unit | None:
+        self._count += 1
+        if self._count >= self.period:
+            self._count = 0
+            self._refresh(state)
+        op = self._heap.top()
+        return None if op is None else self._units[op]
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._restored is not None:
+            count, dynamic = self._restored
+        else:
+            count, dynamic = self._count, self._dynamic
+        return {"count": count, "dynamic": dict(dynamic)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = set(state) - {"count", "dynamic"}
+        if unknown:
+            raise SchedulerError(f"DynamicPriority state has unknown keys {sorted(unknown)}")
+        count = state.get("count", 0)
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < self.period:
+            raise SchedulerError(f"DynamicPriority count must be an integer in [0, {self.period}), got {count!r}")
+        dynamic = state.get("dynamic", {})
+        if not isinstance(dynamic, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) for k, v in dynamic.items()
+        ):
+            raise SchedulerError(f"DynamicPriority dynamic must map operator names to finite numbers, got {dynamic!r}")
+        self._restored = (count, {k: float(v) for k, v in dynamic.items()})
+        if self._state is not None:
+            self._rebuild(self._state)
