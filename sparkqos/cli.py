@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--slotted", choices=["true", "false"], default=None,
                      help="override the workload's slotted dispatch")
     sim.add_argument("--json", action="store_true", help="print snapshots and outputs as JSON")
+    rep = sub.add_parser("report", help="render an HTML report with figures from a metrics table")
+    rep.add_argument("output_dir", help="a job's or experiment's output folder (holding metrics/)")
+    rep.add_argument("--title", default=None)
     return parser
 
 
@@ -80,6 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "report":
+            from sparkqos.report import render
+
+            page = render(args.output_dir, title=args.title)
+            print(f"report written to {page}")
+            return 0
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except SparkqosError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

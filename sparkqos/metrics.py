@@ -1,0 +1,163 @@
+"""The metrics table: one row per trigger (or simulator window) and per query, plus one plan row.
+
+Both the Spark runner and the simulator experiments write it, and ``python -m sparkqos report``
+reads it. Column names follow Spark's progress reports where one exists (``durationMs``,
+``inputRowsPerSecond``, ``processedRowsPerSecond``) next to our own.
+
+Files: ``<dir>/metrics/part-<run>-<batch>.parquet``, one per (run, batch), written atomically, so a
+replayed trigger overwrites its row set instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: ``query`` value of the row that sums the whole plan.
+PLAN_ROW = "*"
+
+SCHEMA = pa.schema([
+    ("run", pa.string()),  # experiment label: a strategy name, "adaptive", a job name
+    ("batchId", pa.int64()),
+    ("time_s", pa.float64()),  # end of the trigger/window, seconds (virtual time in the simulator)
+    ("query", pa.string()),  # query name, or "*" for the plan
+    ("klass", pa.string()),
+    ("rowsIn", pa.float64()),
+    ("rowsOut", pa.float64()),
+    ("queuedRows", pa.float64()),
+    ("queuedBytes", pa.float64()),
+    ("delayMean_s", pa.float64()),
+    ("delayP50_s", pa.float64()),
+    ("delayP99_s", pa.float64()),
+    ("delayMax_s", pa.float64()),
+    ("strategy", pa.string()),  # strategy in force
+    ("scores", pa.string()),  # JSON {candidate: score} (adaptive), or "{}"
+    ("durationMs", pa.float64()),
+    ("inputRowsPerSecond", pa.float64()),
+    ("processedRowsPerSecond", pa.float64()),
+])
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def delay_summary(delays: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray | None = None) -> dict[str, float]:
+    """Mean, p50, p99 and max of tuple delays (weighted by tuple amounts when given).
+
+    >>> delay_summary([1.0, 2.0, 3.0, 10.0])["delayP50_s"]
+    2.0
+    >>> math.isnan(delay_summary([])["delayMean_s"])
+    True
+    """
+    d = np.asarray(delays, dtype=float)
+    if d.size == 0:
+        nan = float("nan")
+        return {"delayMean_s": nan, "delayP50_s": nan, "delayP99_s": nan, "delayMax_s": nan}
+    w = np.ones_like(d) if weights is None else np.asarray(weights, dtype=float)
+    order = np.argsort(d, kind="stable")
+    d, w = d[order], w[order]
+    cum = np.cumsum(w)
+    total = cum[-1]
+
+    def quantile(q: float) -> float:
+        return float(d[min(np.searchsorted(cum, q * total - 1e-12 * total), d.size - 1)])
+
+    return {
+        "delayMean_s": float(np.sum(d * w) / total) if total > 0 else float("nan"),
+        "delayP50_s": quantile(0.5),
+        "delayP99_s": quantile(0.99),
+        "delayMax_s": float(d[-1]),
+    }
+
+
+def row(**values: Any) -> dict[str, Any]:
+    """A metrics row with every column present (missing numbers are NaN, strings empty)."""
+    out: dict[str, Any] = {}
+    for field in SCHEMA:
+        v = values.pop(field.name, None)
+        if v is None:
+            if pa.types.is_string(field.type):
+                v = "{}" if field.name == "scores" else ""
+            elif pa.types.is_integer(field.type):
+                v = 0
+            else:
+                v = float("nan")
+        if field.name == "scores" and not isinstance(v, str):
+            v = json.dumps(v, sort_keys=True)
+        out[field.name] = v
+    if values:
+        raise ValueError(f"unknown metrics columns {sorted(values)}; the table has {SCHEMA.names}")
+    return out
+
+
+def write_batch(directory: str | Path, run: str, batch_id: int, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write one (run, batch) set of rows atomically; writing the same pair again replaces it."""
+    folder = Path(directory) / "metrics"
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([row(**dict(r)) for r in rows], schema=SCHEMA)
+    target = folder / f"part-{_SAFE.sub('_', run)}-{int(batch_id):09d}.parquet"
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".parquet")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def read(directory: str | Path) -> pa.Table:
+    """Every metrics row under ``directory`` (its ``metrics/`` folder, or the folder itself)."""
+    folder = Path(directory)
+    if (folder / "metrics").is_dir():
+        folder = folder / "metrics"
+    files = sorted(p for p in folder.glob("part-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no metrics files (part-*.parquet) under {str(directory)!r}")
+    return pa.concat_tables([pq.read_table(f, schema=SCHEMA) for f in files])
+
+
+def from_simulation(result, plan, run: str, window: float = 1.0, strategy: str | None = None,
+                    decisions: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Metrics rows for a simulator run, one window of ``window`` time units per batch.
+
+    ``decisions`` (adaptive's log: dicts with ``time``, ``pick`` and ``scores``) set the strategy
+    in force per window."""
+    end = max(result.snapshots, default=0)
+    n_windows = max(int(math.ceil(end / window)), 1)
+    per_window: list[list] = [[] for _ in range(n_windows)]
+    for o in result.outputs:
+        k = min(int(o.time // window), n_windows - 1)
+        per_window[k].append(o)
+    decisions = sorted(decisions, key=lambda d: d["time"])
+    rows = []
+    di, current, scores = 0, strategy or run, {}
+    for k in range(n_windows):
+        t_end = (k + 1) * window
+        while di < len(decisions) and decisions[di]["time"] <= t_end:
+            current, scores = decisions[di]["pick"], decisions[di].get("scores", {})
+            di += 1
+        queued = result.snapshots.get(int(round(t_end)), result.snapshots.get(end, 0.0))
+        outs = per_window[k]
+        by_query: dict[str, list] = {}
+        for o in outs:
+            by_query.setdefault(o.query, []).append(o)
+        common = dict(run=run, batchId=k, time_s=t_end, strategy=current, scores=scores)
+        for qname, query in plan.queries.items():
+            qo = by_query.get(qname, [])
+            rows.append(row(query=qname, klass=query.klass, rowsOut=float(sum(o.amount for o in qo)),
+                            **delay_summary([o.delay for o in qo], [o.amount for o in qo]), **common))
+        rows.append(row(query=PLAN_ROW, klass=PLAN_ROW, rowsOut=float(sum(o.amount for o in outs)),
+                        queuedRows=float(queued), queuedBytes=float(queued),
+                        processedRowsPerSecond=float(sum(o.amount for o in outs)) / window,
+                        **delay_summary([o.delay for o in outs], [o.amount for o in outs]), **common))
+    return rows

@@ -1,0 +1,92 @@
+"""The metrics table and the HTML report rendered from it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow as pa
+import pytest
+
+from sparkqos import metrics, schedulers
+from sparkqos.cli import main
+from sparkqos.sim import Simulator
+from sparkqos.sim.arrivals import on_off_pareto
+from tests.test_contract import three_query_plan
+
+
+@pytest.fixture(scope="module")
+def output_dir(tmp_path_factory):
+    """A small metrics table: three strategies in the simulator, and one fake adaptive run."""
+    out = tmp_path_factory.mktemp("exp")
+    plan = three_query_plan()
+    arrivals = {"S": on_off_pareto(1.2, 60, flows=8, seed=5)}
+    for name in ("fifo", "chain", "rr"):
+        result = Simulator(plan, schedulers.get(name), arrivals).run(until=60)
+        for k, r in enumerate(_batches(metrics.from_simulation(result, plan, name, window=5.0))):
+            metrics.write_batch(out, name, k, r)
+    result = Simulator(plan, schedulers.get("chain"), arrivals).run(until=60)
+    decisions = [{"time": t, "pick": ["fifo", "chain"][int(t // 10) % 2], "scores": {"fifo": 0.4, "chain": 0.6}}
+                 for t in range(0, 60, 10)]
+    rows = metrics.from_simulation(result, plan, "adaptive", window=5.0, decisions=decisions)
+    for k, r in enumerate(_batches(rows)):
+        metrics.write_batch(out, "adaptive", k, r)
+    return out
+
+
+def _batches(rows):
+    by = {}
+    for r in rows:
+        by.setdefault(r["batchId"], []).append(r)
+    return [by[k] for k in sorted(by)]
+
+
+def test_rows_follow_the_schema_and_sum_up(output_dir):
+    table = metrics.read(output_dir)
+    assert table.schema == metrics.SCHEMA
+    df = table.to_pandas()
+    for run, g in df.groupby("run"):
+        plan_out = g[g["query"] == metrics.PLAN_ROW]["rowsOut"].sum()
+        query_out = g[g["query"] != metrics.PLAN_ROW]["rowsOut"].sum()
+        assert plan_out == pytest.approx(query_out), run
+
+
+def test_rewriting_a_batch_replaces_it(tmp_path):
+    r = [metrics.row(run="x", batchId=3, query="*", klass="*", rowsOut=1.0)]
+    metrics.write_batch(tmp_path, "x", 3, r)
+    metrics.write_batch(tmp_path, "x", 3, r)
+    assert metrics.read(tmp_path).num_rows == 1
+
+
+def test_unknown_column_is_rejected():
+    with pytest.raises(ValueError, match="unknown metrics columns"):
+        metrics.row(run="x", rows_out=1)
+
+
+def test_delay_summary_weights():
+    s = metrics.delay_summary([1.0, 3.0], weights=[3.0, 1.0])
+    assert s["delayMean_s"] == pytest.approx(1.5) and s["delayMax_s"] == 3.0 and s["delayP50_s"] == 1.0
+    assert math.isnan(metrics.delay_summary([])["delayP99_s"])
+
+
+def test_report_renders(output_dir):
+    assert main(["report", str(output_dir), "--title", "small"]) == 0
+    page = output_dir / "report" / "index.html"
+    text = page.read_text()
+    assert "<title>small</title>" in text
+    for name in ("queue.png", "delay.png", "output_rate.png", "strategy.png", "classes.png"):
+        png = output_dir / "report" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert f"src='{name}'" in text
+    summary = json.loads((output_dir / "report" / "summary.json").read_text())
+    assert {row["run"] for row in summary} == {"fifo", "chain", "rr", "adaptive"}
+    adaptive = next(row for row in summary if row["run"] == "adaptive")
+    assert "fifo" in adaptive["strategy mix"] and "chain" in adaptive["strategy mix"]
+    chain = next(row for row in summary if row["run"] == "chain")
+    fifo = next(row for row in summary if row["run"] == "fifo")
+    assert chain["rows out"] > 0 and fifo["peak queued"] >= chain["peak queued"] - 3
+
+
+def test_report_without_metrics_says_so(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no metrics files" in capsys.readouterr().err
