@@ -93,6 +93,11 @@ register("hnr")(HighestNormalizedRate)
 register("cqc")(Cqc)
 register("cos")(Cos)
 
+# Last: the adaptive selector builds its candidates from this registry.
+from sparkqos.adaptive import Adaptive  # noqa: E402
+
+register("adaptive")(Adaptive)
+
 __all__ = [
     "Chain", "Fifo", "Greedy", "LazyHeap", "MostTuplesInQueue", "PriorityScheduler", "RoundRobin",
     "Scheduler", "SchedulerState", "Unit", "available", "get", "register", "unregister",

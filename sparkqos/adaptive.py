@@ -1,0 +1,477 @@
+"""The adaptive strategy selector: score candidate strategies against a QoS spec, spin a roulette wheel.
+
+Thesis (raindrop, Sutherland 2004) ch. 5: eq 5.1–5.2 scoring with decay, §5.3 warm-up and roulette wheel.
+
+Two pieces, kept apart so the Spark runner can drive the controller once per trigger:
+
+* :class:`AdaptiveController` — pure bookkeeping. It is told what one evaluation window measured
+  (a :class:`~sparkqos.qos.Window`), folds it into the smoothed statistics of the strategy that ran
+  and of the history H (eq 3.1), re-scores the candidates (eq 5.1–5.2) and chooses the next one
+  (round-robin warm-up, then a seeded roulette wheel). Every decision is appended to ``decisions``.
+* :class:`Adaptive` — the ``adaptive`` strategy. It measures windows from the scheduler state
+  (output and delay totals, queued tuples sampled at each pick), asks the controller at the end of
+  each window, and delegates ``pick`` to the chosen candidate.
+
+Reading of eq 5.1 used here: μ_S and μ_H are the smoothed means of a statistic for strategy S and
+for the history H; the spread max_H − min_H is taken over the union of the strategies' smoothed
+means and μ_H (``spread="strategies"``: the history "is a union of the statistics of each
+individual scheduling algorithm", §5.2) or over every window value H has seen
+(``spread="windows"``). zᵢ is clipped to [0, 1] so roulette slices are never negative.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from sparkqos.errors import QosSpecError, SchedulerError
+from sparkqos.qos import QosSpec, Window, measure, resolve
+from sparkqos.schedulers.base import Scheduler, SchedulerState, Unit
+from sparkqos.stats import DEFAULT_WEIGHT, _check_weight, smooth
+
+AGE_UNITS = ("seconds", "picks")
+SPREADS = ("strategies", "windows")
+#: Statistics always written to the decision log, whatever the spec asks for.
+LOGGED = ("output_rate", "delay", "queued")
+
+
+def _fraction(name: str, value: float, *, closed_high: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < value and (
+        value <= 1.0 if closed_high else value < 1.0
+    )
+    if not ok:
+        raise SchedulerError(f"{name} must be in (0, {'1]' if closed_high else '1)'}, got {value!r}")
+    return float(value)
+
+
+class AdaptiveController:
+    """Scores and selects among ``candidates`` (names) for a QoS ``spec`` (thesis ch. 5).
+
+    Call :meth:`begin` once for the first strategy, then :meth:`evaluate` at the end of every
+    window with what it measured; it returns the strategy to run next.
+
+    >>> from sparkqos.qos import Window, template
+    >>> c = AdaptiveController(["fifo", "chain"], template("low_memory"), seed=1)
+    >>> c.begin(0.0)
+    'fifo'
+    >>> def window(t, queued, outputs):
+    ...     return Window(t - 1, t, picks=4, outputs=outputs, delay_sum=outputs, queued_mean=queued,
+    ...                   queued_bytes_mean=queued)
+    >>> [c.evaluate(window(1, 50, 2), 1.0), c.evaluate(window(2, 40, 2), 2.0), c.evaluate(window(3, 10, 2), 3.0)]
+    ['chain', 'fifo', 'fifo']
+
+    The first window is start-up and not counted; chain then held 40 tuples, fifo 10, so fifo
+    scores higher on the memory goal; chain's z is pulled toward 0.5 by decay^age (age 1 s):
+
+    >>> {k: round(v, 3) for k, v in c.scores.items()}
+    {'fifo': 0.875, 'chain': 0.416}
+    """
+
+    def __init__(
+        self,
+        candidates: Sequence[str],
+        spec: QosSpec,
+        seed: int | None = 0,
+        decay: float = 0.9,
+        age_unit: str = "seconds",
+        w: float = DEFAULT_WEIGHT,
+        spread: str = "strategies",
+    ):
+        candidates = list(candidates)
+        if not candidates or len(set(candidates)) != len(candidates):
+            raise SchedulerError(f"candidates must be distinct strategy names, at least one, got {candidates!r}")
+        if not isinstance(spec, QosSpec):
+            raise QosSpecError(f"spec must be a QosSpec, got {spec!r}")
+        if age_unit not in AGE_UNITS:
+            raise SchedulerError(f"age_unit must be one of {list(AGE_UNITS)}, got {age_unit!r}")
+        if spread not in SPREADS:
+            raise SchedulerError(f"spread must be one of {list(SPREADS)}, got {spread!r}")
+        self.candidates = candidates
+        self.spec = spec
+        self.decay = _fraction("decay", decay, closed_high=True)
+        self.age_unit = age_unit
+        self.w = _check_weight(w)
+        self.spread = spread
+        self._rng = np.random.default_rng(seed)
+        # Warm-up (§5.3): each candidate once, round robin, the first once more at the end.
+        self._order = candidates + candidates[:1] if len(candidates) > 1 else list(candidates)
+        self._warm = 0
+        self.current: str | None = None
+        self._windows = 0
+        self._decision = 0
+        self._mean: dict[str, dict[str, float]] = {c: {} for c in candidates}
+        self._history: dict[str, float] = {}
+        self._low: dict[str, float] = {}
+        self._high: dict[str, float] = {}
+        self.scores: dict[str, float | None] = {c: None for c in candidates}
+        self._scored: dict[str, float | None] = {c: None for c in candidates}
+        self._ran: dict[str, float | None] = {c: None for c in candidates}
+        self.decisions: list[dict[str, Any]] = []
+
+    # -- clock of ages ------------------------------------------------------------------------
+    def _clock(self, now: float) -> float:
+        return float(now) if self.age_unit == "seconds" else float(self._decision)
+
+    # -- scoring ------------------------------------------------------------------------------
+    def _spread(self, stat: str) -> tuple[float, float] | None:
+        if self.spread == "windows":
+            if stat not in self._low:
+                return None
+            return self._low[stat], self._high[stat]
+        values = [m[stat] for m in self._mean.values() if stat in m]
+        if stat in self._history:
+            values.append(self._history[stat])
+        return (min(values), max(values)) if values else None
+
+    def normalized(self, strategy: str, age: float = 0.0) -> dict[str, float]:
+        """Eq 5.1 for every statistic of the spec: zᵢ = (μ_S − μ_H)/(max_H − min_H)·decay^age + 0.5,
+        clipped to [0, 1] (the maximize orientation; :meth:`QosSpec.score` flips minimize goals)."""
+        out = {}
+        mean = self._mean[strategy]
+        factor = self.decay ** max(age, 0.0)
+        for stat in self.spec.statistics:
+            mu_h = self._history.get(stat)
+            bounds = self._spread(stat)
+            if stat not in mean or mu_h is None or bounds is None:
+                continue
+            low, high = bounds
+            width = high - low
+            # Equal values everywhere carry no preference: neutral, never a division by zero.
+            dev = 0.0 if not width > 1e-12 * max(1.0, abs(high), abs(low)) else (mean[stat] - mu_h) / width
+            out[stat] = min(1.0, max(0.0, dev * factor + 0.5))
+        return out
+
+    def score(self, strategy: str, age: float = 0.0) -> float | None:
+        """Eq 5.2: Σ wᵢ·zᵢ (None for a strategy that has never been measured)."""
+        if not self._mean[strategy]:
+            return None
+        return self.spec.score(self.normalized(strategy, age))
+
+    def _fold(self, strategy: str, values: Mapping[str, float | None]) -> None:
+        mean = self._mean[strategy]
+        for stat, v in values.items():
+            if v is None:
+                continue
+            mean[stat] = smooth(mean.get(stat), v, self.w)
+            self._history[stat] = smooth(self._history.get(stat), v, self.w)
+            self._low[stat] = min(self._low.get(stat, v), v)
+            self._high[stat] = max(self._high.get(stat, v), v)
+
+    def _rescore(self, ran: str, clock: float) -> None:
+        for c in self.candidates:
+            if c == ran and self.scores[c] is not None:
+                # The strategy that just ran keeps its last score, decayed (§5.2): compared
+                # with a history it dominates, a fresh z would tell nothing.
+                self.scores[c] *= self.decay ** max(clock - self._scored[c], 0.0)
+            elif self._ran[c] is not None:
+                self.scores[c] = self.score(c, 0.0 if c == ran else clock - self._ran[c])
+            else:
+                continue
+            self._scored[c] = clock
+
+    # -- selection ----------------------------------------------------------------------------
+    def begin(self, now: float) -> str:
+        """The first strategy to run (the start of the warm-up)."""
+        if self.current is None:
+            self.current = self._order[0]
+            self._warm = 1
+        return self.current
+
+    def roulette(self, exclude: str | None = None) -> str:
+        """Fitness-proportionate selection (§5.3): probability ∝ score; unmeasured strategies
+        count as neutral (0.5); all-zero scores make the wheel uniform."""
+        names = [c for c in self.candidates if c != exclude] or list(self.candidates)
+        slices = np.array([0.5 if self.scores[c] is None else max(self.scores[c], 0.0) for c in names])
+        total = slices.sum()
+        spin = self._rng.random()
+        if not total > 0:
+            return names[min(int(spin * len(names)), len(names) - 1)]
+        edges = np.cumsum(slices) / total
+        return names[min(int(np.searchsorted(edges, spin, side="right")), len(names) - 1)]
+
+    def evaluate(self, window: Window, now: float, *, reason: str = "period", exclude: str | None = None) -> str:
+        """The current strategy's window ended at ``now``: score, choose, log; returns the next one.
+
+        The first window of a run is not counted (start-up, §5.3). ``exclude`` (a starving strategy)
+        is never chosen unless it is the only candidate."""
+        ran = self.begin(now)
+        values = {stat: measure(stat, window) for stat in self.spec.statistics}
+        counted = self._windows > 0
+        self._windows += 1
+        self._decision += 1
+        clock = self._clock(now)
+        if counted:
+            self._fold(ran, values)
+            self._ran[ran] = clock
+            self._rescore(ran, clock)
+        nxt = None
+        while self._warm < len(self._order) and nxt is None:
+            nxt = self._order[self._warm]
+            self._warm += 1
+            if nxt == exclude:
+                nxt = None
+        warmup = nxt is not None
+        if nxt is None:
+            nxt = self.roulette(exclude)
+        logged = {stat: measure(stat, window) for stat in LOGGED}
+        logged.update(values)
+        self.decisions.append({
+            "decision": self._decision,
+            "time": float(now),
+            "ran": ran,
+            "reason": reason,
+            "counted": counted,
+            "window": {"start": window.start, "end": window.end, "picks": window.picks, **logged},
+            "scores": dict(self.scores),
+            "chosen": nxt,
+            "warmup": warmup,
+        })
+        self.current = nxt
+        return nxt
+
+    # -- persistence --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Scores, statistics, history, RNG state, warm-up position, current strategy (not the log)."""
+        return {
+            "current": self.current,
+            "warm": self._warm,
+            "windows": self._windows,
+            "decision": self._decision,
+            "mean": {k: dict(v) for k, v in self._mean.items()},
+            "history": dict(self._history),
+            "low": dict(self._low),
+            "high": dict(self._high),
+            "scores": dict(self.scores),
+            "scored": dict(self._scored),
+            "ran": dict(self._ran),
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        keys = set(self.state_dict())
+        unknown, missing = sorted(set(state) - keys), sorted(keys - set(state))
+        if unknown or missing:
+            raise SchedulerError(f"adaptive controller state: unknown keys {unknown}, missing keys {missing}")
+        strangers = sorted(set(state["mean"]) - set(self.candidates))
+        if strangers or (state["current"] is not None and state["current"] not in self.candidates):
+            raise SchedulerError(
+                f"adaptive controller state names strategies {strangers or [state['current']]} "
+                f"that are not candidates {self.candidates}"
+            )
+        self.current = state["current"]
+        self._warm = int(state["warm"])
+        self._windows = int(state["windows"])
+        self._decision = int(state["decision"])
+        self._mean = {c: dict(state["mean"].get(c, {})) for c in self.candidates}
+        self._history = dict(state["history"])
+        self._low = dict(state["low"])
+        self._high = dict(state["high"])
+        self.scores = {c: state["scores"].get(c) for c in self.candidates}
+        self._scored = {c: state["scored"].get(c) for c in self.candidates}
+        self._ran = {c: state["ran"].get(c) for c in self.candidates}
+        self._rng.bit_generator.state = state["rng"]
+
+
+class Adaptive(Scheduler):
+    """Runs one of ``candidates`` at a time and re-chooses it every evaluation window (thesis ch. 5).
+
+    Parameters: ``candidates`` (registry names), ``qos`` (a :class:`~sparkqos.qos.QosSpec`, a
+    template name, a TOML path, …; default ``balanced``), ``seed`` of the roulette wheel (None: not
+    reproducible), ``decay`` and ``age_unit`` of eq 5.1, the evaluation window — every ``period``
+    time units of ``state.now`` and/or every ``period_picks`` picks — the ``starvation`` threshold
+    (consecutive picks of units with no work before a forced switch), smoothing weight ``w``
+    (eq 3.1) and the ``spread`` reading of eq 5.1.
+
+    Window statistics come from the state: output rate from ``output_total`` deltas, mean delay
+    from ``output_delay_total`` / ``output_total`` deltas, memory as the time-weighted mean of
+    ``total_queued`` sampled at each pick. Decisions are in ``decisions`` (a list of dicts).
+
+    >>> from sparkqos.sim import Simulator, chain_plan
+    >>> plan = chain_plan([(0.5, 0.2), (0.2, 0.2), (1.0, 0.1)])
+    >>> adaptive = Adaptive(["fifo", "mtiq", "chain"], qos="low_memory", seed=7, period=4)
+    >>> _ = Simulator(plan, adaptive, {"S": [(t, 3.0) for t in range(40)]}).run(until=40)
+    >>> [d["chosen"] for d in adaptive.decisions][:4]
+    ['mtiq', 'chain', 'fifo', 'chain']
+    """
+
+    def __init__(
+        self,
+        candidates: Sequence[str] = ("fifo", "rr", "mtiq", "chain"),
+        qos: Any = "balanced",
+        seed: int | None = 0,
+        decay: float = 0.9,
+        age_unit: str = "seconds",
+        period: float | None = 1.0,
+        period_picks: int | None = None,
+        starvation: int = 3,
+        w: float = DEFAULT_WEIGHT,
+        spread: str = "strategies",
+    ):
+        from sparkqos import schedulers  # the registry imports this module at its end
+
+        self.candidates = candidates
+        self.qos = qos
+        self.seed = seed
+        self.decay = decay
+        self.age_unit = age_unit
+        self.period = period
+        self.period_picks = period_picks
+        self.starvation = starvation
+        self.w = w
+        self.spread = spread
+        names = [candidates] if isinstance(candidates, str) else list(candidates)
+        if "adaptive" in names or any(not isinstance(n, str) for n in names):
+            raise SchedulerError(f"candidates are names of non-adaptive registered strategies, got {candidates!r}")
+        if period is None and period_picks is None:
+            raise SchedulerError("adaptive needs an evaluation window: period and/or period_picks")
+        if period is not None and (isinstance(period, bool) or not isinstance(period, (int, float))
+                                   or not (period > 0 and math.isfinite(period))):
+            raise SchedulerError(f"period must be a finite time > 0 or None, got {period!r}")
+        if period_picks is not None and (isinstance(period_picks, bool) or not isinstance(period_picks, int)
+                                         or period_picks < 1):
+            raise SchedulerError(f"period_picks must be an integer >= 1 or None, got {period_picks!r}")
+        if isinstance(starvation, bool) or not isinstance(starvation, int) or starvation < 1:
+            raise SchedulerError(f"starvation must be an integer >= 1, got {starvation!r}")
+        self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread)
+        self._members: dict[str, Scheduler] = {n: schedulers.get(n) for n in names}
+        self._starved = 0
+        self._window: dict[str, float] | None = None
+
+    @property
+    def decisions(self) -> list[dict[str, Any]]:
+        return self.controller.decisions
+
+    @property
+    def current(self) -> str | None:
+        return self.controller.current
+
+    # -- windows ------------------------------------------------------------------------------
+    def _open(self, state: SchedulerState, now: float) -> None:
+        self._window = {
+            "start": now, "output": state.output_total, "delay": state.output_delay_total,
+            "area": 0.0, "area_bytes": 0.0, "sum": 0.0, "sum_bytes": 0.0, "samples": 0, "picks": 0,
+            "last_t": now, "last_q": state.total_queued, "last_b": state.total_queued_bytes,
+        }
+
+    def _advance(self, now: float) -> None:
+        win = self._window
+        dt = now - win["last_t"]
+        if dt > 0:
+            win["area"] += win["last_q"] * dt
+            win["area_bytes"] += win["last_b"] * dt
+        win["last_t"] = now
+
+    def _close(self, state: SchedulerState, now: float) -> Window:
+        win = self._window
+        duration = now - win["start"]
+        if duration > 0:
+            queued, queued_bytes = win["area"] / duration, win["area_bytes"] / duration
+        elif win["samples"]:
+            queued, queued_bytes = win["sum"] / win["samples"], win["sum_bytes"] / win["samples"]
+        else:
+            queued, queued_bytes = state.total_queued, state.total_queued_bytes
+        return Window(
+            start=win["start"], end=now, picks=int(win["picks"]),
+            outputs=state.output_total - win["output"],
+            delay_sum=state.output_delay_total - win["delay"],
+            queued_mean=queued, queued_bytes_mean=queued_bytes,
+        )
+
+    def _due(self, now: float) -> bool:
+        win = self._window
+        if self.period is not None and now - win["start"] >= self.period - 1e-9:
+            return True
+        return self.period_picks is not None and win["picks"] >= self.period_picks
+
+    def _switch(self, state: SchedulerState, now: float, reason: str, exclude: str | None = None) -> None:
+        old = self.controller.current
+        nxt = self.controller.evaluate(self._close(state, now), now, reason=reason, exclude=exclude)
+        self._open(state, now)
+        self._starved = 0
+        if nxt != old:
+            # Parked: it rebuilds its priorities from the live state when chosen again.
+            self._members[old].detach()
+
+    # -- engine protocol ----------------------------------------------------------------------
+    def attach(self, state: SchedulerState) -> None:
+        self.detach()
+        self._state = state
+        now = state.now
+        self.controller.begin(now)
+        win = self._window
+        # A restored window only makes sense on counters that kept running (same engine).
+        if win is None or state.output_total < win["output"] or now < win["last_t"]:
+            self._open(state, now)
+
+    def detach(self) -> None:
+        current = self.controller.current if hasattr(self, "controller") else None
+        if current is not None:
+            self._members[current].detach()
+        self._state = None
+
+    def pick(self, state: SchedulerState) -> Unit | None:
+        if state is not self._state:
+            self.attach(state)
+        now = state.now
+        self._advance(now)
+        if self._due(now):
+            self._switch(state, now, "period")
+        win = self._window
+        win["picks"] += 1
+        win["samples"] += 1
+        win["last_q"] = q = state.total_queued
+        win["last_b"] = b = state.total_queued_bytes
+        win["sum"] += q
+        win["sum_bytes"] += b
+        return self._delegate(state, now)
+
+    def _delegate(self, state: SchedulerState, now: float) -> Unit | None:
+        switches = 0
+        while True:
+            unit = self._members[self.controller.current].pick(state)
+            if unit is not None and state.runnable(unit.head):
+                self._starved = 0
+                return unit
+            if unit is None and not any(True for _ in state.runnable_operators()):
+                return None  # nothing can run: not starvation
+            self._starved += 1
+            if unit is None or self._starved >= self.starvation:
+                if switches >= len(self._members):
+                    return unit  # every candidate starves: let the engine report it
+                switches += 1
+                self._switch(state, now, "starvation", exclude=self.controller.current)
+
+    def _rebuild(self, state: SchedulerState) -> None:  # pick() is overridden: nothing to rebuild
+        pass
+
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
+        pass
+
+    def _choose(self, state: SchedulerState) -> Unit | None:
+        return self._delegate(state, state.now)
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "controller": self.controller.state_dict(),
+            "starved": self._starved,
+            "window": None if self._window is None else dict(self._window),
+            "members": {n: m.state_dict() for n, m in self._members.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = sorted(set(state) - {"controller", "starved", "window", "members"})
+        if unknown:
+            raise SchedulerError(f"Adaptive state has unknown keys {unknown}")
+        members = state.get("members", {})
+        strangers = sorted(set(members) - set(self._members))
+        if strangers:
+            raise SchedulerError(f"Adaptive state holds strategies {strangers} that are not candidates {list(self._members)}")
+        if "controller" in state:
+            self.controller.load_state_dict(state["controller"])
+        self._starved = int(state.get("starved", 0))
+        self._window = None if state.get("window") is None else dict(state["window"])
+        for name, member_state in members.items():
+            self._members[name].load_state_dict(member_state)
