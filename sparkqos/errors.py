@@ -15,6 +15,10 @@ class WorkloadError(SparkqosError, ValueError):
     """A workload file or workload definition is malformed."""
 
 
+class QosSpecError(SparkqosError, ValueError):
+    """A QoS specification is malformed (unknown statistic or direction, bad weights, unknown key)."""
+
+
 class SchedulerError(SparkqosError):
     """A scheduler broke its contract or was configured wrongly."""
 
