@@ -1,0 +1,240 @@
+"""hr, hnr, cqc and cos: CQC Algorithm 1's worked example, CQC §5 in the simulator, COS §3–5."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sparkqos import Operator, Plan, schedulers
+from sparkqos.errors import SchedulerError
+from sparkqos.schedulers.cos import operator_features, s_means
+from sparkqos.schedulers.cqc import Cqc, class_quotas, next_credit
+from sparkqos.schedulers.rate import fragment_statistics
+from sparkqos.sim import Simulator, chain_plan
+from sparkqos.sim.arrivals import on_off_pareto
+
+JOBS = Path(__file__).resolve().parent.parent / "jobs"
+
+
+def load_job(name: str):
+    spec = importlib.util.spec_from_file_location(name, JOBS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def three_class_plan(cost: float = 1.0) -> Plan:
+    ops = [Operator(n, (s,), 0.5, cost, klass=k) for n, s, k in (("h", "A", "H"), ("c", "B", "C"), ("n", "D", "N"))]
+    return Plan(ops, streams=["A", "B", "D"], classes={"H": 6, "C": 3, "N": 1})
+
+
+# -- hr / hnr ---------------------------------------------------------------------------------
+def test_hr_fragment_statistics_follow_sharaf_definitions():
+    plan = chain_plan([(0.5, 1.0), (0.2, 2.0), (1.0, 4.0)])
+    sel, cost = (lambda o: plan[o].selectivity), (lambda o: plan[o].cost)
+    s, c, t = fragment_statistics(plan, "O1", sel, cost)
+    assert (s, c, t) == pytest.approx((0.1, 1.0 + 0.5 * 2.0 + 0.1 * 4.0, 7.0))
+    assert fragment_statistics(plan, "O3", sel, cost) == pytest.approx((1.0, 4.0, 4.0))
+    hr = schedulers.get("hr").priorities(Simulator(plan, schedulers.get("hr"), {}).state)
+    hnr = schedulers.get("hnr").priorities(Simulator(plan, schedulers.get("hnr"), {}).state)
+    assert hr["O1"] == pytest.approx(0.1 / 2.4)
+    assert hnr["O1"] == pytest.approx(0.1 / (2.4 * 7.0))
+
+
+# -- cqc: Algorithm 1 worked example ------------------------------------------------------------
+def test_cqc_quotas_worked_example():
+    """CQC §4.2: priorities {6, 3, 1} and k = 20 give quotas {12, 6, 2}."""
+    assert class_quotas({"H": 6, "C": 3, "N": 1}, 20) == {"H": 12.0, "C": 6.0, "N": 2.0}
+    sim = Simulator(three_class_plan(), Cqc(k=20), {})
+    sim.scheduler.attach(sim.state)
+    assert sim.scheduler.quotas == {"H": 12.0, "C": 6.0, "N": 2.0}
+
+
+def test_cqc_overrun_is_deducted_and_unused_quota_not_carried():
+    """CQC Algorithm 1 step 3: an overrun of 3 by class H gives it 9 next round; a turn that used
+    less than its quota gets back exactly Tᵢ; a non-positive credit sits one turn out."""
+    assert next_credit(12, 12, 15) == 9
+    assert next_credit(12, 9, 4) == 12
+    cqc = Cqc(k=20)
+    cqc.attach(Simulator(three_class_plan(), cqc, {}).state)
+    cqc.charge("H", 15)
+    assert cqc.credits["H"] == 9
+    cqc.charge("H", 3)
+    assert cqc.credits["H"] == 12
+    with pytest.raises(SchedulerError, match="unknown class 'X'"):
+        cqc.charge("X", 1)
+
+
+def test_cqc_overrun_in_the_simulator():
+    """CQC Algorithm 1 without preemption: every run lasts one quantum of 2 time units. H (quota
+    6) runs 3 times; C (quota 3) runs twice, overruns by 1 and gets 2 next round — one run; N
+    (quota 1) runs once, overruns by 1, so its credit is 0 and it sits the next turn out (2a)."""
+    plan = three_class_plan(cost=1.5)
+    sim = Simulator(plan, Cqc(k=10, quantum=2.0), {s: [(0, 50.0)] for s in "ABD"}, quantum=2.0,
+                    record_dispatches=True)
+    sim.run(until=31)
+    assert "".join(d.unit.head for d in sim.dispatches) == "hhhccn" "hhhc" "hhhccn"
+
+
+def test_cqc_skips_classes_without_work_and_never_idles():
+    plan = three_class_plan()
+    sim = Simulator(plan, Cqc(k=10), {"D": [(0, 5.0)], "A": [(3, 1.0)]}, record_dispatches=True)
+    result = sim.run()
+    heads = [(d.time, d.unit.head) for d in sim.dispatches]
+    assert heads[0] == (0.0, "n")
+    assert ("h" in [h for _, h in heads]) and result.starved_picks == 0
+    assert result.total_output == pytest.approx(3.0)
+
+
+def test_cqc_serves_source_operators_only_when_operational_ones_are_idle():
+    """CQC §3: a class's source operators run only when none of its operational operators has
+    input."""
+    ops = [
+        Operator("src", ("S",), 1.0, 0.1, klass="H", kind="source"),
+        Operator("sel", ("src",), 0.5, 0.5, klass="H"),
+    ]
+    plan = Plan(ops, streams=["S"], classes={"H": 1})
+    sim = Simulator(plan, Cqc(), {"S": [(0, 3.0)]}, run="one", record_dispatches=True)
+    sim.run()
+    assert [d.unit.head for d in sim.dispatches] == ["src", "sel", "src", "sel", "src", "sel"]
+
+
+def test_cqc_state_round_trip():
+    plan = three_class_plan(cost=1.5)
+    arrivals = {s: [(0, 40.0)] for s in "ABD"}
+    whole = Simulator(plan, Cqc(k=10), arrivals, record_dispatches=True)
+    whole.run(until=60)
+    sim = Simulator(plan, Cqc(k=10), arrivals, record_dispatches=True)
+    sim.run(until=17.2)
+    saved = json.loads(json.dumps(sim.scheduler.state_dict()))
+    assert set(saved) == {"credit", "current", "used", "pick_time", "pick_cap"}
+    fresh = Cqc(k=10)
+    fresh.load_state_dict(saved)
+    assert fresh.state_dict() == saved
+    sim.scheduler.detach()
+    sim.scheduler = fresh
+    sim.run(until=60)
+    assert [(d.time, d.unit.head) for d in sim.dispatches] == [(d.time, d.unit.head) for d in whole.dispatches]
+    with pytest.raises(ValueError, match="unknown keys"):
+        Cqc().load_state_dict({"credits": {}})
+
+
+def test_cqc_bad_parameters():
+    with pytest.raises(SchedulerError, match="k must be a finite number > 0, got -1"):
+        Cqc(k=-1)
+
+
+@pytest.fixture(scope="module")
+def cqc_job():
+    return load_job("cqc_sim")
+
+
+@pytest.mark.parametrize("workload", ["A", "B"])
+def test_cqc_section_5_class_h_response_time(cqc_job, workload):
+    """CQC §5, Figures 3–5: with three classes of queries near capacity, CQC gives class H a mean
+    response time at least 9× lower than HR (paper: 9.4× workload A, 19.8× workload B). Shorter
+    horizon than jobs/cqc_sim.py; classes C and N pay for it."""
+    plan = cqc_job.cqc_plan(workload, seed=1)
+    assert len(plan.queries) == 21 and len(plan.streams) == 27
+    counts = {c: sum(1 for q in plan.queries.values() if q.klass == c) for c in "HCN"}
+    assert counts == ({"H": 7, "C": 7, "N": 7} if workload == "A" else {"H": 2, "C": 8, "N": 11})
+    arrivals = cqc_job.cqc_arrivals(plan, 0.85, 1500, seed=1)
+    assert 0.9 < cqc_job.offered_load(plan, arrivals, 1500) < 1.05
+    hr, _ = cqc_job.run(workload, "hr", 0.85, 1500, 1)
+    cqc, _ = cqc_job.run(workload, "cqc", 0.85, 1500, 1)
+    assert hr["H"] / cqc["H"] >= 9.0
+    assert cqc["N"] > hr["N"]  # the low class pays (Figure 4)
+
+
+# -- cos -----------------------------------------------------------------------------------------
+def distinct_points(n: int = 12) -> list[tuple[float, float]]:
+    return [((i * 7 % n) / n, (i * 5 % n) / n) for i in range(n)]
+
+
+def test_s_means_extremes():
+    """COS §4.2: a small T gives one cluster per operator (OTS), a large T one cluster (GTS)."""
+    pts = distinct_points()
+    assert sorted(set(s_means(pts, T=0.0))) == list(range(len(pts)))
+    assert set(s_means(pts, T=1.0)) == {0}
+    counts = [len(set(s_means(pts, T=t))) for t in (0.0, 0.05, 0.2, 0.5, 0.9, 1.0)]
+    assert counts[0] == len(pts) and counts[-1] == 1
+    assert all(a >= b for a, b in zip(counts, counts[1:]))
+
+
+def test_s_means_members_are_similar_to_their_centre_and_deterministic():
+    pts = distinct_points(20)
+    labels = s_means(pts, T=0.3)
+    assert labels == s_means(pts, T=0.3)
+    for k in set(labels):
+        members = [p for p, lab in zip(pts, labels) if lab == k]
+        cx, cy = sum(p[0] for p in members) / len(members), sum(p[1] for p in members) / len(members)
+        for x, y in members:
+            assert 1 - math.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * 0.25 ** 2)) <= 0.3 + 1e-9
+
+
+def test_cos_clusters_on_a_plan_and_extremes():
+    cos_job = load_job("cos_sim")
+    plan = cos_job.cos_plan(queries=4, seed=3)
+    feats = operator_features(plan, lambda o: plan[o].selectivity, lambda o: plan[o].cost)
+    assert all(0 <= x <= 1 and 0 <= y <= 1 for x, y in feats)
+    for T, expect in ((0.0, len(set(feats))), (1.0, 1)):
+        cos = schedulers.get("cos", T=T)
+        cos.attach(Simulator(plan, cos, {}).state)
+        assert len(cos.clusters) == expect
+        assert sorted(op for c in cos.clusters for op in c) == sorted(plan.names)
+    with pytest.raises(SchedulerError, match="T must be a number within"):
+        schedulers.get("cos", T=1.5)
+
+
+def test_cos_one_cluster_is_chain():
+    """T = 1: one cluster running Chain — the same schedule as chain."""
+    plan = load_job("cos_sim").cos_plan(queries=3, seed=5)
+    arrivals = load_job("cos_sim").cos_arrivals(plan, 0.9, 200, seed=5)
+    a = Simulator(plan, schedulers.get("cos", T=1.0), arrivals).run()
+    b = Simulator(plan, schedulers.get("chain"), arrivals).run()
+    assert a.snapshots == b.snapshots
+
+
+def test_cos_conserves_tuples_like_fifo_when_drained():
+    cos_job = load_job("cos_sim")
+    plan = cos_job.cos_plan(queries=5, seed=2)
+    arrivals = cos_job.cos_arrivals(plan, 0.9, 300, seed=2)
+    fifo = Simulator(plan, schedulers.get("fifo"), arrivals).run()
+    sim = Simulator(plan, schedulers.get("cos"), arrivals, starvation_limit=1)
+    cos = sim.run()
+    assert cos.total_output == pytest.approx(fifo.total_output, rel=1e-9)
+    # what is left is what no order can process: join inputs whose other side ran dry
+    assert list(cos.snapshots.values())[-1] == pytest.approx(list(fifo.snapshots.values())[-1], abs=1e-9)
+    assert cos.starved_picks == 0
+    assert 1 < len(sim.scheduler.clusters) < len(plan)
+
+
+def test_cos_pick_cluster_serves_only_that_cluster():
+    plan = chain_plan([(0.9, 2.0), (0.1, 0.25), (0.2, 0.2)])
+    cos = schedulers.get("cos", T=0.3)
+    sim = Simulator(plan, cos, {"S": [(0, 2.0)]})
+    sim.state.enqueue("O3", 0, 1.0, 0.0)
+    assert cos.pick_cluster(0, sim.state) is None or cos.pick_cluster(0, sim.state).head == "O1"
+    assert cos.pick_cluster(1, sim.state).head == "O3"
+    with pytest.raises(SchedulerError, match="no cluster 5"):
+        cos.pick_cluster(5, sim.state)
+
+
+def test_cos_section_5_table_runs_on_the_full_plan_shape():
+    """COS §5.1 shape: 40 queries × 8 operators = 320 operators; the job's table has a row per
+    strategy with finite memory and latency and equal drained output (short horizon here)."""
+    cos_job = load_job("cos_sim")
+    plan = cos_job.cos_plan(40, seed=3)
+    assert len(plan) == 320 and len(plan.queries) == 40
+    kinds = sorted(plan[o].kind for o in plan.queries["q0"].operators)
+    assert kinds == ["filter"] * 6 + ["join", "map"]
+    arrivals = cos_job.cos_arrivals(plan, 0.9, 150, seed=3)
+    rows = {n: cos_job.measure(plan, arrivals, schedulers.get(n)) for n in ("fifo", "chain", "cos")}
+    outs = [r["output"] for r in rows.values()]
+    assert max(outs) == pytest.approx(min(outs), rel=1e-9)
+    assert all(math.isfinite(r["memory"]) and r["latency"] > 0 for r in rows.values())
+    assert rows["chain"]["memory"] <= rows["fifo"]["memory"]
