@@ -33,3 +33,11 @@ class UnknownStrategy(SchedulerError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the whole message otherwise
         return self.args[0]
+
+
+class SchemaMismatch(SparkqosError, ValueError):
+    """A batch offered to a stream does not match the schema the plan declared for it."""
+
+
+class ExpressionError(PlanError):
+    """An expression refers to an unknown column or mixes incompatible types."""

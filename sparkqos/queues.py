@@ -1,0 +1,204 @@
+"""Input queues of the executor: FIFO deques of Arrow record batches (thesis §3.2.3).
+
+Every row carries its arrival time in seconds (column ``__arrival``) and a per-stream sequence
+number (``__seq``) added by :func:`stamp` when a batch enters the plan. A queue knows its size in
+rows and bytes and its oldest arrival, and serves a quota of N rows by slicing the batch at its
+head (zero-copy). :func:`workload` is the thesis's rule for how many rows one run takes (fig 4.1).
+
+>>> import pyarrow as pa
+>>> q = BatchQueue(stamp(pa.record_batch({"v": [1]}), 0.0, 0).schema)
+>>> q.push(stamp(pa.record_batch({"v": [1, 2, 3]}), 5.0, 0))
+>>> q.push(stamp(pa.record_batch({"v": [4, 5]}), 6.0, 3))
+>>> q.rows, q.oldest
+(5, 5.0)
+>>> [b.num_rows for b in q.take(4)], q.rows, q.oldest
+([3, 1], 1, 6.0)
+>>> workload(100, 0.3, 50), workload(1000, 0.3, 50)
+(100, 300)
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import deque
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkqos.expr import ARRIVAL, SEQ
+
+#: Fig 4.1 defaults: a run takes RATIO of the queued rows when that is more than THRESHOLD rows.
+RATIO = 0.3
+THRESHOLD = 50
+
+
+def workload(queued: int, ratio: float = RATIO, threshold: int = THRESHOLD) -> int:
+    """Rows one run dequeues out of ``queued`` (thesis fig 4.1): A = N·RATIO if A > THRESHOLD,
+    else all N."""
+    a = int(math.ceil(queued * ratio))
+    return a if a > threshold else queued
+
+
+def stamp(batch: pa.RecordBatch, arrival: float, first_seq: int) -> pa.RecordBatch:
+    """``batch`` with the executor's columns appended: arrival time and sequence numbers
+    ``first_seq, first_seq + 1, …``."""
+    n = batch.num_rows
+    arrays = list(batch.columns) + [
+        pa.array(np.full(n, arrival, dtype=np.float64)),
+        pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
+    ]
+    names = list(batch.schema.names) + [ARRIVAL, SEQ]
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def with_internal(schema: pa.Schema) -> pa.Schema:
+    """``schema`` plus the executor's columns."""
+    return schema.append(pa.field(ARRIVAL, pa.float64())).append(pa.field(SEQ, pa.int64()))
+
+
+def merge(batches: list[pa.RecordBatch], schema: pa.Schema | None = None) -> pa.RecordBatch:
+    """One batch holding the rows of ``batches`` in order."""
+    if len(batches) == 1:
+        return batches[0]
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    return pa.concat_batches(batches)
+
+
+def _arrivals(batch: pa.RecordBatch) -> np.ndarray:
+    return batch.column(ARRIVAL).to_numpy(zero_copy_only=False)
+
+
+class BatchQueue:
+    """One input port's FIFO of record batches."""
+
+    __slots__ = ("schema", "_batches", "rows", "nbytes", "_oldest")
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self._batches: deque[list] = deque()  # [batch, rows, nbytes, min arrival]
+        self.rows = 0
+        self.nbytes = 0
+        self._oldest: float | None = None
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __bool__(self) -> bool:
+        return self.rows > 0
+
+    @property
+    def batch_count(self) -> int:
+        return len(self._batches)
+
+    def push(self, batch: pa.RecordBatch, oldest: float | None = None) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        if oldest is None:
+            oldest = float(pc.min(batch.column(ARRIVAL)).as_py())
+        size = batch.nbytes
+        self._batches.append([batch, n, size, oldest])
+        self.rows += n
+        self.nbytes += size
+        if self._oldest is None or oldest < self._oldest:
+            self._oldest = oldest
+
+    @property
+    def oldest(self) -> float | None:
+        """Arrival time of the oldest row waiting (rows need not be sorted)."""
+        if self._oldest is None and self._batches:
+            self._oldest = min(e[3] for e in self._batches)
+        return self._oldest
+
+    @property
+    def head_arrival(self) -> float | None:
+        """Arrival time of the row at the front of the queue."""
+        if not self._batches:
+            return None
+        return float(self._batches[0][0].column(ARRIVAL)[0].as_py())
+
+    def _pop_entry(self) -> pa.RecordBatch:
+        batch, n, size, low = self._batches.popleft()
+        self.rows -= n
+        self.nbytes -= size
+        if self._oldest is not None and low <= self._oldest:
+            self._oldest = None  # recomputed on demand
+        return batch
+
+    def _split_head(self, k: int) -> pa.RecordBatch:
+        entry = self._batches[0]
+        batch, n, size = entry[0], entry[1], entry[2]
+        front, rest = batch.slice(0, k), batch.slice(k)
+        rest_size = size * (n - k) // n
+        entry[0], entry[1], entry[2] = rest, n - k, rest_size
+        entry[3] = float(pc.min(rest.column(ARRIVAL)).as_py())
+        self.rows -= k
+        self.nbytes -= size - rest_size
+        self._oldest = None
+        return front
+
+    def take(self, limit: int) -> list[pa.RecordBatch]:
+        """Remove and return up to ``limit`` rows from the front (the head batch is sliced)."""
+        out: list[pa.RecordBatch] = []
+        left = limit
+        while left > 0 and self._batches:
+            n = self._batches[0][1]
+            if n <= left:
+                out.append(self._pop_entry())
+                left -= n
+            else:
+                out.append(self._split_head(left))
+                left = 0
+        return out
+
+    def take_before(self, bound: float, inclusive: bool, limit: int) -> list[pa.RecordBatch]:
+        """Remove up to ``limit`` rows from the front while their arrival is < ``bound`` (<= when
+        ``inclusive``); the join's merge of its inputs in arrival order."""
+        out: list[pa.RecordBatch] = []
+        left = limit
+        side = "right" if inclusive else "left"
+        while left > 0 and self._batches:
+            batch, n = self._batches[0][0], self._batches[0][1]
+            k = int(np.searchsorted(_arrivals(batch), bound, side=side))
+            k = min(k, left)
+            if k == 0:
+                break
+            if k == n:
+                out.append(self._pop_entry())
+            else:
+                out.append(self._split_head(k))
+                break
+            left -= k
+        return out
+
+    def clear(self) -> list[pa.RecordBatch]:
+        out = [e[0] for e in self._batches]
+        self._batches.clear()
+        self.rows = 0
+        self.nbytes = 0
+        self._oldest = None
+        return out
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def to_ipc(self) -> bytes:
+        """The queued rows as Arrow IPC stream bytes."""
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, self.schema) as writer:
+            for e in self._batches:
+                writer.write_batch(e[0])
+        return sink.getvalue()
+
+    @classmethod
+    def from_ipc(cls, data: bytes) -> BatchQueue:
+        reader = pa.ipc.open_stream(data)
+        q = cls(reader.schema)
+        for batch in reader:
+            q.push(batch)
+        return q
+
+    def batches(self) -> Iterable[pa.RecordBatch]:
+        return (e[0] for e in self._batches)
