@@ -43,7 +43,7 @@ def _path_units(state: SchedulerState, inner: Scheduler) -> dict[str, Unit]:
 
 
 class OldestPathGuard(Scheduler):
-    """Every ``period``-th pick serves the path holding the oldest tuple; the other picks are the
+    """Every ``period``-th dispatch serves the path holding the oldest tuple; the others are the
     inner strategy's (Jiang §4.2, "periodically schedule the path with the oldest tuple").
 
     A pick of the inner strategy lasts at most one quantum when its units carry a quota (path
@@ -88,11 +88,13 @@ class OldestPathGuard(Scheduler):
         self._heap.push(op)  # a join's other input can bring an older tuple
 
     def _choose(self, state: SchedulerState) -> Unit | None:
+        op = self._heap.top()
+        if op is None:  # idle: not a dispatch, so it does not count towards the period
+            return None
         self._count += 1
         if self._count >= self.period:
             self._count = 0
-            op = self._heap.top()
-            return None if op is None else self._units[op]
+            return self._units[op]
         return self._inner.pick(state)
 
     def detach(self) -> None:
@@ -119,7 +121,7 @@ class DynamicPriority(Scheduler):
     value over the units that have work, so Ĉ = C·τ·Q grows with age and backlog and a long
     waiting path eventually outranks any capacity.
 
-    The priorities are recomputed every ``period`` picks (the paper changes them "periodically";
+    The priorities are recomputed every ``period`` dispatches (the paper changes them "periodically";
     recomputing is a scan). Between refreshes a unit that got work since the last one ranks
     behind every ranked unit (its τ is unknown, taken as 0), ties to the oldest tuple. When every
     waiting tuple is brand new (all τ = 0) the static priority C·Q ranks. The inner strategy must
@@ -199,12 +201,13 @@ class DynamicPriority(Scheduler):
             self._heap.ensure(op)
 
     def _choose(self, state: SchedulerState) -> Unit | None:
+        if self._heap.top() is None:  # idle: not a dispatch, so it does not count
+            return None
         self._count += 1
         if self._count >= self.period:
             self._count = 0
             self._refresh(state)
-        op = self._heap.top()
-        return None if op is None else self._units[op]
+        return self._units[self._heap.top()]
 
     def state_dict(self) -> dict[str, Any]:
         if self._restored is not None:

@@ -199,7 +199,8 @@ def segment_suffixes(plan: Plan, segments: Iterable[tuple[str, ...]]) -> dict[st
 def _check_quantum(quantum: float | None) -> float | None:
     if quantum is None:
         return None
-    if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not (math.isfinite(quantum) and quantum > 0):
+    number = isinstance(quantum, (int, float)) and not isinstance(quantum, bool)
+    if not number or not (math.isfinite(quantum) and quantum > 0):
         raise SchedulerError(f"quantum must be a finite number of time units > 0 (or None), got {quantum!r}")
     return float(quantum)
 
@@ -282,7 +283,17 @@ class PathCapacity(_ChainUnits):
         return {op: plan.upstream_path(op) for op in plan.names}
 
     def chain_priority(self, state: SchedulerState, chain: tuple[str, ...]) -> float:
-        return processing_capacity(chain, state.selectivity, state.cost)
+        # A tuple waiting half-way stands for 1/Πσ (operators below it) input tuples: rank the
+        # rest of its path by input tuples finished per time unit, which is the path capacity
+        # for a leaf and never less than it for the rest of the path (Theorem 1's exchange
+        # argument weighs each tuple by the input tuples it finishes).
+        plan, sel = state.plan, state.selectivity
+        below = 0.0
+        for i in plan.paths_of(chain[0]):
+            ops = plan.paths[i].operators
+            below = max(below, math.prod(sel(op) for op in ops[: ops.index(chain[0])]))
+        capacity = processing_capacity(chain, sel, state.cost)
+        return capacity / below if below > 0 else capacity
 
 
 class Segment(_ChainUnits):
@@ -365,11 +376,13 @@ def thresholds(memory_limit: float, mean_queued: float, beta: float = 0.9) -> tu
 class Threshold(Scheduler):
     """Path capacity in normal mode, simplified segment in memory-saving mode (Jiang §3.4).
 
-    At every pick the queued memory M_c (``state.total_queued_bytes``) joins a running mean M̄;
-    the strategy enters saving mode when M_c ≥ T_max and returns to normal when M_c ≤ T_min,
-    thresholds from eq 3.3 with ``memory_limit`` M and safety factor β ∈ (0.5, 1). With
-    ``memory_limit=None`` it never saves memory and is exactly path capacity. The mode and M̄
-    are its serialised state.
+    At every pick it reads the queued memory M_c (``state.total_queued_bytes``, in the engine's
+    memory units) and enters saving mode when M_c ≥ T_max, returning to normal when M_c ≤ T_min,
+    thresholds from eq 3.3 with ``memory_limit`` M and safety factor β ∈ (0.5, 1). M̄, "the mean
+    total queue memory", is the time average of M_c sampled at picks (each sample holds until
+    the next), so how often an engine happens to ask does not weigh in. With
+    ``memory_limit=None`` it never saves memory and is exactly path capacity. The mode and the
+    running mean are its serialised state.
 
     >>> from sparkqos import Operator, Plan
     >>> from sparkqos.sim import Simulator
@@ -402,8 +415,10 @@ class Threshold(Scheduler):
         self._normal = PathCapacity(quantum)
         self._saving = SimplifiedSegment(gamma, quantum)
         self.mode = NORMAL
-        self._mean = 0.0
-        self._observed = 0
+        self._area = 0.0  # ∫ M_c dt since the first pick
+        self._start: float | None = None
+        self._last_time = 0.0
+        self._last_queued = 0.0
         self._heaps: dict[str, LazyHeap] = {}
         self._units: dict[str, dict[str, Unit]] = {}
 
@@ -416,35 +431,60 @@ class Threshold(Scheduler):
         for heap in self._heaps.values():
             heap.ensure(op)
 
-    def _observe(self, queued: float) -> None:
-        self._observed += 1
-        self._mean += (queued - self._mean) / self._observed
+    @property
+    def mean_queued(self) -> float:
+        """M̄: time-averaged queued memory over the picks seen so far."""
+        if self._start is None:
+            return 0.0
+        span = self._last_time - self._start
+        return self._area / span if span > 0 else self._last_queued
+
+    def _observe(self, now: float, queued: float) -> None:
+        if self._start is None:
+            self._start = self._last_time = now
+        elif now > self._last_time:
+            self._area += self._last_queued * (now - self._last_time)
+            self._last_time = now
+        self._last_queued = queued
         if self.memory_limit is None:
             return
-        t_max, t_min = thresholds(self.memory_limit, self._mean, self.beta)
+        t_max, t_min = thresholds(self.memory_limit, self.mean_queued, self.beta)
         if self.mode == NORMAL and queued >= t_max:
             self.mode = SAVING
         elif self.mode == SAVING and queued <= t_min:
             self.mode = NORMAL
 
     def _choose(self, state: SchedulerState) -> Unit | None:
-        self._observe(state.total_queued_bytes)
+        self._observe(state.now, state.total_queued_bytes)
         op = self._heaps[self.mode].top()
         return None if op is None else self._units[self.mode][op]
 
+    _STATE_KEYS = ("mode", "queued_area", "start", "last_time", "last_queued")
+
     def state_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "mean_queued": self._mean, "observed": self._observed}
+        return {"mode": self.mode, "queued_area": self._area, "start": self._start,
+                "last_time": self._last_time, "last_queued": self._last_queued}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        unknown = set(state) - {"mode", "mean_queued", "observed"}
+        unknown = set(state) - set(self._STATE_KEYS)
         if unknown:
-            raise SchedulerError(f"Threshold state has unknown keys {sorted(unknown)}")
+            raise SchedulerError(
+                f"Threshold state has unknown keys {sorted(unknown)}; expected {list(self._STATE_KEYS)}"
+            )
         mode = state.get("mode", NORMAL)
         if mode not in (NORMAL, SAVING):
             raise SchedulerError(f"Threshold mode must be {NORMAL!r} or {SAVING!r}, got {mode!r}")
-        mean, observed = state.get("mean_queued", 0.0), state.get("observed", 0)
-        if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not (math.isfinite(mean) and mean >= 0):
-            raise SchedulerError(f"Threshold mean_queued must be a finite number >= 0, got {mean!r}")
-        if isinstance(observed, bool) or not isinstance(observed, int) or observed < 0:
-            raise SchedulerError(f"Threshold observed must be an integer >= 0, got {observed!r}")
-        self.mode, self._mean, self._observed = mode, float(mean), observed
+        values = {}
+        for key in self._STATE_KEYS[1:]:
+            v = state.get(key, None if key == "start" else 0.0)
+            if v is None and key == "start":
+                values[key] = None
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
+                key in ("queued_area", "last_queued") and v < 0
+            ):
+                raise SchedulerError(f"Threshold {key} must be a finite number (>= 0 for memory), got {v!r}")
+            values[key] = float(v)
+        self.mode = mode
+        self._area, self._start = values["queued_area"], values["start"]
+        self._last_time, self._last_queued = values["last_time"], values["last_queued"]
