@@ -10,6 +10,7 @@ Both bin arrivals into parcels of width ``resolution`` stamped at the start of t
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -26,6 +27,59 @@ def _check(name: str, value: float, low: float = 0.0, strict: bool = True) -> fl
     if value < low or (strict and value == low):
         raise WorkloadError(f"{name} must be {'>' if strict else '>='} {low}, got {value!r}")
     return float(value)
+
+
+def flow_periods(
+    rng: np.random.Generator, on_scale: float = 1.0, until: float = math.inf
+) -> Iterator[tuple[float, float, bool]]:
+    """``(start, end, on)`` periods of one ON/OFF flow up to ``until`` (endless by default).
+
+    The flow starts at a random phase (so superposed flows do not switch together) and in ON with
+    probability equal to its long-run ON fraction; ON lengths are Pareto a = 1.4, OFF lengths
+    Pareto a = 1.2, both with minimum ``on_scale``. The caller may draw from ``rng`` between
+    periods: the draws are interleaved in a fixed order, so a seed fixes the whole sequence.
+
+    >>> p = flow_periods(np.random.default_rng(0), 1.0)
+    >>> [(round(a, 2), round(b, 2), on) for a, b, on in (next(p), next(p))]
+    [(-6.05, -5.04, True), (-5.04, -4.03, False)]
+    """
+    mean_on, mean_off = _mean_periods(on_scale)
+    t = -rng.uniform(0, mean_on + mean_off)
+    on = rng.random() < mean_on / (mean_on + mean_off)
+    while t < until:
+        length = on_scale * (1 + rng.pareto(ON_SHAPE if on else OFF_SHAPE))
+        yield t, t + length, on
+        t += length
+        on = not on
+
+
+def _mean_periods(on_scale: float) -> tuple[float, float]:
+    return ON_SHAPE * on_scale / (ON_SHAPE - 1), OFF_SHAPE * on_scale / (OFF_SHAPE - 1)
+
+
+def flow_on_rate(mean_rate: float, flows: int, on_scale: float = 1.0) -> float:
+    """Sending rate of one flow while ON so that ``flows`` flows together average ``mean_rate``.
+
+    >>> round(flow_on_rate(95.0, 10), 6)  # ON 3.5 of every 9.5 time units on average
+    25.785714
+    """
+    mean_on, mean_off = _mean_periods(on_scale)
+    return mean_rate / flows * (mean_on + mean_off) / mean_on
+
+
+def shifted_rate(
+    rng: np.random.Generator, mean_rate: float, spread: float, burst_probability: float, burst_factor: float
+) -> float:
+    """One period's Poisson mean (thesis §6.1): ``mean_rate`` × U(1 ± spread), × ``burst_factor``
+    with probability ``burst_probability``.
+
+    >>> shifted_rate(np.random.default_rng(0), 10.0, 0.0, 1.0, 2.0)
+    20.0
+    """
+    rate = mean_rate * rng.uniform(1 - spread, 1 + spread)
+    if rng.random() < burst_probability:
+        rate *= burst_factor
+    return rate
 
 
 def _bin(times: np.ndarray, until: float, resolution: float) -> list[tuple[float, float]]:
@@ -63,26 +117,17 @@ def on_off_pareto(
     if not isinstance(flows, int) or flows < 1:
         raise WorkloadError(f"flows must be an integer >= 1, got {flows!r}")
     rng = np.random.default_rng(seed)
-    mean_on = ON_SHAPE * on_scale / (ON_SHAPE - 1)
-    mean_off = OFF_SHAPE * on_scale / (OFF_SHAPE - 1)
-    on_rate = mean_rate / flows * (mean_on + mean_off) / mean_on
+    rate = flow_on_rate(mean_rate, flows, on_scale)
     chunks = []
     for _ in range(flows):
-        t = -rng.uniform(0, mean_on + mean_off)  # random phase so flows do not start together
-        on = rng.random() < mean_on / (mean_on + mean_off)
-        while t < until:
+        for start, end, on in flow_periods(rng, on_scale, until):
             if on:
-                length = on_scale * (1 + rng.pareto(ON_SHAPE))
                 # heavy tails: an ON period can outlast the horizon by far; draw only what falls inside
-                lo, hi = max(t, 0.0), min(t + length, until)
+                lo, hi = max(start, 0.0), min(end, until)
                 if hi > lo:
-                    n = rng.poisson(on_rate * (hi - lo))
+                    n = rng.poisson(rate * (hi - lo))
                     if n:
                         chunks.append(rng.uniform(lo, hi, n))
-            else:
-                length = on_scale * (1 + rng.pareto(OFF_SHAPE))
-            t += length
-            on = not on
     times = np.concatenate(chunks) if chunks else np.empty(0)
     return _bin(times, until, resolution)
 
@@ -123,9 +168,7 @@ def poisson_shifting(
     for k in range(n_bins):
         t = k * resolution
         if k == 0 or math.floor(t / period + 1e-9) != math.floor((t - resolution) / period + 1e-9):
-            rate = mean_rate * rng.uniform(1 - spread, 1 + spread)
-            if rng.random() < burst_probability:
-                rate *= burst_factor
+            rate = shifted_rate(rng, mean_rate, spread, burst_probability, burst_factor)
         n = rng.poisson(rate * resolution)
         if n:
             out.append((round(t, 9), float(n)))
