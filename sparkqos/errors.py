@@ -41,3 +41,19 @@ class SchemaMismatch(SparkqosError, ValueError):
 
 class ExpressionError(PlanError):
     """An expression refers to an unknown column or mixes incompatible types."""
+
+
+class SourceError(SparkqosError, ValueError):
+    """A streaming source was given a bad option (unknown payload, negative rate, missing file...)."""
+
+
+class SinkError(SparkqosError, ValueError):
+    """A sink was given a bad batch id, query name or output table."""
+
+
+class CheckpointError(SparkqosError, ValueError):
+    """A checkpoint cannot be written or read (bad batch id, state that is not JSON...)."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A checkpoint file is torn or damaged (truncated, bad magic, checksum mismatch)."""

@@ -1,0 +1,255 @@
+"""Checkpoint store for leftover queues and scheduler/controller state (DESIGN.md, Spark integration).
+
+One file per micro-batch, written to a temporary name, fsynced and renamed into place, so a
+reader sees either the whole checkpoint or the previous one; a torn or damaged file raises
+``CheckpointCorrupt`` instead of silently restoring empty queues.
+
+File layout (``<batch id, 20 digits>.ckpt``)::
+
+    b"SQCKPT01"                          magic
+    section 0, section 1, ...            state as JSON, then one Arrow IPC stream per queue
+    manifest                             JSON: batch id, and per section name/kind/offset/length/sha256
+    u64 manifest length, 32-byte sha256 of the manifest, b"SQCKEND1"
+
+The manifest sits at the end (like Parquet's footer) so sections stream straight to disk; a
+truncated file loses the end marker and is detected before anything is parsed.
+
+This module does not import pyspark: the store is plain files plus pyarrow, usable from tests
+and tools without a JVM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sparkqos.errors import CheckpointCorrupt, CheckpointError
+
+__all__ = ["Checkpoint", "CheckpointStore"]
+
+MAGIC = b"SQCKPT01"
+END = b"SQCKEND1"
+_FOOTER = struct.Struct("<Q32s8s")  # manifest length, manifest sha256, end marker
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^(\d{20})\.ckpt$")
+
+
+@dataclass
+class Checkpoint:
+    """What one save stored: the batch id, the leftover queues by name, the JSON state."""
+
+    batch_id: int
+    queues: dict[str, pa.Table] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class CheckpointStore:
+    """Atomic, checksummed checkpoints under ``path``, keeping the newest ``keep`` of them.
+
+    >>> import tempfile, pyarrow as pa
+    >>> store = CheckpointStore(tempfile.mkdtemp(), keep=2)
+    >>> for b in range(3):
+    ...     _ = store.save(b, {"select": pa.table({"x": [b, b + 1]})}, {"strategy": "chain", "batch": b})
+    >>> store.batches()
+    [1, 2]
+    >>> ck = store.load_latest()
+    >>> ck.batch_id, ck.queues["select"]["x"].to_pylist(), ck.state["strategy"]
+    (2, [2, 3], 'chain')
+    >>> store.load_latest(before=2).batch_id
+    1
+    """
+
+    def __init__(self, path: str | os.PathLike, keep: int = 3, fsync: bool = True):
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise CheckpointError(f"keep must be an integer >= 1, got {keep!r}")
+        self.path = Path(path)
+        self.keep = keep
+        self.fsync = fsync
+        self.path.mkdir(parents=True, exist_ok=True)
+        # temp files left by a save that crashed before its rename (one writer per store: the driver)
+        for stale in self.path.glob(".*.tmp"):
+            try:
+                stale.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({str(self.path)!r}, keep={self.keep}, fsync={self.fsync})"
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def save(self, batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any]) -> Path:
+        """Write the checkpoint of ``batch_id`` atomically (replacing one of the same id), prune old ones."""
+        batch_id = _check_batch_id(batch_id)
+        if not isinstance(queues, Mapping):
+            raise CheckpointError(f"queues must be a mapping of name to pyarrow.Table, got {type(queues).__name__}")
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"state must be a mapping, got {type(state).__name__}")
+        for name, table in queues.items():
+            if not isinstance(name, str) or not name:
+                raise CheckpointError(f"queue names must be non-empty strings, got {name!r}")
+            if not isinstance(table, (pa.Table, pa.RecordBatch)):
+                raise CheckpointError(f"queue {name!r} must be a pyarrow.Table, got {type(table).__name__}")
+        try:
+            state_bytes = json.dumps(dict(state), sort_keys=True).encode()
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"state of batch {batch_id} is not JSON-serialisable: {exc}") from None
+
+        final = self.path / f"{batch_id:020d}.ckpt"
+        fd, tmp = tempfile.mkstemp(prefix=f".{batch_id:020d}.", suffix=".tmp", dir=self.path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(MAGIC)
+                sections = [_write_section(f, "state", "json", state_bytes)]
+                for name, table in queues.items():
+                    sections.append(_write_section(f, name, "arrow", _ipc_bytes(table)))
+                manifest = json.dumps(
+                    {"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True
+                ).encode()
+                f.write(manifest)
+                f.write(_FOOTER.pack(len(manifest), hashlib.sha256(manifest).digest(), END))
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        if self.fsync:
+            _fsync_dir(self.path)
+        self._prune()
+        return final
+
+    def _prune(self) -> None:
+        for batch_id in self.batches()[: -self.keep]:
+            try:
+                (self.path / f"{batch_id:020d}.ckpt").unlink()
+            except FileNotFoundError:  # another process pruned it first
+                pass
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def batches(self) -> list[int]:
+        """Batch ids of the stored checkpoints, oldest first."""
+        ids = []
+        for entry in os.listdir(self.path):
+            m = _NAME.match(entry)
+            if m:
+                ids.append(int(m.group(1)))
+        return sorted(ids)
+
+    def load(self, batch_id: int) -> Checkpoint:
+        """The checkpoint of ``batch_id``; ``CheckpointError`` if there is none, ``CheckpointCorrupt`` if damaged."""
+        batch_id = _check_batch_id(batch_id)
+        file = self.path / f"{batch_id:020d}.ckpt"
+        try:
+            data = file.read_bytes()
+        except FileNotFoundError:
+            raise CheckpointError(
+                f"no checkpoint for batch {batch_id} in {self.path}; stored batches: {self.batches()}"
+            ) from None
+        return _decode(data, file, batch_id)
+
+    def load_latest(self, before: int | None = None) -> Checkpoint | None:
+        """The newest checkpoint (with batch id < ``before`` if given), or None if there is none.
+
+        A damaged newest checkpoint raises ``CheckpointCorrupt``: falling back silently would
+        drop or duplicate tuples. Pick an older one explicitly with ``load(batch_id)`` if wanted.
+        """
+        ids = self.batches()
+        if before is not None:
+            before = _check_batch_id(before)
+            ids = [b for b in ids if b < before]
+        return self.load(ids[-1]) if ids else None
+
+
+def _check_batch_id(batch_id: Any) -> int:
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+        raise CheckpointError(f"batch id must be an integer >= 0, got {batch_id!r}")
+    return batch_id
+
+
+def _ipc_bytes(table: pa.Table | pa.RecordBatch) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write(table)
+    return sink.getvalue()
+
+
+def _write_section(f, name: str, kind: str, data) -> dict[str, Any]:
+    offset = f.tell()
+    f.write(data)
+    return {
+        "name": name,
+        "kind": kind,
+        "offset": offset,
+        "length": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _decode(data: bytes, file: Path, batch_id: int) -> Checkpoint:
+    def corrupt(why: str) -> CheckpointCorrupt:
+        return CheckpointCorrupt(f"checkpoint {file} is corrupt: {why}")
+
+    if len(data) < len(MAGIC) + _FOOTER.size or not data.startswith(MAGIC):
+        raise corrupt(f"missing header magic (file is {len(data)} bytes)")
+    length, digest, end = _FOOTER.unpack_from(data, len(data) - _FOOTER.size)
+    if end != END:
+        raise corrupt("missing end marker (truncated or torn write)")
+    start = len(data) - _FOOTER.size - length
+    if start < len(MAGIC):
+        raise corrupt(f"manifest length {length} exceeds the file")
+    raw = data[start : start + length]
+    if hashlib.sha256(raw).digest() != digest:
+        raise corrupt("manifest checksum mismatch")
+    manifest = json.loads(raw)
+    if manifest.get("format") != FORMAT_VERSION:
+        raise corrupt(f"unknown format version {manifest.get('format')!r}, expected {FORMAT_VERSION}")
+    if manifest.get("batch_id") != batch_id:
+        raise corrupt(f"manifest says batch {manifest.get('batch_id')!r}, file name says {batch_id}")
+    view = memoryview(data)
+    queues: dict[str, pa.Table] = {}
+    state: dict[str, Any] | None = None
+    for sec in manifest["sections"]:
+        lo, hi = sec["offset"], sec["offset"] + sec["length"]
+        if lo < len(MAGIC) or hi > start:
+            raise corrupt(f"section {sec['name']!r} spans bytes {lo}..{hi}, outside the data area")
+        chunk = view[lo:hi]
+        if hashlib.sha256(chunk).hexdigest() != sec["sha256"]:
+            raise corrupt(f"checksum mismatch in section {sec['name']!r}")
+        if sec["kind"] == "json":
+            state = json.loads(bytes(chunk))
+        elif sec["kind"] == "arrow":
+            queues[sec["name"]] = pa.ipc.open_stream(pa.py_buffer(chunk)).read_all()
+        else:
+            raise corrupt(f"unknown section kind {sec['kind']!r}")
+    if state is None:
+        raise corrupt("no state section")
+    return Checkpoint(batch_id, queues, state)
