@@ -276,8 +276,10 @@ class Synthetic(PhysicalOperator):
     ``cost_s`` seconds of CPU per input row (thesis §3.2.2; Chain §6; Jiang §5).
 
     Keep/drop is a deterministic hash of the integer column ``key`` (default the sequence
-    number) and ``seed``, so Spark reproduces it: h = ((|key| mod P)·48271 + seed) mod P, then
-    h ← h·69621 mod P with P = 2³¹ − 1 (two MINSTD steps), keep when h < selectivity·P.
+    number) and ``seed``, so Spark reproduces it with 64-bit integer arithmetic that never
+    overflows: with P = 2³¹ − 1, h = ((|key| mod P)·48271 + seed) mod P, then two squaring
+    rounds h ← (h² + 69621) mod P and h ← (h² + seed) mod P (the squares decorrelate operators
+    that differ only in their seed), keep when h < selectivity·P.
 
     >>> import pyarrow as pa
     >>> from sparkqos.queues import stamp, with_internal
@@ -323,8 +325,10 @@ class Synthetic(PhysicalOperator):
         p = self.MODULUS
         valid = keys.is_valid()
         x = np.abs(keys.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)) % p
-        h = (x * self.A1 + self.seed % p) % p
-        h = (h * self.A2) % p
+        seed = self.seed % p
+        h = (x * self.A1 + seed) % p
+        h = (h * h + self.A2) % p
+        h = (h * h + seed) % p
         return pc.and_(pa.array(h < self._threshold), valid)
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch:
@@ -559,7 +563,7 @@ class WindowJoin(PhysicalOperator):
 
     Exactly one of ``rows`` (tuple-based window: the last ``rows`` rows of the other input) and
     ``seconds`` (time-based: |t_left − t_right| ≤ ``seconds`` over ``time_col``, by default the
-    arrival time). Output: the left columns, then the right columns other than the keys.
+    arrival time; a ``(left, right)`` pair names a different column on each side). Output: the left columns, then the right columns other than the keys.
 
     >>> import pyarrow as pa
     >>> from sparkqos.queues import BatchQueue, stamp, with_internal
@@ -581,7 +585,7 @@ class WindowJoin(PhysicalOperator):
     arity = 2
 
     def __init__(self, on: str | Sequence[str], rows: int | None = None, seconds: float | None = None,
-                 time_col: str | None = None):
+                 time_col: str | tuple[str, str] | None = None):
         super().__init__()
         self.on = [on] if isinstance(on, str) else list(on)
         if not self.on:
@@ -597,23 +601,29 @@ class WindowJoin(PhysicalOperator):
             raise PlanError("time_col= applies to time-based windows (seconds=W) only")
         self.rows = rows
         self.seconds = None if seconds is None else float(seconds)
-        self.time_col = time_col or ARRIVAL
+        if time_col is None:
+            time_col = ARRIVAL
+        if isinstance(time_col, str):
+            time_col = (time_col, time_col)
+        if not (isinstance(time_col, (tuple, list)) and len(time_col) == 2 and all(isinstance(c, str) for c in time_col)):
+            raise PlanError(f"join time_col is a column name or a (left, right) pair of names, got {time_col!r}")
+        self.time_cols: tuple[str, str] = tuple(time_col)
         self._state: list[pa.Table | None] = [None, None]
         self._max_time: list[float | None] = [None, None]
 
     def copy(self) -> WindowJoin:
-        return WindowJoin(self.on, self.rows, self.seconds, None if self.time_col == ARRIVAL else self.time_col)
+        return WindowJoin(self.on, self.rows, self.seconds, None if self.time_cols == (ARRIVAL, ARRIVAL) else self.time_cols)
 
     def _output_schema(self) -> pa.Schema:
         left, right = self.input_schemas
-        for side, s in (("left", left), ("right", right)):
+        for side, s, tcol in (("left", left, self.time_cols[0]), ("right", right, self.time_cols[1])):
             for k in self.on:
                 if s.get_field_index(k) < 0:
                     raise ExpressionError(f"operator {self.name!r}: unknown key column {k!r} in the {side} input; columns are {_user_names(s)}")
             if self.seconds is not None:
-                t = as_expr(self.time_col).check(s, self.name)
+                t = as_expr(tcol).check(s, self.name)
                 if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-                    raise ExpressionError(f"operator {self.name!r}: time column {self.time_col!r} must be numeric, got {t}")
+                    raise ExpressionError(f"operator {self.name!r}: time column {tcol!r} must be numeric, got {t}")
         for k in self.on:
             lk, rk = left.field(k).type, right.field(k).type
             if _kind(lk) != _kind(rk):
@@ -662,8 +672,8 @@ class WindowJoin(PhysicalOperator):
         rt = right.rename_columns([n if n in self.on else "r:" + n for n in right.column_names])
         joined = lt.join(rt, keys=self.on, join_type="inner", use_threads=False)
         if self.seconds is not None and joined.num_rows:
-            tl = pc.cast(joined.column("l:" + self.time_col), pa.float64())
-            tr = pc.cast(joined.column("r:" + self.time_col), pa.float64())
+            tl = pc.cast(joined.column("l:" + self.time_cols[0]), pa.float64())
+            tr = pc.cast(joined.column("r:" + self.time_cols[1]), pa.float64())
             joined = joined.filter(pc.less_equal(pc.abs(pc.subtract(tl, tr)), self.seconds))
         return joined
 
@@ -685,7 +695,7 @@ class WindowJoin(PhysicalOperator):
                 mine = mine.slice(mine.num_rows - self.rows)
             self._state[port] = mine
         else:
-            m = pc.max(batch.column(self.time_col)).as_py()
+            m = pc.max(batch.column(self.time_cols[port])).as_py()
             if m is not None and (self._max_time[port] is None or m > self._max_time[port]):
                 self._max_time[port] = float(m)
             self._state[port] = mine
@@ -693,7 +703,7 @@ class WindowJoin(PhysicalOperator):
                 bound = self._max_time[1 - side]
                 st = self._state[side]
                 if bound is not None and st is not None and st.num_rows:
-                    t = pc.cast(st.column(self.time_col), pa.float64())
+                    t = pc.cast(st.column(self.time_cols[side]), pa.float64())
                     self._state[side] = st.filter(pc.greater_equal(t, bound - self.seconds))
         if self._state[port] is not None and self._state[port].num_columns and len(self._state[port].column(0).chunks) > 8:
             self._state[port] = self._state[port].combine_chunks()

@@ -88,9 +88,10 @@ class Relation:
         return self._then("union", Union(1 + len(others)), *others)
 
     def join(self, other: Relation, on: str | Sequence[str], *, rows: int | None = None,
-             seconds: float | None = None, time_col: str | None = None) -> Relation:
+             seconds: float | None = None, time_col: str | tuple[str, str] | None = None) -> Relation:
         """Sliding-window symmetric hash join with ``other`` on equal ``on`` keys; the window is
-        the last ``rows`` rows or ``seconds`` of ``time_col`` (default: arrival time)."""
+        the last ``rows`` rows or ``seconds`` of ``time_col`` (default: arrival time; a
+        ``(left, right)`` pair when the two sides name their time columns differently)."""
         return self._then("join", WindowJoin(on, rows=rows, seconds=seconds, time_col=time_col), other)
 
     def window_agg(self, by: str | Sequence[str], aggs: Sequence[Agg], *, time_col: str, size: float,

@@ -72,8 +72,10 @@ def union_to_spark(op, *dfs: DataFrame) -> DataFrame:
 def synthetic_to_spark(op, df: DataFrame) -> DataFrame:
     p = op.MODULUS
     key = _col(op.key)
-    h = F.pmod(F.pmod(F.abs(key), F.lit(p)) * F.lit(op.A1) + F.lit(op.seed % p), F.lit(p))
-    h = F.pmod(h * F.lit(op.A2), F.lit(p))
+    seed = F.lit(op.seed % p)
+    h = F.pmod(F.pmod(F.abs(key), F.lit(p)) * F.lit(op.A1) + seed, F.lit(p))
+    h = F.pmod(h * h + F.lit(op.A2), F.lit(p))
+    h = F.pmod(h * h + seed, F.lit(p))
     return df.where(key.isNotNull() & (h < F.lit(op._threshold)))
 
 
@@ -136,8 +138,8 @@ def join_to_spark(op, left: DataFrame, right: DataFrame) -> DataFrame:
             | ((rc("__g") > lc("__g")) & (lc("__i") > rc("__before") - n))
         )
     else:
-        t = op.time_col
-        cond = cond & (F.abs(lc(t).cast("double") - rc(t).cast("double")) <= F.lit(op.seconds))
+        tl, tr = op.time_cols
+        cond = cond & (F.abs(lc(tl).cast("double") - rc(tr).cast("double")) <= F.lit(op.seconds))
     out = [lc(c).alias(c) for c in lcols] + [rc(c).alias(c) for c in rcols]
     out += [F.greatest(lc(ARRIVAL), rc(ARRIVAL)).alias(ARRIVAL), lc(SEQ).alias(SEQ)]
     return l.join(r, cond, "inner").select(*out)
@@ -145,3 +147,20 @@ def join_to_spark(op, left: DataFrame, right: DataFrame) -> DataFrame:
 
 def drop_internal(df: DataFrame) -> DataFrame:
     return df.select(*[_col(n) for n in df.columns if n not in INTERNAL])
+
+
+def stamped_inputs(spark: SparkSession, feeds, schemas: dict[str, pa.Schema]) -> dict[str, DataFrame]:
+    """One DataFrame per stream of ``feeds`` (``[(arrival, stream, batch), ...]``), stamped
+    exactly as :meth:`sparkqos.engine.Executor.ingest` stamps them."""
+    from sparkqos.queues import stamp, with_internal
+
+    seq = {s: 0 for s in schemas}
+    parts: dict[str, list[pa.RecordBatch]] = {s: [] for s in schemas}
+    for arrival, stream, batch in feeds:
+        batch = batch.select(schemas[stream].names)
+        parts[stream].append(stamp(batch, float(arrival), seq[stream]))
+        seq[stream] += batch.num_rows
+    return {
+        s: spark.createDataFrame(pa.Table.from_batches(b, schema=with_internal(schemas[s])))
+        for s, b in parts.items()
+    }

@@ -1,0 +1,510 @@
+"""The executor: runs a compiled plan's operators on Arrow batches under any strategy.
+
+Thesis §3.2.4 (execution engine) and §3.2.5/§3.3 (statistics gatherer); workload per run from
+fig 4.1. The loop asks the strategy for a unit, runs it, updates the statistics and repeats until
+the time budget is spent or nothing can run. :class:`ExecutorState` is the strategies' read-only
+view (the :class:`~sparkqos.schedulers.base.SchedulerState` contract) over the real queues.
+
+>>> import pyarrow as pa
+>>> from sparkqos.expr import col
+>>> from sparkqos.query import QuerySet
+>>> from sparkqos.schedulers import get
+>>> qs = QuerySet()
+>>> s = qs.stream("s", {"v": pa.int64()})
+>>> s.where(col("v") > 1).select((col("v") * 10).alias("w")).sink("q")
+>>> ticks = iter(range(1_000_000))
+>>> ex = Executor(qs.build(), get("chain"), clock=lambda: float(next(ticks)))
+>>> ex.ingest("s", pa.record_batch({"v": [1, 2, 3]}))
+3
+>>> _ = ex.run()
+>>> ex.result("q").column("w").to_pylist()
+[20, 30]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkqos.errors import SchedulerError, SchemaMismatch
+from sparkqos.expr import ARRIVAL, INTERNAL
+from sparkqos.operators import PhysicalOperator
+from sparkqos.query import CompiledPlan
+from sparkqos.queues import RATIO, THRESHOLD, BatchQueue, stamp, workload
+from sparkqos.schedulers.base import Scheduler, SchedulerState, Unit
+from sparkqos.stats import DEFAULT_WEIGHT, StatisticsGatherer
+
+EMIT = "__emit"
+
+
+class ExecutorState(SchedulerState):
+    """Queues and statistics of a running plan, as strategies see them.
+
+    Selectivity and cost are the gatherer's smoothed estimates, *published* (and
+    :attr:`stats_version` bumped) only when one moves by more than ``tolerance`` (relative) from
+    the value last published, so priority strategies do not rebuild after every run.
+    """
+
+    def __init__(self, compiled: CompiledPlan, clock: Callable[[], float], w: float = DEFAULT_WEIGHT,
+                 tolerance: float = 0.2):
+        self.plan = compiled.plan
+        self.operators = compiled.operators
+        self.clock = clock
+        self.ports: dict[str, list[BatchQueue]] = {
+            name: [BatchQueue(s) for s in op.input_schemas] for name, op in compiled.operators.items()
+        }
+        self.stats = StatisticsGatherer(w, start=None)
+        self.tolerance = tolerance
+        self._sel = {op.name: float(op.selectivity) for op in self.plan}
+        self._cost = {op.name: float(op.cost) for op in self.plan}
+        self._version = 0
+        self._runnable: set[str] = set()
+        self._logs: list[list[str]] = []
+        self._total_rows = 0
+        self._total_bytes = 0
+        self._output_total = 0.0
+        self._output_delay_total = 0.0
+        self.finished = False
+        self._blocking = [op.name for op in self.plan if op.blocking]
+        self._below = {name: self._upstream(name) for name in self._blocking}
+
+    def _upstream(self, name: str) -> list[str]:
+        out, todo = [], [name]
+        while todo:
+            for i in self.plan[todo.pop()].inputs:
+                if i in self.ports:
+                    out.append(i)
+                    todo.append(i)
+        return out
+
+    # -- SchedulerState ----------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.clock()
+
+    def queued(self, op: str) -> float:
+        return sum(q.rows for q in self.ports[op])
+
+    def queued_bytes(self, op: str) -> float:
+        return sum(q.nbytes for q in self.ports[op])
+
+    def oldest(self, op: str) -> float | None:
+        best = None
+        for q in self.ports[op]:
+            o = q.oldest
+            if o is not None and (best is None or o < best):
+                best = o
+        return best
+
+    def runnable(self, op: str) -> bool:
+        return op in self._runnable
+
+    def runnable_operators(self) -> list[str]:
+        return [op for op in self.plan.names if op in self._runnable]
+
+    def selectivity(self, op: str) -> float:
+        return self._sel[op]
+
+    def cost(self, op: str) -> float:
+        return self._cost[op]
+
+    def output_rate(self, op: str) -> float:
+        rate = self.stats.operator(op).output_rate
+        return rate if rate is not None else self._sel[op] / self._cost[op]
+
+    @property
+    def total_queued(self) -> float:
+        return self._total_rows
+
+    @property
+    def total_queued_bytes(self) -> float:
+        return self._total_bytes
+
+    @property
+    def output_total(self) -> float:
+        return self._output_total
+
+    @property
+    def output_delay_total(self) -> float:
+        return self._output_delay_total
+
+    @property
+    def stats_version(self) -> int:
+        return self._version
+
+    def subscribe(self) -> list[str]:
+        log: list[str] = []
+        self._logs.append(log)
+        return log
+
+    def unsubscribe(self, log: list[str]) -> None:
+        self._logs = [l for l in self._logs if l is not log]
+
+    # -- engine side ---------------------------------------------------------------------------------
+    def _final(self, op: str) -> bool:
+        """No more input can reach ``op``: end of input and everything below it drained."""
+        return self.finished and all(not any(self.ports[u]) for u in self._below.get(op, ()))
+
+    def refresh(self, op: str) -> bool:
+        was = op in self._runnable
+        ports = self.ports[op]
+        final = self._final(op) if op in self._below else self.finished
+        if self.operators[op].runnable(ports, final):
+            self._runnable.add(op)
+            return not was
+        self._runnable.discard(op)
+        return False
+
+    def notify(self, op: str) -> None:
+        for log in self._logs:
+            log.append(op)
+
+    def enqueue(self, op: str, port: int, batch: pa.RecordBatch) -> None:
+        q = self.ports[op][port]
+        before = q.nbytes
+        q.push(batch)
+        self._total_rows += batch.num_rows
+        self._total_bytes += q.nbytes - before
+        self.refresh(op)
+        self.notify(op)
+
+    def after_run(self, op: str, rows_before: int, bytes_before: int) -> None:
+        ports = self.ports[op]
+        self._total_rows -= rows_before - sum(q.rows for q in ports)
+        self._total_bytes -= bytes_before - sum(q.nbytes for q in ports)
+        self.refresh(op)
+        if self.finished:
+            # A blocking join whose other inputs just drained for good can now finish its input.
+            for j in self._blocking:
+                if op in self._below[j] and self.refresh(j):
+                    self.notify(j)
+
+    def record_run(self, op: str, consumed: int, produced: int, seconds: float) -> None:
+        self.stats.record_run(op, consumed, produced, max(seconds, 0.0))
+        s = self.stats.operator(op)
+        moved = False
+        for new, published in ((s.selectivity, self._sel), (s.cost, self._cost)):
+            if new is None:
+                continue
+            old = published[op]
+            if abs(new - old) > self.tolerance * max(abs(old), 1e-12):
+                moved = True
+        if moved:
+            if s.selectivity is not None:
+                self._sel[op] = s.selectivity
+            if s.cost is not None and s.cost > 0:
+                self._cost[op] = s.cost
+            self._version += 1
+
+    def record_output(self, rows: int, delay_total: float) -> None:
+        self._output_total += rows
+        self._output_delay_total += delay_total
+        if rows:
+            self.stats.record_output(rows, delay_total / rows)
+
+
+@dataclass
+class RunReport:
+    """What one call of :meth:`Executor.run` did."""
+
+    units: int = 0
+    operator_runs: int = 0
+    rows_consumed: int = 0
+    seconds: float = 0.0
+    idle: bool = False
+
+
+class Executor:
+    """Runs ``compiled`` under ``scheduler`` (any registered strategy, unchanged).
+
+    ``clock`` gives the time in seconds (``time.monotonic``; inject a fake clock for
+    deterministic tests): arrival stamps, emit times, operator costs and budgets use it.
+    ``ratio`` / ``threshold`` are fig 4.1's workload rule for units without a quota;
+    ``tolerance`` how far a smoothed estimate must move before strategies see it;
+    ``stats_period`` the statistics window (thesis: one second); ``starvation_limit`` how many
+    consecutive picks of an operator with no work are tolerated (thesis §3.2.4).
+
+    Unit kinds: ``operator`` runs one operator for its quota; ``path`` / ``segment`` run each
+    operator once bottom-up, or with ``carry`` feed each operator exactly what the one below
+    produced. ``cluster`` units (COS) currently run like a path, one operator after the other in
+    this thread.
+    """
+
+    def __init__(self, compiled: CompiledPlan, scheduler: Scheduler, clock: Callable[[], float] = time.monotonic,
+                 ratio: float = RATIO, threshold: int = THRESHOLD, w: float = DEFAULT_WEIGHT,
+                 tolerance: float = 0.2, stats_period: float = 1.0, starvation_limit: int = 100):
+        if not 0 < ratio <= 1:
+            raise ValueError(f"workload ratio must be in (0, 1], got {ratio!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+            raise ValueError(f"workload threshold must be an int >= 0 (rows), got {threshold!r}")
+        self.compiled = compiled
+        self.plan = compiled.plan
+        self.scheduler = scheduler
+        self.clock = clock
+        self.ratio, self.threshold = ratio, threshold
+        self.stats_period = stats_period
+        self.starvation_limit = starvation_limit
+        self.state = ExecutorState(compiled, clock, w, tolerance)
+        self._ops: dict[str, PhysicalOperator] = compiled.operators
+        self._targets: dict[str, list[tuple[str, int]]] = {s: [] for s in self.plan.streams}
+        self._next: dict[str, tuple[str, int] | None] = {}
+        for op in self.plan:
+            for port, src in enumerate(op.inputs):
+                if src in self._targets:
+                    self._targets[src].append((op.name, port))
+            consumer = self.plan.consumer(op.name)
+            self._next[op.name] = None if consumer is None else (consumer, self.plan[consumer].inputs.index(op.name))
+        self._query = {op.name: self.plan.query_of(op.name) for op in self.plan}
+        self._seq = {s: 0 for s in self.plan.streams}
+        self._outputs: dict[str, list[pa.RecordBatch]] = {q: [] for q in compiled.roots}
+        self._next_window: float | None = None
+        self.starved_picks = 0
+
+    # -- input -------------------------------------------------------------------------------------
+    def _check_schema(self, stream: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        expected = self.compiled.sources[stream]
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], schema=batch.schema)
+        if not isinstance(batch, pa.RecordBatch):
+            raise SchemaMismatch(f"stream {stream!r} takes pyarrow RecordBatches, got {type(batch).__name__}")
+        for field in expected:
+            idx = batch.schema.get_field_index(field.name)
+            if idx < 0:
+                raise SchemaMismatch(f"stream {stream!r}: the batch has no column {field.name!r} ({field.type}); it has {batch.schema.names}")
+            got = batch.schema.field(idx).type
+            if got != field.type:
+                raise SchemaMismatch(f"stream {stream!r}: column {field.name!r} is {got}, expected {field.type}")
+        extra = [n for n in batch.schema.names if expected.get_field_index(n) < 0]
+        if extra:
+            raise SchemaMismatch(f"stream {stream!r}: unexpected column(s) {extra}; the stream has {expected.names}")
+        if batch.schema.names != expected.names:
+            batch = batch.select(expected.names)
+        return batch
+
+    def ingest(self, stream: str, batch: pa.RecordBatch | pa.Table, arrival: float | None = None) -> int:
+        """Queue ``batch`` for every operator reading ``stream`` (each query its own copy),
+        stamped with ``arrival`` (default: now). A batch whose schema does not match raises
+        :class:`SchemaMismatch` and changes nothing."""
+        if stream not in self._targets:
+            raise SchemaMismatch(f"unknown stream {stream!r}; the plan reads {list(self.plan.streams)}")
+        if self.state.finished:
+            raise SchedulerError(f"stream {stream!r}: input arrived after finish()")
+        batch = self._check_schema(stream, batch)
+        n = batch.num_rows
+        if n == 0:
+            return 0
+        t = self.clock() if arrival is None else float(arrival)
+        stamped = stamp(batch, t, self._seq[stream])
+        self._seq[stream] += n
+        for op, port in self._targets[stream]:
+            self.state.enqueue(op, port, stamped)
+        return n
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def run(self, budget_s: float | None = None, max_units: int | None = None) -> RunReport:
+        """Serve units until ``budget_s`` seconds pass, ``max_units`` units ran, or nothing can run."""
+        state = self.state
+        clock = self.clock
+        start = clock()
+        if self._next_window is None:
+            self._next_window = start + self.stats_period
+            state.stats.close_window(start, state.total_queued)
+        report = RunReport()
+        starved = 0
+        while True:
+            if max_units is not None and report.units >= max_units:
+                break
+            now = clock()
+            if budget_s is not None and now - start >= budget_s:
+                break
+            if now >= self._next_window:
+                state.stats.close_window(now, state.total_queued)
+                self._next_window = now + self.stats_period
+            unit = self.scheduler.pick(state)
+            if unit is None:
+                if state._runnable:
+                    raise SchedulerError(f"{self.scheduler!r} returned no unit while {state.runnable_operators()} can run")
+                report.idle = True
+                break
+            if not state.runnable(unit.head):
+                starved += 1
+                self.starved_picks += 1
+                if starved >= self.starvation_limit:
+                    raise SchedulerError(f"{self.scheduler!r} picked units with no work {starved} times in a row")
+                continue
+            starved = 0
+            report.units += 1
+            self._run_unit(unit, report)
+        report.seconds = clock() - start
+        return report
+
+    def _limit(self, op: str, quota_tuples: float | None) -> int:
+        n = int(self.state.queued(op))
+        if quota_tuples is not None:
+            return max(1, min(n, int(math.ceil(quota_tuples))))
+        return workload(n, self.ratio, self.threshold)
+
+    def _run_unit(self, unit: Unit, report: RunReport) -> None:
+        state = self.state
+        ops = unit.operators
+        if unit.kind == "operator" or len(ops) == 1:
+            self._serve(ops[0], unit.quota_tuples, unit.quota_time, report)
+        elif unit.carry:
+            produced = self._serve(ops[0], unit.quota_tuples, unit.quota_time, report)
+            for op in ops[1:]:
+                if produced <= 0 or not state.runnable(op):
+                    break
+                produced = self._run_op(op, produced, report)
+        else:
+            for op in ops:
+                if state.runnable(op):
+                    self._serve(op, unit.quota_tuples, unit.quota_time, report)
+
+    def _serve(self, op: str, quota_tuples: float | None, quota_time: float | None, report: RunReport) -> int:
+        """One operator's share of a unit: one run under the workload rule, or runs until
+        ``quota_time`` is used up. Returns the rows produced."""
+        if quota_time is None:
+            return self._run_op(op, self._limit(op, quota_tuples), report)
+        produced = 0
+        start = self.clock()
+        left = None if quota_tuples is None else int(math.ceil(quota_tuples))
+        while self.state.runnable(op) and (left is None or left > 0):
+            limit = self._limit(op, left)
+            before = report.rows_consumed
+            produced += self._run_op(op, limit, report)
+            if left is not None:
+                left -= report.rows_consumed - before
+            if self.clock() - start >= quota_time:
+                break
+        return produced
+
+    def _run_op(self, name: str, limit: int, report: RunReport) -> int:
+        state = self.state
+        op = self._ops[name]
+        ports = state.ports[name]
+        rows_before = sum(q.rows for q in ports)
+        bytes_before = sum(q.nbytes for q in ports)
+        final = state._final(name) if name in state._below else state.finished
+        t0 = self.clock()
+        consumed, out = op.run(ports, limit, final)
+        t1 = self.clock()
+        state.after_run(name, rows_before, bytes_before)
+        produced = sum(b.num_rows for b in out)
+        state.record_run(name, consumed, produced, t1 - t0)
+        report.operator_runs += 1
+        report.rows_consumed += consumed
+        self._deliver(name, out, t1)
+        return produced
+
+    def _deliver(self, name: str, batches: Iterable[pa.RecordBatch], now: float) -> None:
+        target = self._next[name]
+        state = self.state
+        if target is None:
+            sink = self._outputs[self._query[name]]
+            for b in batches:
+                n = b.num_rows
+                if not n:
+                    continue
+                arrivals = pc.sum(b.column(ARRIVAL)).as_py()
+                state.record_output(n, n * now - arrivals)
+                sink.append(b.append_column(EMIT, pa.array([now] * n, pa.float64())))
+        else:
+            for b in batches:
+                if b.num_rows:
+                    state.enqueue(target[0], target[1], b)
+
+    def finish(self, budget_s: float | None = None) -> RunReport:
+        """End of input: drain every queue, let blocking joins finish their inputs and flush
+        window aggregates (bottom-up), so the outputs are the answer on the finite input."""
+        state = self.state
+        state.finished = True
+        for name in self.plan.names:
+            if state.refresh(name):
+                state.notify(name)
+        total = RunReport()
+
+        def drain() -> None:
+            r = self.run(budget_s)
+            total.units += r.units
+            total.operator_runs += r.operator_runs
+            total.rows_consumed += r.rows_consumed
+
+        depth = {name: len(self.plan.upstream_path(name)) for name in self.plan.names}
+        drain()
+        for name in sorted(self.plan.names, key=lambda n: (-depth[n], self.plan.index[n])):
+            out = self._ops[name].flush()
+            if out:
+                self._deliver(name, out, self.clock())
+                drain()
+        total.idle = state.total_queued == 0
+        return total
+
+    # -- results --------------------------------------------------------------------------------------
+    def result(self, query: str, internal: bool = False) -> pa.Table:
+        """Everything ``query`` delivered so far (with ``__arrival``/``__seq``/``__emit`` when
+        ``internal``)."""
+        root = self.compiled._root(query)
+        schema = self._ops[root].schema.append(pa.field(EMIT, pa.float64()))
+        table = pa.Table.from_batches(self._outputs[query], schema=schema)
+        if internal:
+            return table
+        return table.select([n for n in table.column_names if n not in INTERNAL and n != EMIT])
+
+    def delays(self, query: str) -> pa.Array:
+        """Per-row delay (emit − arrival) of ``query``'s outputs."""
+        t = self.result(query, internal=True)
+        return pc.subtract(t.column(EMIT), t.column(ARRIVAL)).combine_chunks()
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Leftover queues and operator state (Arrow IPC bytes), sequence numbers, statistics and
+        the strategy's own state, for a checkpoint."""
+        return {
+            "queues": {n: [q.to_ipc() for q in ports] for n, ports in self.state.ports.items()},
+            "operators": {n: op.to_state() for n, op in self._ops.items()},
+            "seq": dict(self._seq),
+            "stats": self.state.stats.to_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+
+    def load_state(self, data: dict[str, Any]) -> None:
+        """Restore :meth:`to_state` into a fresh executor of the same plan."""
+        state = self.state
+        for name, blobs in data["queues"].items():
+            for port, blob in enumerate(blobs):
+                for batch in BatchQueue.from_ipc(blob).batches():
+                    state.enqueue(name, port, batch)
+        for name, s in data["operators"].items():
+            self._ops[name].from_state(s)
+        self._seq.update(data["seq"])
+        state.stats = StatisticsGatherer.from_dict(data["stats"])
+        self.scheduler.load_state_dict(data["scheduler"])
+
+
+def replay(compiled: CompiledPlan, scheduler: Scheduler, feeds: Iterable[tuple[float, str, pa.RecordBatch]],
+           units_between: Iterable[int] | None = None, clock: Callable[[], float] | None = None,
+           **executor_args: Any) -> Executor:
+    """Run a finite input through a fresh copy of ``compiled`` and finish it.
+
+    ``feeds`` is ``[(arrival, stream, batch), ...]`` in arrival order; after each feed the
+    executor serves the next count of ``units_between`` units (None: none), so a backlog builds
+    up the way the strategy lets it. The default clock ticks 1 ms per reading, which makes the
+    whole run (statistics, priorities, picks) deterministic.
+    """
+    if clock is None:
+        ticks = iter(range(1, 1 << 62))
+        clock = lambda: next(ticks) * 1e-3  # noqa: E731
+    ex = Executor(compiled.fresh(), scheduler, clock=clock, **executor_args)
+    steps = iter(units_between) if units_between is not None else None
+    for arrival, stream, batch in feeds:
+        ex.ingest(stream, batch, arrival=arrival)
+        k = next(steps, 0) if steps is not None else 0
+        if k:
+            ex.run(max_units=k)
+    ex.finish()
+    return ex
