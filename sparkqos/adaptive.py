@@ -301,8 +301,8 @@ class Adaptive(Scheduler):
         candidates: Sequence[str] = ("fifo", "rr", "mtiq", "chain"),
         qos: Any = "balanced",
         seed: int | None = 0,
-        decay: float = 0.9,
-        age_unit: str = "seconds",
+        decay: float = 0.98,
+        age_unit: str = "picks",
         period: float | None = 1.0,
         period_picks: int | None = None,
         starvation: int = 3,
@@ -391,8 +391,13 @@ class Adaptive(Scheduler):
         self._open(state, now)
         self._starved = 0
         if nxt != old:
+            member = self._members[old]
+            if member._state is None:
+                # Restored but never picked since: attach once so it consumes its restored state
+                # exactly as the uninterrupted run's member did before being parked.
+                member.attach(state)
             # Parked: it rebuilds its priorities from the live state when chosen again.
-            self._members[old].detach()
+            member.detach()
 
     # -- engine protocol ----------------------------------------------------------------------
     def attach(self, state: SchedulerState) -> None:

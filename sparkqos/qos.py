@@ -170,7 +170,7 @@ class QosSpec:
             raise QosSpecError(f"QoS spec {self.name!r} names statistic(s) {dup} more than once")
         total = math.fsum(g.weight for g in goals)
         if abs(total - 1.0) > WEIGHT_TOLERANCE:
-            parts = ", ".join(f"{g.statistic}={g.weight:g}" for g in goals)
+            parts = ", ".join(f"{g.statistic}={g.weight!r}" for g in goals)
             raise QosSpecError(f"QoS weights must sum to 1, got {total:.12g} ({parts})")
         object.__setattr__(self, "goals", goals)
 

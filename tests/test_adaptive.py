@@ -1,0 +1,348 @@
+"""The adaptive selector (thesis ch. 5) and its experiments in the simulator (thesis ch. 6, §1.3)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparkqos import schedulers
+from sparkqos.adaptive import Adaptive, AdaptiveController
+from sparkqos.errors import QosSpecError, SchedulerError
+from sparkqos.qos import QosSpec, Window, template
+from sparkqos.schedulers import Scheduler, Unit
+from sparkqos.sim import Simulator, chain_plan
+
+_JOB = Path(__file__).resolve().parent.parent / "jobs" / "adaptive_sim.py"
+_spec = importlib.util.spec_from_file_location("adaptive_sim", _JOB)
+experiment = sys.modules.setdefault("adaptive_sim", importlib.util.module_from_spec(_spec))
+if not hasattr(experiment, "SETTINGS"):
+    _spec.loader.exec_module(experiment)
+
+UNTIL = 1200.0
+SEEDS = (1, 2, 3)
+MEMORY = [("queued", "minimize", 1.0)]
+DELAY = [("delay", "minimize", 1.0)]
+
+
+def window(t0: float, t1: float, queued: float = 1.0, outputs: float = 1.0, delay: float = 1.0) -> Window:
+    return Window(t0, t1, picks=3, outputs=outputs, delay_sum=outputs * delay, queued_mean=queued,
+                  queued_bytes_mean=queued)
+
+
+# -- eq 5.1 / 5.2 --------------------------------------------------------------------------------
+def controller(**kw) -> AdaptiveController:
+    kw.setdefault("spec", QosSpec.of(("queued", "minimize", 1.0)))
+    return AdaptiveController(kw.pop("candidates", ["a", "b", "c"]), **kw)
+
+
+def test_eq_5_1_normalisation_by_hand():
+    """z = (μ_S − μ_H)/(max_H − min_H)·decay^age + 0.5, with H's spread over the strategies' means."""
+    c = controller(decay=0.5, w=0.5)
+    c._mean = {"a": {"queued": 10.0}, "b": {"queued": 30.0}, "c": {"queued": 20.0}}
+    c._history = {"queued": 15.0}
+    assert c.normalized("a") == {"queued": pytest.approx((10 - 15) / 20 + 0.5)}
+    assert c.normalized("b") == {"queued": pytest.approx(1.0)}  # (30−15)/20 + 0.5 = 1.25, clipped
+    assert c.normalized("b", age=2) == {"queued": pytest.approx(15 / 20 * 0.25 + 0.5)}  # decay² pulls to 0.5
+    # minimize: the score is 1 − z
+    assert c.score("a") == pytest.approx(1 - 0.25)
+    assert c.score("c", age=1) == pytest.approx(1 - ((20 - 15) / 20 * 0.5 + 0.5))
+
+
+def test_eq_5_1_zero_spread_is_neutral_not_a_division_by_zero():
+    c = controller()
+    c._mean = {"a": {"queued": 4.0}, "b": {"queued": 4.0}, "c": {}}
+    c._history = {"queued": 4.0}
+    assert c.normalized("a") == {"queued": 0.5}
+    assert c.score("c") is None  # never measured
+    c = controller(spread="windows")
+    c._mean = {"a": {"queued": 4.0}, "b": {}, "c": {}}
+    c._history, c._low, c._high = {"queued": 4.0}, {"queued": 4.0}, {"queued": 4.0}
+    assert c.normalized("a") == {"queued": 0.5}
+
+
+def test_warm_up_is_round_robin_then_the_first_again_and_the_first_window_is_start_up():
+    """§5.3: each candidate once, the first once more at the end; its first window is not counted."""
+    c = controller(seed=3)
+    assert c.begin(0.0) == "a"
+    chosen = [c.evaluate(window(t, t + 1), t + 1.0) for t in range(4)]
+    assert chosen[:3] == ["b", "c", "a"]
+    assert [d["warmup"] for d in c.decisions] == [True, True, True, False]
+    assert [d["counted"] for d in c.decisions] == [False, True, True, True]
+    assert [d["ran"] for d in c.decisions] == ["a", "b", "c", "a"]
+
+
+def test_strategies_that_did_not_run_are_rescored_and_the_one_that_ran_keeps_its_decayed_score():
+    """§5.2: after a window, every other strategy gets a fresh eq 5.1–5.2 score against the new
+    history; the one that ran keeps its last score × decay^age (age in picks here)."""
+    c = controller(decay=0.5, age_unit="picks", seed=0)
+    c.begin(0.0)
+    c.evaluate(window(0, 1, queued=99), 1.0)  # start-up window of a, not counted
+    c.evaluate(window(1, 2, queued=10), 2.0)  # b
+    c.evaluate(window(2, 3, queued=30), 3.0)  # c
+    c.evaluate(window(3, 4, queued=20), 4.0)  # a (end of warm-up)
+    before = dict(c.scores)
+    ran = c.current
+    c.evaluate(window(4, 5, queued=20), 5.0)
+    assert c.scores[ran] == pytest.approx(before[ran] * 0.5)
+    for other in set(c.candidates) - {ran}:
+        age = c._decision - c._ran[other]
+        assert c.scores[other] == pytest.approx(c.score(other, age))
+    assert c.score("b") > c.score("a") > c.score("c")  # b held the least memory, c the most
+
+
+def test_roulette_wheel_is_proportional_to_score():
+    c = controller(seed=11)
+    c.scores = {"a": 0.6, "b": 0.3, "c": 0.1}
+    counts = Counter(c.roulette() for _ in range(20000))
+    assert {k: v / 20000 for k, v in counts.items()} == pytest.approx({"a": 0.6, "b": 0.3, "c": 0.1}, abs=0.015)
+    assert Counter(c.roulette(exclude="a") for _ in range(2000))["a"] == 0
+    c.scores = {"a": 0.0, "b": 0.0, "c": 0.0}  # all zero: uniform
+    counts = Counter(c.roulette() for _ in range(6000))
+    assert min(counts.values()) > 1800
+
+
+def test_controller_state_round_trips_through_json():
+    c = controller(seed=5)
+    c.begin(0.0)
+    for t in range(6):
+        c.evaluate(window(t, t + 1, queued=t % 3 + 1), t + 1.0)
+    twin = controller(seed=999)
+    twin.load_state_dict(json.loads(json.dumps(c.state_dict())))
+    a = [c.evaluate(window(t, t + 1, queued=t % 4), t + 1.0) for t in range(6, 30)]
+    b = [twin.evaluate(window(t, t + 1, queued=t % 4), t + 1.0) for t in range(6, 30)]
+    assert a == b
+    with pytest.raises(SchedulerError, match=r"unknown keys \['extra'\]"):
+        twin.load_state_dict({**c.state_dict(), "extra": 1})
+
+
+# -- the strategy --------------------------------------------------------------------------------
+def test_parameters_are_validated_with_clear_errors():
+    with pytest.raises(SchedulerError, match="candidates are names of non-adaptive"):
+        Adaptive(["fifo", "adaptive"])
+    with pytest.raises(SchedulerError, match="distinct strategy names"):
+        Adaptive(["fifo", "fifo"])
+    with pytest.raises(schedulers.UnknownStrategy if hasattr(schedulers, "UnknownStrategy") else SchedulerError,
+                       match="unknown strategy 'fifoo'"):
+        Adaptive(["fifoo"])
+    with pytest.raises(SchedulerError, match=r"decay must be in \(0, 1\], got 1.5"):
+        Adaptive(decay=1.5)
+    with pytest.raises(SchedulerError, match=r"age_unit must be one of \['seconds', 'picks'\], got 'hours'"):
+        Adaptive(age_unit="hours")
+    with pytest.raises(SchedulerError, match="period and/or period_picks"):
+        Adaptive(period=None)
+    with pytest.raises(SchedulerError, match="period must be a finite time > 0"):
+        Adaptive(period=0)
+    with pytest.raises(SchedulerError, match="period_picks must be an integer >= 1"):
+        Adaptive(period_picks=0)
+    with pytest.raises(SchedulerError, match="starvation must be an integer >= 1, got 0"):
+        Adaptive(starvation=0)
+    with pytest.raises(QosSpecError, match="unknown QoS template 'fast'"):
+        Adaptive(qos="fast")
+    with pytest.raises(ValueError, match=r"smoothing weight w must be in \[0, 1\)"):
+        Adaptive(w=1.0)
+
+
+def test_registered_and_configured_by_name():
+    a = schedulers.get("adaptive", candidates=["fifo", "chain"], qos="low_memory", seed=4)
+    assert a.controller.spec is template("low_memory")
+    assert a.clone().params() == a.params()
+    assert repr(a).startswith("Adaptive(candidates=['fifo', 'chain'], qos='low_memory', seed=4")
+
+
+def test_window_statistics_come_from_the_state():
+    """Output rate from output_total deltas, delay from output_delay_total deltas, memory as the
+    time-weighted mean of total_queued at picks; every decision logs them with the scores."""
+    plan = chain_plan([(0.5, 0.25), (1.0, 0.25)])
+    a = Adaptive(["fifo", "rr"], qos="balanced", period=4, seed=1)
+    sim = Simulator(plan, a, {"S": [(t, 2.0) for t in range(0, 40, 2)]})
+    result = sim.run(until=40)
+    d = a.decisions[3]
+    w = d["window"]
+    outs = [o for o in result.outputs if w["start"] < o.time <= w["end"]]
+    rate = sum(o.amount for o in outs) / (w["end"] - w["start"])
+    delay = sum(o.amount * o.delay for o in outs) / sum(o.amount for o in outs)
+    assert w["output_rate"] == pytest.approx(rate)
+    assert w["delay"] == pytest.approx(delay)
+    assert 0 < w["queued"] <= max(result.snapshots.values())
+    assert set(d) >= {"time", "ran", "chosen", "scores", "window", "reason"}
+    assert all(rec["reason"] == "period" for rec in a.decisions)
+
+
+def test_switching_detaches_the_old_candidate():
+    plan = chain_plan([(0.5, 0.25), (1.0, 0.25)])
+    a = Adaptive(["fifo", "rr"], period=3, seed=2)
+    Simulator(plan, a, {"S": [(t, 2.0) for t in range(30)]}).run(until=30)
+    parked = [name for name in a.controller.candidates if name != a.current]
+    assert all(a._members[n]._state is None for n in parked)
+    assert a._members[a.current]._state is not None
+
+
+class _Stuck(Scheduler):
+    """Always offers the root operator, whether or not it has input."""
+
+    def _rebuild(self, state):
+        self._root = state.plan.names[-1]
+
+    def _on_enqueue(self, op, state):
+        pass
+
+    def _choose(self, state):
+        return Unit("operator", (self._root,))
+
+
+class _Idle(_Stuck):
+    """Returns nothing even when work waits."""
+
+    def _choose(self, state):
+        return None
+
+
+@pytest.mark.parametrize("broken", [_Stuck, _Idle])
+def test_starvation_threshold_forces_a_switch(broken):
+    """A candidate that keeps picking units with no work (or nothing while work waits) is
+    switched away from; the engine never sees an empty unit (starvation_limit=1)."""
+    schedulers.register("broken_demo")(broken)
+    try:
+        plan = chain_plan([(0.5, 0.25), (0.5, 0.25), (1.0, 0.25)])
+        a = Adaptive(["broken_demo", "fifo"], period=5, starvation=2, seed=0)
+        arrivals = {"S": [(t, 1.0) for t in range(60)]}
+        result = Simulator(plan, a, arrivals, starvation_limit=1).run()
+        assert result.starved_picks == 0
+        assert result.total_output == pytest.approx(60 * 0.25)
+        forced = [d for d in a.decisions if d["reason"] == "starvation"]
+        assert forced and all(d["ran"] == "broken_demo" and d["chosen"] == "fifo" for d in forced)
+    finally:
+        schedulers.unregister("broken_demo")
+
+
+def test_same_seed_same_decision_log_and_another_seed_differs():
+    plan = experiment.filters_plan()
+    arrivals = experiment.arrivals(plan, 0.9, 600, seed=4)
+
+    def log(seed):
+        a = Adaptive(qos="balanced", seed=seed, period=5)
+        Simulator(plan, a, arrivals).run(until=600)
+        return a.decisions
+
+    first = log(7)
+    assert len(first) > 100
+    assert json.dumps(first) == json.dumps(log(7))
+    assert [d["chosen"] for d in first] != [d["chosen"] for d in log(8)]
+
+
+def test_resuming_from_serialised_state_continues_the_same_decision_log():
+    plan = experiment.join_plan()
+    arrivals = experiment.arrivals(plan, 0.9, 400, seed=2)
+    whole = Adaptive(period=5, seed=3)
+    Simulator(plan, whole, arrivals).run(until=400)
+
+    first = Adaptive(period=5, seed=3)
+    sim = Simulator(plan, first, arrivals)
+    sim.run(until=170)
+    fresh = first.clone()
+    fresh.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    first.detach()
+    sim.scheduler = fresh
+    sim.run(until=400)
+    assert len(first.decisions) > 20
+    assert first.decisions + fresh.decisions == whole.decisions
+
+
+# -- thesis ch. 6 and §1.3 in the simulator ---------------------------------------------------------
+@pytest.mark.parametrize("plan_name", ["filters", "join"])
+def test_thesis_6_2_no_single_strategy_is_best_on_memory_and_delay(plan_name):
+    """Thesis §6.2 / fig 6.2: on bursty Poisson arrivals (mean redrawn every 5 time units, 2×
+    bursts) Chain holds the least memory and FIFO has the lowest delay — by clear margins."""
+    t = experiment.table_6_2(plan_name, UNTIL, SEEDS, 0.9)
+    best_memory = min(t, key=lambda n: t[n].memory)
+    best_delay = min(t, key=lambda n: t[n].delay)
+    assert best_memory == "chain" and best_delay == "fifo"
+    assert t["chain"].memory < 0.8 * t["fifo"].memory
+    assert t["fifo"].delay < 0.8 * t["chain"].delay
+
+
+@pytest.fixture(scope="module")
+def six_settings():
+    return {name: experiment.table_6_3(name, UNTIL, SEEDS, 0.9, period=5.0) for name in ("filters", "join")}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "not met in this simulator: FIFO is best on both delay and run-window output rate (no per-run "
+    "overhead, so batching earns MTIQ/Chain no throughput), and window-level statistics are "
+    "dominated by the bursts; adaptive scores 0.64–0.87 of the best single strategy "
+    "(python jobs/adaptive_sim.py --table 6.3 --until 1200)"))
+@pytest.mark.parametrize("plan_name", ["filters", "join"])
+def test_thesis_6_3_to_6_5_adaptive_matches_the_best_single_strategy(six_settings, plan_name):
+    """Thesis §6.3–6.5: weights delay/rate 100-0, 70-30, 50-50, 30-70, 0-100 and equal thirds on
+    delay/rate/memory; the adaptive score is ≥ the best single strategy's in ≥ 4 of the 6 settings
+    and never below 90% of it."""
+    scores, _ = six_settings[plan_name]
+    best = {label: max(sc[n] for n in experiment.CANDIDATES) for label, sc in scores.items()}
+    wins = sum(scores[label]["adaptive"] >= best[label] - 1e-12 for label in scores)
+    assert wins >= 4
+    assert all(scores[label]["adaptive"] >= 0.9 * best[label] for label in scores)
+
+
+@pytest.mark.parametrize("plan_name", ["filters", "join"])
+def test_thesis_6_3_to_6_5_scores_are_one_formula_for_all_contenders(six_settings, plan_name):
+    """The table the report quotes: six settings × (four strategies + adaptive), every score in
+    [0, 1], and the single-goal settings give the best contender of each seed exactly 1."""
+    scores, stats = six_settings[plan_name]
+    assert list(scores) == [label for label, _ in experiment.SETTINGS]
+    for label, sc in scores.items():
+        assert set(sc) == {*experiment.CANDIDATES, "adaptive"}
+        assert all(0.0 <= v <= 1.0 + 1e-12 for v in sc.values())
+    assert scores["delay 100 / rate 0"]["fifo"] == pytest.approx(1.0)  # fifo: lowest delay in every seed
+
+
+def test_thesis_7_1_the_qos_spec_steers_the_selector():
+    """Thesis §7.1: the selector optimised for one metric beats the one optimised for another on
+    that metric — delay goal → lower delay, memory goal → lower memory (means over seeds and plans)."""
+    delay_goal, memory_goal = [], []
+    for plan_name in ("filters", "join"):
+        plan = experiment.PLANS[plan_name]()
+        for seed in SEEDS:
+            arr = experiment.arrivals(plan, 0.9, UNTIL, seed)
+            delay_goal.append(experiment.run(plan, experiment.adaptive(DELAY, seed, 5.0), arr, UNTIL))
+            memory_goal.append(experiment.run(plan, experiment.adaptive(MEMORY, seed, 5.0), arr, UNTIL))
+    assert np.mean([r.delay for r in delay_goal]) < np.mean([r.delay for r in memory_goal])
+    assert np.mean([r.memory for r in memory_goal]) < np.mean([r.memory for r in delay_goal])
+
+
+def _chain_share(candidates, seeds=(1, 2, 3, 4, 5)):
+    plan = experiment.chain_dominated_plan()
+    counts = Counter()
+    for seed in seeds:
+        a = experiment.adaptive(MEMORY, seed, 5.0, candidates=candidates)
+        experiment.run(plan, a, experiment.arrivals(plan, 0.9, UNTIL, seed), UNTIL)
+        counts.update(d["chosen"] for d in a.decisions if not d["warmup"])
+    return {k: v / sum(counts.values()) for k, v in counts.items()}
+
+
+def test_thesis_1_3_chain_dominated_plan_single_memory_goal_two_candidates():
+    """Thesis §1.3: when one strategy is clearly best for the spec, the selector picks it in
+    ≥ 60% of the post-warm-up decisions (fifo vs chain, `minimize queued`)."""
+    share = _chain_share(("fifo", "chain"))
+    assert share["chain"] >= 0.6
+
+
+def test_thesis_1_3_chain_is_the_favourite_among_four_candidates():
+    """With the four thesis candidates chain is still chosen most often and above a uniform
+    wheel's 25% — but not 60% (see the xfail below)."""
+    share = _chain_share(experiment.CANDIDATES)
+    assert max(share, key=share.get) == "chain"
+    assert share["chain"] > 0.25 + 0.1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "not met: with fifo/rr/mtiq/chain the per-window memory signal (σ ≈ 7 tuples) swamps the "
+    "strategies' differences and the strategy that just ran inherits its predecessor's queues; "
+    "chain gets 37–72% per seed, ≈ 48% overall (python jobs/adaptive_sim.py --table 1.3 --until 1200 --seeds 1,2,3,4,5)"))
+def test_thesis_1_3_chain_dominated_plan_single_memory_goal_four_candidates():
+    assert _chain_share(experiment.CANDIDATES)["chain"] >= 0.6
