@@ -1,6 +1,6 @@
 """Thesis ch. 6 in the simulator: single strategies against the adaptive selector.
 
-    .venv/bin/python jobs/adaptive_sim.py [--until 600] [--seeds 1,2,3] [--period 5] [--table all]
+    .venv/bin/python jobs/adaptive_sim.py [--until 1200] [--seeds 1,2,3] [--period 5] [--table all]
 
 Workload (thesis §6.1): Poisson arrivals whose mean is redrawn every 5 time units, a quarter of the
 periods bursting at 2× the mean (``sparkqos.sim.arrivals.poisson_shifting``), at ``--load`` × the
@@ -201,13 +201,13 @@ def _print_table(header, rows, widths=None):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--until", type=float, default=600.0)
+    ap.add_argument("--until", type=float, default=1200.0)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--period", type=float, default=5.0)
-    ap.add_argument("--decay", type=float, default=0.9)
+    ap.add_argument("--decay", type=float, default=0.98)
     ap.add_argument("--spread", default="strategies")
-    ap.add_argument("--age-unit", default="seconds")
+    ap.add_argument("--age-unit", default="picks")
     ap.add_argument("--candidates", default=",".join(CANDIDATES), help="adaptive's candidates in table 1.3")
     ap.add_argument("--table", default="all", choices=["all", "6.2", "6.3", "1.3"])
     ap.add_argument("--plan", default="filters,join")
