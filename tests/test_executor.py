@@ -1,0 +1,259 @@
+"""The executor: multi-query plans under every strategy against Spark, and the executor's own
+contract (workload rule fig 4.1, carry units, blocking joins, schema errors, budgets, statistics
+publication, event log, checkpoints)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from sparkqos import schedulers
+from sparkqos.engine import Executor, replay
+from sparkqos.errors import SchedulerError, SchemaMismatch
+from sparkqos.expr import avg, col, count, max_, sum_
+from sparkqos.query import QuerySet
+from sparkqos.schedulers.base import Scheduler, Unit
+sys.path.insert(0, str(Path(__file__).parent))  # shared input generators and the Spark oracle
+from test_operators import (  # noqa: E402
+    EVENTS, OTHERS, SENSORS, _join_feeds, check_against_spark, interleave, sensor_batches,
+)
+
+
+def ticking(step: float = 1e-3):
+    t = [0.0]
+
+    def clock() -> float:
+        t[0] += step
+        return t[0]
+
+    return clock
+
+
+# -- three multi-query plans (issue 5, item 6) ---------------------------------------------------
+
+def filter_chain_plan():
+    qs = QuerySet(classes={"H": 4, "M": 2, "L": 1})
+    s = qs.stream("sensors", SENSORS)
+    s.where(col("temp") > 40).where(col("room").isin(["a", "b"])).select("id", "room", "temp").sink("hot", klass="H")
+    s.synthetic(0.6, cost_s=1e-7, seed=3).where(col("d") != 0).select(
+        "id", (col("temp") / col("d")).alias("per_d")).sink("sampled", klass="M")
+    s.where(col("temp").is_null() | (col("temp") < 10)).synthetic(0.5, cost_s=0.0, seed=9).sink("cold", klass="L")
+    return qs.build()
+
+
+def join_filters_plan():
+    qs = QuerySet(classes={"H": 3, "L": 1})
+    e = qs.stream("events", EVENTS)
+    o = qs.stream("others", OTHERS)
+    e.where(col("a") > 10).join(o.where(col("b") < 80).select("k", "b"), on="k", rows=5).where(
+        (col("a") + col("b")) > 40).sink("pairs", klass="H")
+    e.where(col("k") != 2).select("k", (col("a") * 3).alias("a3")).sink("events_k", klass="L")
+    o.join(e.select("k", "a"), on="k", seconds=2.0).where(col("b") > col("a")).sink("recent", klass="L")
+    return qs.build()
+
+
+def aggregate_plan():
+    qs = QuerySet(classes={"H": 2, "L": 1})
+    s = qs.stream("sensors", SENSORS)
+    s.where(col("temp") > 20).window_agg("room", [count(), avg("temp")], time_col="ts", size=5.0).sink("rooms", klass="H")
+    s.synthetic(0.7, cost_s=0.0, seed=5).window_agg("d", [sum_("id"), max_("temp")], time_col="ts",
+                                                     size=6.0, slide=3.0).sink("by_d", klass="L")
+    s.where(col("room") == "a").select("id", "temp").sink("room_a", klass="L")
+    return qs.build()
+
+
+def test_filter_chain_plan_matches_spark_under_every_strategy(spark):
+    check_against_spark(spark, filter_chain_plan(), sensor_batches(rows=300, seed=11))
+
+
+def test_join_and_filters_plan_matches_spark_under_every_strategy(spark):
+    check_against_spark(spark, join_filters_plan(), _join_feeds())
+
+
+def test_aggregate_plan_matches_spark_under_every_strategy(spark):
+    check_against_spark(spark, aggregate_plan(), sensor_batches(rows=300, seed=12))
+
+
+# -- executor contract, no Spark ------------------------------------------------------------------
+
+class Scripted(Scheduler):
+    """Returns the given units in order, then None (a test double of a strategy)."""
+
+    def __init__(self, units=()):
+        self.units = list(units)
+
+    def _rebuild(self, state):
+        pass
+
+    def _on_enqueue(self, op, state):
+        pass
+
+    def _choose(self, state):
+        return self.units.pop(0) if self.units else None
+
+
+def _one_filter(n_rows: int):
+    qs = QuerySet()
+    s = qs.stream("s", {"v": pa.int64()})
+    s.where(col("v") >= 0).select("v").sink("q")
+    ex = Executor(qs.build(), Scripted(), clock=ticking())
+    ex.ingest("s", pa.record_batch({"v": pa.array(range(n_rows), pa.int64())}))
+    return ex
+
+
+def test_workload_rule_fig_4_1_ratio_and_threshold():
+    """Thesis fig 4.1: 1000 queued rows → a run takes 300 (RATIO 0.3 > THRESHOLD 50 rows);
+    100 queued → A = 30 ≤ 50, so all 100."""
+    ex = _one_filter(1000)
+    ex.scheduler.units = [Unit("operator", ("q/1:where",))]
+    assert ex.run(max_units=1).rows_consumed == 300
+    assert ex.state.queued("q/1:where") == 700 and ex.state.queued("q/2:select") == 300
+    ex = _one_filter(100)
+    ex.scheduler.units = [Unit("operator", ("q/1:where",))]
+    assert ex.run(max_units=1).rows_consumed == 100
+    ex = Executor(_one_filter(0).compiled, Scripted([Unit("operator", ("q/1:where",))]), clock=ticking(),
+                  ratio=0.5, threshold=10)
+    ex.ingest("s", pa.record_batch({"v": list(range(100))}))
+    assert ex.run(max_units=1).rows_consumed == 50
+
+
+def test_quota_tuples_and_carry_paths():
+    ex = _one_filter(1000)
+    ex.scheduler.units = [Unit("operator", ("q/1:where",), quota_tuples=7)]
+    assert ex.run(max_units=1).rows_consumed == 7
+    # carry: the select processes exactly the rows the where produced (Jiang §2.2 FIFO).
+    ex.scheduler.units = [Unit("path", ("q/1:where", "q/2:select"), quota_tuples=5, carry=True)]
+    r = ex.run(max_units=1)
+    assert (r.rows_consumed, r.operator_runs) == (10, 2)
+    assert ex.state.queued("q/2:select") == 7 and len(ex.result("q")) == 5
+    # no carry: each operator of the path gets its own workload-rule run, bottom-up.
+    ex.scheduler.units = [Unit("path", ("q/1:where", "q/2:select"))]
+    ex.run(max_units=1)
+    assert ex.state.queued("q/1:where") == 988 - 297  # fig 4.1: ceil(0.3 · 988)
+    assert len(ex.result("q")) == 5 + 92  # the select then takes ceil(0.3 · (7 + 297))
+
+
+def test_quota_time_runs_until_the_time_is_used():
+    ex = _one_filter(1000)
+    ex.scheduler.units = [Unit("operator", ("q/1:where",), quota_time=1.0)]
+    ex.run(max_units=1)
+    assert ex.state.queued("q/1:where") == 0  # 1 s of fake clock is far more than it needs
+
+
+def test_blocking_join_waits_for_both_inputs_until_finish():
+    compiled = join_filters_plan()
+    ex = Executor(compiled, schedulers.get("chain"), clock=ticking())
+    ex.ingest("events", pa.record_batch({"k": [1, 1], "a": [50, 60], "ts": [0.0, 0.1]}))
+    ex.run()
+    join = "pairs/4:join"
+    assert ex.state.queued(join) == 2 and not ex.state.runnable(join)
+    assert join not in ex.state.runnable_operators()
+    ex.finish()
+    assert ex.state.total_queued == 0 and len(ex.result("pairs")) == 0 and len(ex.result("events_k")) == 2
+
+
+def test_schema_mismatch_names_the_column_and_loses_nothing():
+    qs = QuerySet()
+    qs.stream("sensors", SENSORS).where(col("temp") > 40).sink("hot")
+    ex = Executor(qs.build(), schedulers.get("fifo"), clock=ticking())
+    feeds = sensor_batches(rows=60, seed=4)
+    ex.ingest("sensors", feeds[0][2])
+    queued = ex.state.total_queued
+    good = feeds[1][2]
+    bad = good.set_column(2, "temp", pa.array([str(v) for v in good.column("temp").to_pylist()]))
+    with pytest.raises(SchemaMismatch, match="column 'temp' is string, expected double"):
+        ex.ingest("sensors", bad)
+    with pytest.raises(SchemaMismatch, match="no column 'ts'"):
+        ex.ingest("sensors", good.drop_columns(["ts"]))
+    with pytest.raises(SchemaMismatch, match=r"unexpected column\(s\) \['extra'\]"):
+        ex.ingest("sensors", good.append_column("extra", pa.array([0] * good.num_rows)))
+    with pytest.raises(SchemaMismatch, match="unknown stream 'sensor'"):
+        ex.ingest("sensor", good)
+    assert ex.state.total_queued == queued
+    ex.ingest("sensors", good.select(list(reversed(good.schema.names))))  # column order does not matter
+    ex.finish()
+    rows = feeds[0][2].num_rows + good.num_rows
+    assert ex.state.stats.operator("hot/1:where").consumed == rows
+
+
+def test_budget_leaves_backlog_and_the_answer_is_unchanged():
+    feeds = sensor_batches(rows=300, seed=11)
+    compiled = filter_chain_plan()
+    ex = Executor(compiled.fresh(), schedulers.get("chain"), clock=ticking(1e-3))
+    for t, stream, batch in feeds:
+        ex.ingest(stream, batch, arrival=t)
+    report = ex.run(budget_s=0.02)
+    assert not report.idle and ex.state.total_queued > 0 and report.seconds >= 0.02
+    ex.finish()
+    whole = replay(compiled, schedulers.get("fifo"), feeds)
+    for q in compiled.roots:
+        assert sorted(ex.result(q).to_pylist(), key=str) == sorted(whole.result(q).to_pylist(), key=str)
+
+
+def test_statistics_are_published_only_when_they_move():
+    feeds = sensor_batches(rows=300, seed=11)
+    ex = replay(filter_chain_plan(), schedulers.get("chain"), feeds, [1] * len(feeds), ratio=0.05, threshold=0)
+    runs = sum(s.runs for s in ex.state.stats.operators().values())
+    assert runs > 50
+    assert ex.state.stats_version < runs / 3
+    sel = ex.state.selectivity("sampled/1:synthetic")
+    assert 0.4 < sel < 0.8  # measured, near the declared 0.6
+
+
+def test_event_log_and_output_accounting():
+    ex = _one_filter(0)
+    log = ex.state.subscribe()
+    ex.ingest("s", pa.record_batch({"v": [1, 2, 3]}), arrival=0.0)
+    assert log == ["q/1:where"]
+    ex.scheduler.units = [Unit("path", ("q/1:where", "q/2:select"), carry=True)]
+    ex.run(max_units=1)
+    assert log == ["q/1:where", "q/2:select"]
+    ex.state.unsubscribe(log)
+    assert ex.state.output_total == 3
+    delays = ex.delays("q").to_pylist()
+    assert ex.state.output_delay_total == pytest.approx(sum(delays)) and min(delays) > 0
+
+
+def test_starving_strategy_is_stopped():
+    ex = _one_filter(10)
+    ex.scheduler.units = [Unit("operator", ("q/2:select",))] * 200
+    with pytest.raises(SchedulerError, match="no work 100 times in a row"):
+        ex.run()
+
+
+def test_checkpoint_mid_run_restores_queues_and_state():
+    """Leftover queues, window/join state and sequence numbers survive to_state/load_state."""
+    for build, feeds in ((aggregate_plan, sensor_batches(rows=300, seed=12)), (join_filters_plan, _join_feeds())):
+        compiled = build()
+        half = len(feeds) // 2
+        a = Executor(compiled.fresh(), schedulers.get("mtiq"), clock=ticking())
+        for t, stream, batch in feeds[:half]:
+            a.ingest(stream, batch, arrival=t)
+            a.run(max_units=1)
+        saved = a.to_state()
+        b = Executor(compiled.fresh(), schedulers.get("mtiq"), clock=ticking())
+        b.load_state(saved)
+        assert b.state.total_queued == a.state.total_queued
+        for t, stream, batch in feeds[half:]:
+            b.ingest(stream, batch, arrival=t)
+        b.finish()
+        whole = replay(compiled, schedulers.get("fifo"), feeds)
+        for q in compiled.roots:
+            got = a.result(q).to_pylist() + b.result(q).to_pylist()
+            assert sorted(got, key=str) == sorted(whole.result(q).to_pylist(), key=str), q
+
+
+def test_unit_kinds_all_answer_the_same():
+    """Segment and cluster units (from 'segment' and 'cos') give the same rows as FIFO."""
+    feeds = interleave(sensor_batches(rows=120, seed=2))
+    compiled = filter_chain_plan()
+    base = replay(compiled, schedulers.get("fifo"), feeds)
+    for name in ("segment", "cos", "rr"):
+        if name not in schedulers.available():
+            continue
+        other = replay(compiled, schedulers.get(name), feeds, [2] * len(feeds))
+        for q in compiled.roots:
+            assert sorted(other.result(q).to_pylist(), key=str) == sorted(base.result(q).to_pylist(), key=str)
