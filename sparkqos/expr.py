@@ -322,8 +322,8 @@ class Arith(_Binary):
         a, b = self.left.to_arrow(), self.right.to_arrow()
         if self.op != "/":
             return getattr(pc, _ARITH[self.op])(a, b)
-        a, b = pc.cast(a, pa.float64()), pc.cast(b, pa.float64())
-        return pc.if_else(pc.equal(b, pc.scalar(0.0)), pc.scalar(None), pc.divide(a, b))
+        a, b = a.cast(pa.float64()), b.cast(pa.float64())
+        return pc.if_else(pc.equal(b, pc.scalar(0.0)), pc.scalar(pa.scalar(None, pa.float64())), pc.divide(a, b))
 
 
 class Logical(_Binary):
