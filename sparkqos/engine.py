@@ -164,10 +164,11 @@ class ExecutorState(SchedulerState):
         for log in self._logs:
             log.append(op)
 
-    def enqueue(self, op: str, port: int, batch: pa.RecordBatch) -> None:
+    def enqueue(self, op: str, port: int, batch: pa.RecordBatch, oldest: float | None = None,
+                ordered: bool = False) -> None:
         q = self.ports[op][port]
         before = q.nbytes
-        q.push(batch)
+        q.push(batch, oldest, ordered)
         self._total_rows += batch.num_rows
         self._total_bytes += q.nbytes - before
         self.refresh(op)
@@ -228,6 +229,8 @@ class Executor:
     ``tolerance`` how far a smoothed estimate must move before strategies see it;
     ``stats_period`` the statistics window (thesis: one second); ``starvation_limit`` how many
     consecutive picks of an operator with no work are tolerated (thesis §3.2.4).
+    ``whole_batches`` rounds fig 4.1's amount up to whole queued batches for single-input
+    operators (fewer, larger kernel calls; the rule stays exact when False, the default).
 
     Unit kinds: ``operator`` runs one operator for its quota; ``path`` / ``segment`` run each
     operator once bottom-up, or with ``carry`` feed each operator exactly what the one below
@@ -237,7 +240,8 @@ class Executor:
 
     def __init__(self, compiled: CompiledPlan, scheduler: Scheduler, clock: Callable[[], float] = time.monotonic,
                  ratio: float = RATIO, threshold: int = THRESHOLD, w: float = DEFAULT_WEIGHT,
-                 tolerance: float = 0.2, stats_period: float = 1.0, starvation_limit: int = 100):
+                 tolerance: float = 0.2, stats_period: float = 1.0, starvation_limit: int = 100,
+                 whole_batches: bool = False):
         if not 0 < ratio <= 1:
             raise ValueError(f"workload ratio must be in (0, 1], got {ratio!r}")
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
@@ -247,6 +251,7 @@ class Executor:
         self.scheduler = scheduler
         self.clock = clock
         self.ratio, self.threshold = ratio, threshold
+        self.whole_batches = bool(whole_batches)
         self.stats_period = stats_period
         self.starvation_limit = starvation_limit
         self.state = ExecutorState(compiled, clock, w, tolerance)
@@ -260,10 +265,22 @@ class Executor:
             consumer = self.plan.consumer(op.name)
             self._next[op.name] = None if consumer is None else (consumer, self.plan[consumer].inputs.index(op.name))
         self._query = {op.name: self.plan.query_of(op.name) for op in self.plan}
+        # Streams arrive in order; order-preserving operators over ordered inputs stay ordered.
+        self._ordered: dict[str, bool] = {}
+        for name in self.plan.names:
+            self._ordered_output(name)
         self._seq = {s: 0 for s in self.plan.streams}
         self._outputs: dict[str, list[pa.RecordBatch]] = {q: [] for q in compiled.roots}
         self._next_window: float | None = None
         self.starved_picks = 0
+
+    def _ordered_output(self, name: str) -> bool:
+        if name not in self._ordered:
+            op = self._ops[name]
+            self._ordered[name] = op.preserves_order and all(
+                i in self._targets or self._ordered_output(i) for i in self.plan[name].inputs
+            )
+        return self._ordered[name]
 
     # -- input -------------------------------------------------------------------------------------
     def _check_schema(self, stream: str, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -302,7 +319,7 @@ class Executor:
         stamped = stamp(batch, t, self._seq[stream])
         self._seq[stream] += n
         for op, port in self._targets[stream]:
-            self.state.enqueue(op, port, stamped)
+            self.state.enqueue(op, port, stamped, t, True)
         return n
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -344,10 +361,14 @@ class Executor:
         return report
 
     def _limit(self, op: str, quota_tuples: float | None) -> int:
-        n = int(self.state.queued(op))
+        ports = self.state.ports[op]
+        n = ports[0].rows if len(ports) == 1 else int(self.state.queued(op))
         if quota_tuples is not None:
             return max(1, min(n, int(math.ceil(quota_tuples))))
-        return workload(n, self.ratio, self.threshold)
+        a = workload(n, self.ratio, self.threshold)
+        if self.whole_batches and a < n and len(ports) == 1:
+            a = ports[0].rows_through(a)
+        return a
 
     def _run_unit(self, unit: Unit, report: RunReport) -> None:
         state = self.state
@@ -414,9 +435,10 @@ class Executor:
                 state.record_output(n, n * now - arrivals)
                 sink.append(b.append_column(EMIT, pa.array([now] * n, pa.float64())))
         else:
+            ordered = self._ordered[name]
             for b in batches:
                 if b.num_rows:
-                    state.enqueue(target[0], target[1], b)
+                    state.enqueue(target[0], target[1], b, None, ordered)
 
     def finish(self, budget_s: float | None = None) -> RunReport:
         """End of input: drain every queue, let blocking joins finish their inputs and flush

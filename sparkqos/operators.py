@@ -68,6 +68,8 @@ class PhysicalOperator:
     arity = 1
     selectivity = 1.0
     cost_s = 1e-6
+    #: Output rows keep the order of input rows (so arrival order survives).
+    preserves_order = False
 
     def __init__(self) -> None:
         self.name = "?"
@@ -100,14 +102,14 @@ class PhysicalOperator:
 
     def run(self, ports: Sequence[BatchQueue], limit: int, final: bool = False) -> tuple[int, list[pa.RecordBatch]]:
         """Consume up to ``limit`` rows from the input queues; returns (rows consumed, output)."""
-        out: list[pa.RecordBatch] = []
-        consumed = 0
-        for batch in ports[0].take(limit):
-            consumed += batch.num_rows
-            res = self.process(batch)
-            if res is not None and res.num_rows:
-                out.append(res)
-        return consumed, out
+        taken = ports[0].take(limit)
+        if not taken:
+            return 0, []
+        # One kernel call per run: copying a few slices together is cheaper than calling every
+        # kernel once per slice.
+        batch = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
+        res = self.process(batch)
+        return batch.num_rows, ([] if res is None or res.num_rows == 0 else [res])
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
         raise NotImplementedError
@@ -145,6 +147,7 @@ class Select(PhysicalOperator):
 
     kind = "filter"
     selectivity = 0.5
+    preserves_order = True
 
     def __init__(self, predicate: Expr):
         super().__init__()
@@ -182,6 +185,7 @@ class Project(PhysicalOperator):
     """
 
     kind = "map"
+    preserves_order = True
 
     def __init__(self, exprs: Sequence[Expr | str]):
         super().__init__()
@@ -291,6 +295,7 @@ class Synthetic(PhysicalOperator):
     """
 
     kind = "filter"
+    preserves_order = True
     MODULUS = 2_147_483_647
     A1, A2 = 48_271, 69_621
 

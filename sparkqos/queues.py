@@ -79,7 +79,7 @@ class BatchQueue:
 
     def __init__(self, schema: pa.Schema):
         self.schema = schema
-        self._batches: deque[list] = deque()  # [batch, rows, nbytes, min arrival]
+        self._batches: deque[list] = deque()  # [batch, rows, nbytes, min arrival, ordered]
         self.rows = 0
         self.nbytes = 0
         self._oldest: float | None = None
@@ -94,14 +94,19 @@ class BatchQueue:
     def batch_count(self) -> int:
         return len(self._batches)
 
-    def push(self, batch: pa.RecordBatch, oldest: float | None = None) -> None:
+    def push(self, batch: pa.RecordBatch, oldest: float | None = None, ordered: bool = False) -> None:
+        """Append ``batch``; ``ordered`` promises its arrival column does not decrease, so the
+        first row is the oldest (saves a scan per batch and per split)."""
         n = batch.num_rows
         if n == 0:
             return
         if oldest is None:
-            oldest = float(pc.min(batch.column(ARRIVAL)).as_py())
-        size = batch.nbytes
-        self._batches.append([batch, n, size, oldest])
+            arrivals = batch.column(ARRIVAL)
+            oldest = float(arrivals[0].as_py() if ordered else pc.min(arrivals).as_py())
+        # Buffer sizes, not RecordBatch.nbytes: 40× cheaper, and a slice keeps its whole
+        # buffers alive anyway. A split divides the size pro rata.
+        size = batch.get_total_buffer_size()
+        self._batches.append([batch, n, size, oldest, ordered])
         self.rows += n
         self.nbytes += size
         if self._oldest is None or oldest < self._oldest:
@@ -121,8 +126,18 @@ class BatchQueue:
             return None
         return float(self._batches[0][0].column(ARRIVAL)[0].as_py())
 
+    def rows_through(self, k: int) -> int:
+        """Rows from the front up to the end of the batch holding row ``k`` (``k`` rounded up
+        to whole batches)."""
+        total = 0
+        for e in self._batches:
+            total += e[1]
+            if total >= k:
+                return total
+        return total
+
     def _pop_entry(self) -> pa.RecordBatch:
-        batch, n, size, low = self._batches.popleft()
+        batch, n, size, low, _ = self._batches.popleft()
         self.rows -= n
         self.nbytes -= size
         if self._oldest is not None and low <= self._oldest:
@@ -135,7 +150,8 @@ class BatchQueue:
         front, rest = batch.slice(0, k), batch.slice(k)
         rest_size = size * (n - k) // n
         entry[0], entry[1], entry[2] = rest, n - k, rest_size
-        entry[3] = float(pc.min(rest.column(ARRIVAL)).as_py())
+        arrivals = rest.column(ARRIVAL)
+        entry[3] = float(arrivals[0].as_py() if entry[4] else pc.min(arrivals).as_py())
         self.rows -= k
         self.nbytes -= size - rest_size
         self._oldest = None
