@@ -30,40 +30,63 @@ def _check(name: str, value: float, low: float = 0.0, strict: bool = True) -> fl
 
 
 def flow_periods(
-    rng: np.random.Generator, on_scale: float = 1.0, until: float = math.inf
+    rng: np.random.Generator,
+    on_scale: float = 1.0,
+    until: float = math.inf,
+    off_scale: float | None = None,
+    stationary: bool = False,
 ) -> Iterator[tuple[float, float, bool]]:
     """``(start, end, on)`` periods of one ON/OFF flow up to ``until`` (endless by default).
 
-    The flow starts at a random phase (so superposed flows do not switch together) and in ON with
-    probability equal to its long-run ON fraction; ON lengths are Pareto a = 1.4, OFF lengths
-    Pareto a = 1.2, both with minimum ``on_scale``. The caller may draw from ``rng`` between
-    periods: the draws are interleaved in a fixed order, so a seed fixes the whole sequence.
+    ON lengths are Pareto a = 1.4 with minimum ``on_scale``, OFF lengths Pareto a = 1.2 with
+    minimum ``off_scale`` (default ``on_scale``). The flow starts in ON with probability equal to
+    its long-run ON fraction. By default it starts at a random phase with a fresh period; with
+    ``stationary`` it starts at 0 inside a period drawn from the residual-life distribution, so the
+    expected ON fraction is the long-run one at every instant (a fresh start is ON too often for a
+    long while, because the heavy OFF tail is under-represented early). The caller may draw from
+    ``rng`` between periods: the draws are interleaved in a fixed order, so a seed fixes the sequence.
 
     >>> p = flow_periods(np.random.default_rng(0), 1.0)
     >>> [(round(a, 2), round(b, 2), on) for a, b, on in (next(p), next(p))]
     [(-6.05, -5.04, True), (-5.04, -4.03, False)]
     """
-    mean_on, mean_off = _mean_periods(on_scale)
-    t = -rng.uniform(0, mean_on + mean_off)
-    on = rng.random() < mean_on / (mean_on + mean_off)
+    off_scale = on_scale if off_scale is None else off_scale
+    mean_on, mean_off = _mean_periods(on_scale, off_scale)
+    if stationary:
+        t = 0.0
+        on = rng.random() < mean_on / (mean_on + mean_off)
+        shape, scale = (ON_SHAPE, on_scale) if on else (OFF_SHAPE, off_scale)
+        # residual life of Pareto(a, b): U(0, b) with probability (a - 1)/a, else Pareto(a - 1, b)
+        if rng.random() < (shape - 1) / shape:
+            first = scale * rng.random()
+        else:
+            first = scale * (1 + rng.pareto(shape - 1))
+        if t < until:
+            yield t, t + first, on
+        t += first
+        on = not on
+    else:
+        t = -rng.uniform(0, mean_on + mean_off)
+        on = rng.random() < mean_on / (mean_on + mean_off)
     while t < until:
-        length = on_scale * (1 + rng.pareto(ON_SHAPE if on else OFF_SHAPE))
+        length = on_scale * (1 + rng.pareto(ON_SHAPE)) if on else off_scale * (1 + rng.pareto(OFF_SHAPE))
         yield t, t + length, on
         t += length
         on = not on
 
 
-def _mean_periods(on_scale: float) -> tuple[float, float]:
-    return ON_SHAPE * on_scale / (ON_SHAPE - 1), OFF_SHAPE * on_scale / (OFF_SHAPE - 1)
+def _mean_periods(on_scale: float, off_scale: float | None = None) -> tuple[float, float]:
+    off_scale = on_scale if off_scale is None else off_scale
+    return ON_SHAPE * on_scale / (ON_SHAPE - 1), OFF_SHAPE * off_scale / (OFF_SHAPE - 1)
 
 
-def flow_on_rate(mean_rate: float, flows: int, on_scale: float = 1.0) -> float:
+def flow_on_rate(mean_rate: float, flows: int, on_scale: float = 1.0, off_scale: float | None = None) -> float:
     """Sending rate of one flow while ON so that ``flows`` flows together average ``mean_rate``.
 
     >>> round(flow_on_rate(95.0, 10), 6)  # ON 3.5 of every 9.5 time units on average
     25.785714
     """
-    mean_on, mean_off = _mean_periods(on_scale)
+    mean_on, mean_off = _mean_periods(on_scale, off_scale)
     return mean_rate / flows * (mean_on + mean_off) / mean_on
 
 
