@@ -1,0 +1,288 @@
+"""Sinks for the outputs of a trigger: one call per trigger for all queries, idempotent per batch.
+
+DESIGN.md (Spark integration) measured a Spark write at ~0.44 s fixed cost, so the default sink
+writes Parquet straight with pyarrow — ``out/query=NAME/batch=ID.parquet`` via a temporary file and
+an atomic rename — and a replayed batch id rewrites the same files instead of adding rows. The
+layout is Hive-partitioned, so ``spark.read.parquet(out)`` sees a ``query`` column too.
+
+Every sink has one method, ``write(batch_id, outputs)`` with ``outputs`` a mapping from query name
+to a ``pyarrow.Table``:
+
+* ``ParquetSink(path)`` — the default; ``read_parquet_sink(path)`` loads it back.
+* ``MemorySink()`` — Arrow tables kept per query for notebooks; ``to_spark`` makes a temp view.
+* ``DataFrameSink(spark, fn)`` — any DataFrame writer: all queries' rows in ONE DataFrame (columns
+  ``batch_id``, ``query`` plus the union of the output columns), one Spark job per trigger.
+  ``partitioned_writer(path)`` is an idempotent ``fn`` (dynamic partition overwrite).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkqos.errors import SinkError
+
+if TYPE_CHECKING:  # pyspark is imported lazily so the file sink works without a JVM
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "Sink",
+    "ParquetSink",
+    "MemorySink",
+    "DataFrameSink",
+    "partitioned_writer",
+    "read_parquet_sink",
+]
+
+_QUERY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_BATCH_FILE = re.compile(r"^batch=(\d+)\.parquet$")
+
+
+def check_batch_id(batch_id: Any) -> int:
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+        raise SinkError(f"batch id must be an integer >= 0, got {batch_id!r}")
+    return batch_id
+
+
+def check_outputs(outputs: Any) -> dict[str, pa.Table]:
+    """Validate ``{query name: table}``; RecordBatches are accepted and turned into tables."""
+    if not isinstance(outputs, Mapping):
+        raise SinkError(f"outputs must be a mapping of query name to pyarrow.Table, got {type(outputs).__name__}")
+    checked = {}
+    for name, table in outputs.items():
+        if not isinstance(name, str) or not _QUERY_NAME.match(name):
+            raise SinkError(
+                f"query name {name!r} cannot name a sink partition; use letters, digits, '_', '.', '-'"
+            )
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if not isinstance(table, pa.Table):
+            raise SinkError(f"output of query {name!r} must be a pyarrow.Table, got {type(table).__name__}")
+        checked[name] = table
+    return checked
+
+
+class Sink:
+    """Base class: ``write(batch_id, outputs)`` stores one trigger's outputs of every query."""
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+        raise NotImplementedError
+
+
+class ParquetSink(Sink):
+    """Parquet files ``path/query=NAME/batch=ID.parquet`` written with pyarrow, no Spark job.
+
+    Writing batch ``b`` replaces every ``batch=b`` file: queries present in ``outputs`` get their
+    file rewritten, queries absent lose a ``batch=b`` file left by an earlier attempt, so the sink
+    holds exactly the last attempt of each batch. Empty outputs write no file.
+
+    >>> import tempfile, pyarrow as pa
+    >>> sink = ParquetSink(tempfile.mkdtemp())
+    >>> sink.write(0, {"fire": pa.table({"t": [71.5]}), "stats": pa.table({"n": [3]})})
+    >>> sink.write(1, {"fire": pa.table({"t": [80.0, 90.0]})})
+    >>> sink.write(1, {"fire": pa.table({"t": [80.0, 90.0]})})   # replayed after a crash
+    >>> {q: t.num_rows for q, t in sorted(sink.read().items())}
+    {'fire': 3, 'stats': 1}
+    """
+
+    def __init__(self, path: str | os.PathLike, compression: str = "zstd", fsync: bool = True):
+        self.path = Path(path)
+        self.compression = compression
+        self.fsync = fsync
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"ParquetSink({str(self.path)!r}, compression={self.compression!r}, fsync={self.fsync})"
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+        batch_id = check_batch_id(batch_id)
+        outputs = check_outputs(outputs)
+        name = f"batch={batch_id}.parquet"
+        written = set()
+        for query, table in outputs.items():
+            if table.num_rows == 0:
+                continue
+            folder = self.path / f"query={query}"
+            folder.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    pq.write_table(table, f, compression=self.compression)
+                    f.flush()
+                    if self.fsync:
+                        os.fsync(f.fileno())
+                os.replace(tmp, folder / name)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+                raise
+            written.add(folder)
+        for folder in self.path.glob("query=*"):
+            stale = folder / name
+            if folder not in written and stale.exists():
+                stale.unlink()
+        if self.fsync:
+            for folder in written:
+                _fsync_dir(folder)
+
+    def read(self, with_batch_id: bool = False) -> dict[str, pa.Table]:
+        return read_parquet_sink(self.path, with_batch_id=with_batch_id)
+
+
+def read_parquet_sink(path: str | os.PathLike, with_batch_id: bool = False) -> dict[str, pa.Table]:
+    """Load a ``ParquetSink`` directory: ``{query: rows in batch order}``.
+
+    Each batch lives in exactly one file, so there is nothing to deduplicate. ``with_batch_id``
+    adds an int64 ``batch_id`` column. Hidden temp files of an interrupted write are ignored.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise SinkError(f"sink directory {str(root)!r} does not exist")
+    result = {}
+    for folder in sorted(root.glob("query=*")):
+        files = []
+        for entry in os.listdir(folder):
+            m = _BATCH_FILE.match(entry)
+            if m:
+                files.append((int(m.group(1)), folder / entry))
+        tables = []
+        for batch_id, file in sorted(files):
+            table = pq.read_table(file)
+            if with_batch_id:
+                table = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
+            tables.append(table)
+        if tables:
+            result[folder.name.split("=", 1)[1]] = pa.concat_tables(tables, promote_options="default")
+    return result
+
+
+class MemorySink(Sink):
+    """Arrow tables per query kept in memory (notebooks, tests); a replayed batch replaces its rows.
+
+    >>> import pyarrow as pa
+    >>> sink = MemorySink()
+    >>> sink.write(0, {"anomaly": pa.table({"s": [1, 2]})})
+    >>> sink.write(0, {"anomaly": pa.table({"s": [1, 2]})})
+    >>> sink.table("anomaly").num_rows, sink.queries()
+    (2, ['anomaly'])
+    """
+
+    def __init__(self) -> None:
+        self._batches: dict[str, dict[int, pa.Table]] = {}
+
+    def __repr__(self) -> str:
+        return "MemorySink()"
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+        batch_id = check_batch_id(batch_id)
+        outputs = check_outputs(outputs)
+        for per_query in self._batches.values():
+            per_query.pop(batch_id, None)
+        for query, table in outputs.items():
+            if table.num_rows:
+                self._batches.setdefault(query, {})[batch_id] = table
+
+    def queries(self) -> list[str]:
+        return sorted(q for q, b in self._batches.items() if b)
+
+    def table(self, query: str) -> pa.Table:
+        """All rows of ``query`` in batch order."""
+        batches = self._batches.get(query)
+        if not batches:
+            raise SinkError(f"no rows for query {query!r}; queries with rows: {self.queries()}")
+        return pa.concat_tables([batches[b] for b in sorted(batches)], promote_options="default")
+
+    def to_spark(self, spark: SparkSession, query: str, view: str | None = None) -> DataFrame:
+        """The rows of ``query`` as a Spark DataFrame, also registered as temp view ``view`` (default: the query name)."""
+        df = spark.createDataFrame(self.table(query))
+        df.createOrReplaceTempView(view or query.replace(".", "_").replace("-", "_"))
+        return df
+
+
+def union_outputs(batch_id: int, outputs: Mapping[str, pa.Table]) -> pa.Table | None:
+    """One table holding every query's rows: ``batch_id``, ``query``, then the union of columns.
+
+    Columns a query lacks are null; a column with conflicting types across queries is an error.
+    """
+    tables = []
+    for query, table in outputs.items():
+        if table.num_rows == 0:
+            continue
+        n = table.num_rows
+        tagged = pa.table(
+            [pa.array([batch_id] * n, pa.int64()), pa.array([query] * n, pa.string()), *table.columns],
+            names=["batch_id", "query", *table.column_names],
+        )
+        tables.append(tagged)
+    if not tables:
+        return None
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SinkError(f"outputs of batch {batch_id} cannot share one DataFrame: {exc}") from None
+
+
+class DataFrameSink(Sink):
+    """Any DataFrame writer: ``fn(df, batch_id)`` gets every query's rows of a trigger in one DataFrame.
+
+    ``df`` has columns ``batch_id``, ``query`` and the union of the queries' output columns, so the
+    writer runs one Spark job per trigger (DESIGN.md). Idempotency is ``fn``'s: use
+    ``partitioned_writer(path)`` or a writer keyed on ``batch_id``. Triggers with no rows call nothing.
+    """
+
+    def __init__(self, spark: SparkSession, fn: Callable[[DataFrame, int], Any]):
+        if not callable(fn):
+            raise SinkError(f"fn must be callable as fn(df, batch_id), got {fn!r}")
+        self.spark = spark
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"DataFrameSink(spark, fn={getattr(self.fn, '__name__', self.fn)!r})"
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+        batch_id = check_batch_id(batch_id)
+        table = union_outputs(batch_id, check_outputs(outputs))
+        if table is not None:
+            self.fn(self.spark.createDataFrame(table), batch_id)
+
+
+def partitioned_writer(path: str | os.PathLike, format: str = "parquet") -> Callable[[DataFrame, int], None]:
+    """A ``DataFrameSink`` writer partitioned by (batch_id, query) with dynamic partition overwrite.
+
+    Rewriting a batch replaces exactly its partitions, so a replay writes nothing twice.
+    """
+    target = str(path)
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        (
+            df.write.mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy("batch_id", "query")
+            .format(format)
+            .save(target)
+        )
+
+    write.__name__ = f"partitioned_writer({target!r}, {format!r})"
+    return write
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
