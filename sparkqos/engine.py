@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -270,7 +271,7 @@ class Executor:
         for name in self.plan.names:
             self._ordered_output(name)
         self._seq = {s: 0 for s in self.plan.streams}
-        self._outputs: dict[str, list[pa.RecordBatch]] = {q: [] for q in compiled.roots}
+        self._outputs: dict[str, list[tuple[pa.RecordBatch, float]]] = {q: [] for q in compiled.roots}
         self._next_window: float | None = None
         self.starved_picks = 0
 
@@ -433,7 +434,7 @@ class Executor:
                     continue
                 arrivals = pc.sum(b.column(ARRIVAL)).as_py()
                 state.record_output(n, n * now - arrivals)
-                sink.append(b.append_column(EMIT, pa.array([now] * n, pa.float64())))
+                sink.append((b, now))  # the emit column is built when results are read
         else:
             ordered = self._ordered[name]
             for b in batches:
@@ -472,7 +473,8 @@ class Executor:
         ``internal``)."""
         root = self.compiled._root(query)
         schema = self._ops[root].schema.append(pa.field(EMIT, pa.float64()))
-        table = pa.Table.from_batches(self._outputs[query], schema=schema)
+        batches = [b.append_column(EMIT, pa.array(np.full(b.num_rows, t))) for b, t in self._outputs[query]]
+        table = pa.Table.from_batches(batches, schema=schema)
         if internal:
             return table
         return table.select([n for n in table.column_names if n not in INTERNAL and n != EMIT])
