@@ -327,3 +327,13 @@ def test_replayed_batch_after_a_crash_has_the_same_rows(registered, tmp_path):
     run()
     assert len(seen[2]) == 2 and seen[2][0].num_rows > 0
     assert seen[2][1].equals(seen[2][0])
+
+
+def test_replay_retime_stamps_the_release_time(trace_files):
+    table, parquet, _ = trace_files
+    reader = _reader(ReplaySource, path=parquet, speed=2, retime="true", start=1_000)
+    span = int(ReplayTrace(parquet).trace_us(table).max()) + 1
+    rows = _read(reader, {"origin_us": 1_000 * US, "t_us": 0, "seed": 0}, {"origin_us": 1_000 * US, "t_us": span, "seed": 0})
+    trace = ReplayTrace(parquet).trace_us(table)
+    assert rows.column("ts").cast(pa.int64()).to_pylist() == list(1_000 * US + trace // 2)
+    assert rows.drop_columns(["ts"]).equals(table.drop_columns(["ts"]))

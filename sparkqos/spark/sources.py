@@ -24,7 +24,8 @@ all synthetic sources      ``rate`` mean rows/s (100), ``seed``, ``payload`` sen
                            default: when the query first starts), ``duration`` seconds after
                            which the stream ends, ``maxSecondsPerTrigger`` cap on one batch's
                            stream time, ``numPartitions`` (1)
-bursty                     ``onScale`` minimum ON/OFF period in seconds (1.0)
+bursty                     ``onScale`` minimum ON period (1 s), ``offScale`` minimum OFF
+                           period (60 s; see below)
 poisson                    ``period`` seconds between mean changes (5), ``spread`` (0.3),
                            ``burstProbability`` (0.25), ``burstFactor`` (2.0); ``rate`` is the
                            long-run mean including bursts
@@ -34,6 +35,16 @@ replay                     ``path`` (CSV or Parquet), ``format`` (from the exten
                            exactly as recorded; true: the timestamp column becomes the replay time),
                            ``start``, ``maxSecondsPerTrigger``
 =========================  =================================================================
+
+Bursty defaults: Jiang §5.1 gives one Pareto minimum for ON and OFF; with 64 flows that keeps
+~24 flows ON at any time and per-second counts vary little (CV ≈ 0.17, ``offScale=1``). The
+default ``offScale`` of 60 s leaves ~0.6 flows ON on average, so traffic comes in bursts with
+quiet gaps (CV of per-second counts ≈ 1.2). Flows start in their stationary regime, so the
+expected rate is exactly ``rate``; a single run's mean converges slowly, as self-similar traffic
+does (one-hour runs range about 0.7-1.45 × ``rate``).
+
+Replay reads the file on the executors for every batch (fine for traces up to some hundred MB;
+on a cluster the path must be visible to every executor).
 
 Payloads: sensor ``(sensor_id int, location string, temperature double, humidity double, ts)``,
 with rare fire readings above 60 °C; packet ``(src string, dst string, size int, protocol string, ts)``.
