@@ -304,10 +304,12 @@ class Executor:
             batch = batch.select(expected.names)
         return batch
 
-    def ingest(self, stream: str, batch: pa.RecordBatch | pa.Table, arrival: float | None = None) -> int:
+    def ingest(self, stream: str, batch: pa.RecordBatch | pa.Table,
+               arrival: float | np.ndarray | None = None) -> int:
         """Queue ``batch`` for every operator reading ``stream`` (each query its own copy),
-        stamped with ``arrival`` (default: now). A batch whose schema does not match raises
-        :class:`SchemaMismatch` and changes nothing."""
+        stamped with ``arrival``: one time for the batch (default: now) or an array with one per
+        row (e.g. the source's event timestamps). A batch whose schema does not match, or
+        arrivals that are not finite numbers, raise and change nothing."""
         if stream not in self._targets:
             raise SchemaMismatch(f"unknown stream {stream!r}; the plan reads {list(self.plan.streams)}")
         if self.state.finished:
@@ -316,11 +318,21 @@ class Executor:
         n = batch.num_rows
         if n == 0:
             return 0
-        t = self.clock() if arrival is None else float(arrival)
+        if arrival is not None and np.ndim(arrival) == 1:
+            t = np.asarray(arrival, dtype=np.float64)
+            if t.shape != (n,) or not np.all(np.isfinite(t)):
+                raise SchemaMismatch(f"stream {stream!r}: need {n} finite arrival times, got "
+                                     f"{t.shape[0]} with {int(np.sum(~np.isfinite(t)))} not finite")
+            oldest, ordered = float(t.min()), bool(np.all(t[1:] >= t[:-1]))
+        else:
+            t = self.clock() if arrival is None else float(arrival)
+            if not math.isfinite(t):
+                raise SchemaMismatch(f"stream {stream!r}: arrival time must be finite, got {t!r}")
+            oldest, ordered = t, True
         stamped = stamp(batch, t, self._seq[stream])
         self._seq[stream] += n
         for op, port in self._targets[stream]:
-            self.state.enqueue(op, port, stamped, t, True)
+            self.state.enqueue(op, port, stamped, oldest, ordered)
         return n
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -479,27 +491,60 @@ class Executor:
             return table
         return table.select([n for n in table.column_names if n not in INTERNAL and n != EMIT])
 
+    def take_outputs(self) -> dict[str, pa.Table]:
+        """What every query delivered since the last call (with ``__arrival``/``__seq``/``__emit``),
+        and forget it: a streaming runner hands each trigger's outputs to its sink this way."""
+        out = {}
+        for query in self._outputs:
+            out[query] = self.result(query, internal=True)
+            self._outputs[query] = []
+        return out
+
     def delays(self, query: str) -> pa.Array:
         """Per-row delay (emit − arrival) of ``query``'s outputs."""
         t = self.result(query, internal=True)
         return pc.subtract(t.column(EMIT), t.column(ARRIVAL)).combine_chunks()
 
     # -- checkpoints -----------------------------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
-        """Leftover queues and operator state (Arrow IPC bytes), sequence numbers, statistics and
-        the strategy's own state, for a checkpoint."""
-        return {
-            "queues": {n: [q.to_ipc() for q in ports] for n, ports in self.state.ports.items()},
+    def queue_tables(self) -> dict[str, pa.Table]:
+        """Leftover rows of every non-empty input queue, keyed ``"operator#port"`` (with the
+        executor's internal columns), for a checkpoint that stores Arrow tables."""
+        out = {}
+        for name, ports in self.state.ports.items():
+            for port, q in enumerate(ports):
+                batches = list(q.batches())
+                if batches:
+                    out[f"{name}#{port}"] = pa.Table.from_batches(batches)
+        return out
+
+    def load_queue_tables(self, tables: dict[str, pa.Table]) -> None:
+        """Queue again what :meth:`queue_tables` returned (into a fresh executor of the same plan)."""
+        for key, table in tables.items():
+            name, _, port = key.rpartition("#")
+            if name not in self.state.ports or not port.isdigit() or int(port) >= len(self.state.ports[name]):
+                raise SchemaMismatch(f"checkpointed queue {key!r} does not belong to this plan")
+            for batch in table.to_batches():
+                if batch.num_rows:
+                    self.state.enqueue(name, int(port), batch)
+
+    def to_state(self, queues: bool = True) -> dict[str, Any]:
+        """Leftover queues (unless ``queues=False``: see :meth:`queue_tables`) and operator state
+        (Arrow IPC bytes), sequence numbers, statistics and the strategy's own state, for a
+        checkpoint."""
+        out = {
             "operators": {n: op.to_state() for n, op in self._ops.items()},
             "seq": dict(self._seq),
             "stats": self.state.stats.to_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
+        if queues:
+            out["queues"] = {n: [q.to_ipc() for q in ports] for n, ports in self.state.ports.items()}
+        return out
 
     def load_state(self, data: dict[str, Any]) -> None:
         """Restore :meth:`to_state` into a fresh executor of the same plan."""
         state = self.state
-        for name, blobs in data["queues"].items():
+        for name, blobs in data.get("queues", {}).items():
             for port, blob in enumerate(blobs):
                 for batch in BatchQueue.from_ipc(blob).batches():
                     state.enqueue(name, port, batch)

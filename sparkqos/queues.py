@@ -42,12 +42,13 @@ def workload(queued: int, ratio: float = RATIO, threshold: int = THRESHOLD) -> i
     return a if a > threshold else queued
 
 
-def stamp(batch: pa.RecordBatch, arrival: float, first_seq: int) -> pa.RecordBatch:
-    """``batch`` with the executor's columns appended: arrival time and sequence numbers
-    ``first_seq, first_seq + 1, …``."""
+def stamp(batch: pa.RecordBatch, arrival: float | np.ndarray, first_seq: int) -> pa.RecordBatch:
+    """``batch`` with the executor's columns appended: arrival time (one for the batch, or one
+    per row) and sequence numbers ``first_seq, first_seq + 1, …``."""
     n = batch.num_rows
+    arrivals = np.full(n, arrival, dtype=np.float64) if np.ndim(arrival) == 0 else np.asarray(arrival, dtype=np.float64)
     arrays = list(batch.columns) + [
-        pa.array(np.full(n, arrival, dtype=np.float64)),
+        pa.array(arrivals),
         pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
     ]
     names = list(batch.schema.names) + [ARRIVAL, SEQ]
