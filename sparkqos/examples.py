@@ -1,0 +1,56 @@
+"""The sensor-network query set used by the main job, the experiments and the benchmarks.
+
+Over one stream of sensor readings (the ``sparkqos.bursty`` source's sensor payload):
+
+* ``fire`` (class H): hot and dry readings — the critical query;
+* ``anomaly`` (class C): readings out of their usual range, scored by a costly model;
+* ``zone_stats`` (class N): per-zone count / mean temperature / max humidity per 10 s window;
+* ``archive`` (class N): every reading enriched for logging (costly, keeps everything).
+
+``work_us`` scales the declared per-row CPU work of the two costly steps (synthetic operators,
+DESIGN.md "Operators in the executor"), so the same plan can run near capacity on any machine.
+
+>>> qs = sensor_queries()
+>>> sorted(q.klass for q in qs.build().plan.queries.values())
+['C', 'H', 'N', 'N']
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from sparkqos.expr import avg, col, count, max_
+from sparkqos.query import QuerySet
+
+#: Class priorities (CQC's 6/3/1).
+SENSOR_CLASSES = {"H": 6.0, "C": 3.0, "N": 1.0}
+
+#: The plan's view of a sensor reading: event time as float seconds since the epoch.
+SENSOR_SCHEMA = pa.schema([
+    ("sensor_id", pa.int32()),
+    ("location", pa.string()),
+    ("temperature", pa.float64()),
+    ("humidity", pa.float64()),
+    ("ts", pa.float64()),
+])
+
+
+def sensor_queries(work_us: float = 20.0, window_s: float = 10.0, classes: dict[str, float] | None = None) -> QuerySet:
+    """The four sensor queries; ``work_us`` µs of declared work per row for the costly steps."""
+    if not work_us >= 0:
+        raise ValueError(f"work_us must be >= 0, got {work_us!r}")
+    qs = QuerySet(classes=classes or SENSOR_CLASSES)
+    s = qs.stream("sensors", SENSOR_SCHEMA)
+    (s.where((col("temperature") > 55) & (col("humidity") < 25))
+      .select("sensor_id", "location", "temperature", "humidity", "ts")
+      .sink("fire", klass="H"))
+    (s.where((col("temperature") > 29.0) | (col("humidity") > 71.0))
+      .synthetic(selectivity=0.5, cost_s=work_us * 1e-6, seed=11)
+      .select("sensor_id", "location", "temperature", "humidity", "ts")
+      .sink("anomaly", klass="C"))
+    (s.window_agg("location", [count(), avg("temperature"), max_("humidity")], time_col="ts", size=window_s)
+      .sink("zone_stats", klass="N"))
+    (s.synthetic(selectivity=1.0, cost_s=work_us * 1e-6, seed=12)
+      .select("sensor_id", "location", "temperature", "humidity", "ts")
+      .sink("archive", klass="N"))
+    return qs
