@@ -81,7 +81,8 @@ class QosStream:
 
     Build it with :func:`sparkqos.stream`; ``start()`` returns the real ``StreamingQuery``.
     ``lastProgress`` / ``recentProgress`` give the metrics of the last triggers in Spark's style
-    (plus ``queuedRows``, ``delayMsP99``, ``strategy``…); ``on_progress`` is called with each.
+    (plus ``queuedRows``, ``delayMsP99``, ``strategy``…); ``on_progress`` is called with each, and
+    ``on_delays(batch_id, {query: seconds})`` with every output row's delay.
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class QosStream:
         keep_checkpoints: int = 3,
         whole_batches: bool = True,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
+        on_delays: Callable[[int, dict[str, np.ndarray]], None] | None = None,
         executor_args: Mapping[str, Any] | None = None,
     ):
         if not getattr(df, "isStreaming", False):
@@ -144,6 +146,7 @@ class QosStream:
             raise RunnerError(f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})")
         self.arrival_col = arrival_col
         self.on_progress = on_progress
+        self.on_delays = on_delays
         self.executor = Executor(compiled.fresh(), self.scheduler, clock=time.time,
                                  whole_batches=whole_batches, **dict(executor_args or {}))
         self.last_batch = -1
@@ -258,6 +261,8 @@ class QosStream:
         outputs = self.executor.take_outputs()
         delays = {q: pc.subtract(t.column(EMIT), t.column(ARRIVAL)).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
                   for q, t in outputs.items()}
+        if self.on_delays is not None:
+            self.on_delays(batch_id, delays)
         self.sink.write(batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT])
                                    for q, t in outputs.items()})
         self.store.save(batch_id, self.executor.queue_tables(),
