@@ -49,6 +49,7 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 exec "$venv/bin/spark-submit" \
   --master 'local[*]' \
   --conf spark.ui.enabled=false \
+  --conf spark.log.level=WARN \
   --conf spark.sql.shuffle.partitions=4 \
   --conf spark.sql.execution.arrow.pyspark.enabled=true \
   "$@"

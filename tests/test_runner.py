@@ -180,3 +180,24 @@ def test_bad_configuration_fails_at_construction(spark, replay_df, tmp_path):
 
     with pytest.raises(UnknownStrategy, match="unknown strategy 'chian'"):
         stream(replay_df(), sensor_queries(), checkpoint=tmp_path, strategy="chian")
+
+
+def test_listener_sees_sparkqos_metrics(spark, replay_df, tmp_path):
+    import time
+
+    from sparkqos.spark.listener import QosProgressListener
+
+    seen = []
+    handle = stream(replay_df(), sensor_queries(), strategy="fifo", trigger_s="available_now",
+                    checkpoint=tmp_path / "ckpt", output=tmp_path, name="listened")
+    listener = QosProgressListener(handle, lambda sp, qp: seen.append((sp.batchId, qp)))
+    spark.streams.addListener(listener)
+    try:
+        handle.start().awaitTermination()
+        deadline = time.time() + 10  # listener events arrive asynchronously
+        while len(seen) <= handle.last_batch and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        spark.streams.removeListener(listener)
+    assert [b for b, _ in seen] == list(range(handle.last_batch + 1))
+    assert all(qp is not None and qp["strategy"] == "fifo" and qp["batchId"] == b for b, qp in seen)
