@@ -275,7 +275,46 @@ class LazyHeap:
         return len(self._heap)
 
 
-class PriorityScheduler(Scheduler):
+class HeapScheduler(Scheduler):
+    """Serves the runnable operator with the smallest key, kept in a :class:`LazyHeap`.
+
+    Subclasses give :meth:`_key` (a function of an operator, built from the state on every
+    rebuild) and may override :meth:`_unit` (default: the operator alone). ``REINSERT``: whether
+    an arrival can improve an operator's key (then every enqueue re-inserts it; otherwise only an
+    operator without a live entry is inserted).
+    """
+
+    REINSERT: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self._units: dict[str, Unit] = {}
+        self._heap: LazyHeap | None = None
+
+    @abstractmethod
+    def _key(self, state: SchedulerState) -> Callable[[str], tuple]: ...
+
+    def _unit(self, plan: Plan, op: str) -> Unit:
+        return Unit("operator", (op,))
+
+    def _rebuild(self, state: SchedulerState) -> None:
+        plan = state.plan
+        self._units = {op: self._unit(plan, op) for op in plan.names}
+        self._heap = LazyHeap(self._key(state), state.runnable)
+        for op in state.runnable_operators():
+            self._heap.push(op)
+
+    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
+        if self.REINSERT:
+            self._heap.push(op)
+        else:
+            self._heap.ensure(op)
+
+    def _choose(self, state: SchedulerState) -> Unit | None:
+        op = self._heap.top()
+        return None if op is None else self._units[op]
+
+
+class PriorityScheduler(HeapScheduler):
     """Serves the runnable operator with the highest priority; ties go to the oldest tuple.
 
     Subclasses give :meth:`priorities` (recomputed only when statistics change). Among equally
@@ -284,29 +323,19 @@ class PriorityScheduler(Scheduler):
     the middle of each segment).
     """
 
+    REINSERT = False  # a static priority: only ties on the oldest tuple can change
+
     def __init__(self) -> None:
+        super().__init__()
         self._priority: dict[str, float] = {}
-        self._units: dict[str, Unit] = {}
-        self._heap: LazyHeap | None = None
 
     @abstractmethod
     def priorities(self, state: SchedulerState) -> dict[str, float]: ...
 
-    def _rebuild(self, state: SchedulerState) -> None:
+    def _key(self, state: SchedulerState) -> Callable[[str], tuple]:
         plan = state.plan
-        self._priority = self.priorities(state)
-        self._units = {op: Unit("operator", (op,)) for op in plan.names}
+        self._priority = prio = self.priorities(state)
         index = plan.index
         remaining = {op: len(plan.upstream_path(op)) for op in plan.names}  # fewer = further along
-        prio = self._priority
         oldest = state.oldest
-        self._heap = LazyHeap(lambda op: (-prio[op], oldest(op), remaining[op], index[op]), state.runnable)
-        for op in state.runnable_operators():
-            self._heap.push(op)
-
-    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
-        self._heap.ensure(op)
-
-    def _choose(self, state: SchedulerState) -> Unit | None:
-        op = self._heap.top()
-        return None if op is None else self._units[op]
+        return lambda op: (-prio[op], oldest(op), remaining[op], index[op])

@@ -6,9 +6,10 @@ Thesis (raindrop, Sutherland 2004) §4.2–4.5; Chain paper (Babcock et al. 2003
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
-from sparkqos.schedulers.base import LazyHeap, PriorityScheduler, Scheduler, SchedulerState, Unit
+from sparkqos.plan import Plan
+from sparkqos.schedulers.base import HeapScheduler, PriorityScheduler, Scheduler, SchedulerState, Unit
 
 
 class RoundRobin(Scheduler):
@@ -77,7 +78,7 @@ class RoundRobin(Scheduler):
             self._rebuild(self._state)
 
 
-class Fifo(Scheduler):
+class Fifo(HeapScheduler):
     """Push the oldest waiting tuple through its whole operator path (thesis §4.3, Chain §4.2).
 
     The unit is the path from the operator holding the oldest tuple up to its root, with
@@ -93,26 +94,14 @@ class Fifo(Scheduler):
     ['O1', 'O2', 'O3', 'O1', 'O2', 'O3']
     """
 
-    def __init__(self) -> None:
-        self._heap: LazyHeap | None = None
-        self._units: dict[str, Unit] = {}
+    def _unit(self, plan: Plan, op: str) -> Unit:
+        return Unit("path", plan.upstream_path(op), carry=True)
 
-    def _rebuild(self, state: SchedulerState) -> None:
-        plan = state.plan
-        self._units = {op: Unit("path", plan.upstream_path(op), carry=True) for op in plan.names}
-        index = plan.index
+    def _key(self, state: SchedulerState) -> Callable[[str], tuple]:
+        # REINSERT: a join's second input can bring an older tuple than the one it already holds.
+        index = state.plan.index
         oldest = state.oldest
-        self._heap = LazyHeap(lambda op: (oldest(op), index[op]), state.runnable)
-        for op in state.runnable_operators():
-            self._heap.push(op)
-
-    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
-        # A join's second input can bring an older tuple than the one it already holds.
-        self._heap.push(op)
-
-    def _choose(self, state: SchedulerState) -> Unit | None:
-        op = self._heap.top()
-        return None if op is None else self._units[op]
+        return lambda op: (oldest(op), index[op])
 
 
 class Greedy(PriorityScheduler):
@@ -131,7 +120,7 @@ class Greedy(PriorityScheduler):
         return {op: (1.0 - state.selectivity(op)) / state.cost(op) for op in state.plan.names}
 
 
-class MostTuplesInQueue(Scheduler):
+class MostTuplesInQueue(HeapScheduler):
     """Run the operator with the most tuples in its input queues (thesis §4.5); ties go to the
     oldest tuple.
 
@@ -143,24 +132,9 @@ class MostTuplesInQueue(Scheduler):
     ['O1', 'O1', 'O2', 'O1']
     """
 
-    def __init__(self) -> None:
-        self._heap: LazyHeap | None = None
-        self._units: dict[str, Unit] = {}
-
-    def _rebuild(self, state: SchedulerState) -> None:
-        plan = state.plan
-        self._units = {op: Unit("operator", (op,)) for op in plan.names}
-        index = plan.index
+    def _key(self, state: SchedulerState) -> Callable[[str], tuple]:
+        # REINSERT: unlike a static priority, a growing queue raises the key on every arrival.
+        index = state.plan.index
         queued = state.queued
         oldest = state.oldest
-        self._heap = LazyHeap(lambda op: (-queued(op), oldest(op), index[op]), state.runnable)
-        for op in state.runnable_operators():
-            self._heap.push(op)
-
-    def _on_enqueue(self, op: str, state: SchedulerState) -> None:
-        # Unlike a static priority, a growing queue raises the key: re-insert on every arrival.
-        self._heap.push(op)
-
-    def _choose(self, state: SchedulerState) -> Unit | None:
-        op = self._heap.top()
-        return None if op is None else self._units[op]
+        return lambda op: (-queued(op), oldest(op), index[op])
