@@ -63,6 +63,15 @@ def class_delays(table: pd.DataFrame) -> pd.DataFrame:
     return g.reset_index()[["run", "klass", "mean delay (s)"]]
 
 
+def _relative_time(table: pd.DataFrame) -> pd.DataFrame:
+    """Spark runs stamp triggers with wall-clock seconds since the epoch; plot them from each
+    run's first trigger instead (simulator windows already start near 0)."""
+    start = table.groupby("run")["time_s"].transform("min")
+    wall = start > 1e8
+    first = table.groupby("run")["durationMs"].transform("first").fillna(0) / 1000.0
+    return table.assign(time_s=table["time_s"].where(~wall, table["time_s"] - start + first))
+
+
 def _line_figure(plt, plan: pd.DataFrame, column: str, ylabel: str, path: Path, rate: bool = False) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for run, g in plan.groupby("run", sort=False):
@@ -89,7 +98,7 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
     table = metrics.read(output_dir).to_pandas()
     folder = output_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)
-    plan = table[table["query"] == metrics.PLAN_ROW]
+    plan = _relative_time(table[table["query"] == metrics.PLAN_ROW])
 
     figures: list[tuple[str, str]] = []
     _line_figure(plt, plan, "queuedRows", "queued tuples", folder / "queue.png")
