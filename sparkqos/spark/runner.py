@@ -14,6 +14,14 @@ Each trigger (DESIGN.md, Spark integration):
 Exactly-once: a batch Spark replays after a crash either was checkpointed by us (we skip it: its
 outputs are in the sink, its effect in our state) or was not (we restore the checkpoint of the
 batch before it and run it again; the sink replaces whatever an earlier attempt wrote).
+Bad input never stops the query: rows that do not fit the stream's schema or break its
+``checks`` (:class:`~sparkqos.spark.deadletter.RowChecks`) go to the dead-letter table
+(``<output>/deadletter``) with their reason, in the same trigger, replaced like outputs on replay;
+the progress counts them (``numInputRows`` = ``processedRows`` + ``deadLetteredRows``).
+
+Fault injection for crash tests: ``fault="after_sink:3"`` (or the environment variable
+``SPARKQOS_FAULT`` when the job does not pass ``fault``) SIGKILLs this process at that point of
+batch 3; points are :data:`FAULT_POINTS`, several may be given comma-separated.
 Only this package imports pyspark.
 """
 
@@ -21,6 +29,9 @@ from __future__ import annotations
 
 import base64
 import math
+import os
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -36,10 +47,32 @@ from sparkqos.expr import ARRIVAL, INTERNAL
 from sparkqos.query import CompiledPlan, QuerySet
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.checkpoint import CheckpointStore
+from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
 from sparkqos.spark.sinks import MemorySink, ParquetSink, Sink
 
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
+
+#: Where a crash can be injected, in the order a trigger passes them.
+FAULT_POINTS = ("before_ingest", "after_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress")
+
+
+def parse_faults(text: str | None) -> dict[str, set[int]]:
+    """``"after_sink:3,before_ingest:5"`` → ``{"after_sink": {3}, "before_ingest": {5}}``.
+
+    >>> parse_faults("after_sink:3, after_sink:4")
+    {'after_sink': {3, 4}}
+    """
+    out: dict[str, set[int]] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        point, _, batch = item.partition(":")
+        if point not in FAULT_POINTS or not batch.strip().isdigit():
+            raise RunnerError(f"fault {item!r} must be POINT:BATCH_ID with POINT one of {', '.join(FAULT_POINTS)}")
+        out.setdefault(point, set()).add(int(batch))
+    return out
 
 
 class RunnerError(SparkqosError, ValueError):
@@ -106,6 +139,9 @@ class QosStream:
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         on_delays: Callable[[int, dict[str, np.ndarray]], None] | None = None,
         executor_args: Mapping[str, Any] | None = None,
+        checks: RowChecks | None = None,
+        dead_letter: DeadLetterSink | str | Path | None = None,
+        fault: str | None = None,
     ):
         if not getattr(df, "isStreaming", False):
             raise RunnerError("sparkqos.stream needs a streaming DataFrame (spark.readStream…); "
@@ -147,6 +183,12 @@ class QosStream:
         self.arrival_col = arrival_col
         self.on_progress = on_progress
         self.on_delays = on_delays
+        self.checks = checks if checks is not None else RowChecks()
+        if dead_letter is None and self.output is not None:
+            dead_letter = self.output / "deadletter"
+        self.dead_letter = dead_letter if dead_letter is None or isinstance(dead_letter, DeadLetterSink) else DeadLetterSink(dead_letter)
+        self.dead_lettered_total = 0
+        self._faults = parse_faults(fault if fault is not None else os.environ.get("SPARKQOS_FAULT"))
         self.executor = Executor(compiled.fresh(), self.scheduler, clock=time.time,
                                  whole_batches=whole_batches, **dict(executor_args or {}))
         self.last_batch = -1
@@ -180,6 +222,7 @@ class QosStream:
             self.executor.load_state(_unb64(ckpt.state["executor"]))
             self.executor.load_queue_tables(ckpt.queues)
             self.last_batch = ckpt.batch_id
+            self.dead_lettered_total = int(ckpt.state.get("dead_lettered_total", 0))
         self._restored = True
         return self.last_batch
 
@@ -221,20 +264,24 @@ class QosStream:
         return t
 
     def _conform(self, table: pa.Table) -> pa.Table:
-        """Select the stream's columns and turn timestamps into float seconds where the plan
-        declares numbers (the executor's windows run on numeric seconds)."""
+        """Timestamps become float seconds where the plan declares numbers (the executor's
+        windows run on numeric seconds); columns the plan does not read are dropped."""
         schema = self.compiled.sources[self.stream]
-        missing = [n for n in schema.names if n not in table.column_names]
-        if missing:
-            raise SchemaMismatch(f"stream {self.stream!r}: the micro-batch has no column(s) {missing}; "
-                                 f"it has {table.column_names}")
-        cols = []
+        cols, names = [], []
         for field in schema:
+            if field.name not in table.column_names:
+                continue  # reported by the checks as a missing column
             col = table.column(field.name)
             if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
                 col = pa.array(_seconds(col), pa.float64())
             cols.append(col)
-        return pa.table(cols, names=schema.names)
+            names.append(field.name)
+        return pa.table(cols, names=names) if names else pa.table({"__rows": pa.nulls(table.num_rows)})
+
+    def _fault(self, point: str, batch_id: int) -> None:
+        if batch_id in self._faults.get(point, ()):
+            print(f"sparkqos: fault injection: SIGKILL at {point} of batch {batch_id}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def process(self, table: pa.Table, batch_id: int) -> dict[str, Any] | None:
         """One trigger on an Arrow table (what ``foreachBatch`` does after ``toArrow()``)."""
@@ -242,12 +289,21 @@ class QosStream:
         self.restore()
         if batch_id <= self.last_batch:
             return None  # replayed after a crash: checkpointed already, its outputs are in the sink
+        self._fault("before_ingest", batch_id)
         rows_in = table.num_rows
+        dead = None
         if rows_in:
-            arrivals = self._arrivals(table, started)
-            self.executor.ingest(self.stream, self._conform(table), arrival=arrivals)
+            schema = self.compiled.sources[self.stream]
+            good, dead = self.checks.split(self._conform(table), schema, batch_id)
+            if dead.num_rows and self.dead_letter is None:
+                raise SchemaMismatch(f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
+                                     f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)")
+            if good.num_rows:
+                self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
+        self._fault("after_ingest", batch_id)
         report = self.executor.run(self.budget_s)
-        return self._commit(batch_id, started, rows_in, report.rows_consumed)
+        self._fault("after_run", batch_id)
+        return self._commit(batch_id, started, rows_in, report.rows_consumed, dead)
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
         """End of a finite input: drain every queue, flush windows and joins, and write the last
@@ -257,21 +313,30 @@ class QosStream:
         report = self.executor.finish(budget_s)
         return self._commit(self.last_batch + 1, started, 0, report.rows_consumed)
 
-    def _commit(self, batch_id: int, started: float, rows_in: int, consumed: int) -> dict[str, Any]:
+    def _commit(self, batch_id: int, started: float, rows_in: int, consumed: int,
+                dead: pa.Table | None = None) -> dict[str, Any]:
         outputs = self.executor.take_outputs()
         delays = {q: pc.subtract(t.column(EMIT), t.column(ARRIVAL)).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
                   for q, t in outputs.items()}
         if self.on_delays is not None:
             self.on_delays(batch_id, delays)
+        dead_rows = 0 if dead is None else dead.num_rows
+        if self.dead_letter is not None:
+            self.dead_letter.write(batch_id, dead)
         self.sink.write(batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT])
                                    for q, t in outputs.items()})
+        self._fault("after_sink", batch_id)
         self.store.save(batch_id, self.executor.queue_tables(),
-                        {"executor": _b64(self.executor.to_state(queues=False)), "batch_id": batch_id})
+                        {"executor": _b64(self.executor.to_state(queues=False)), "batch_id": batch_id,
+                         "dead_lettered_total": self.dead_lettered_total + dead_rows})
+        self._fault("after_checkpoint", batch_id)
         self.last_batch = batch_id
-        progress = self._progress(batch_id, started, rows_in, consumed, outputs, delays)
+        self.dead_lettered_total += dead_rows
+        progress = self._progress(batch_id, started, rows_in, consumed, outputs, delays, dead_rows)
+        self._fault("after_progress", batch_id)
         return progress
 
-    def _progress(self, batch_id, started, rows_in, consumed, outputs, delays) -> dict[str, Any]:
+    def _progress(self, batch_id, started, rows_in, consumed, outputs, delays, dead_rows: int = 0) -> dict[str, Any]:
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
@@ -304,6 +369,7 @@ class QosStream:
         progress = {
             "id": self.name, "batchId": batch_id, "timestamp": now,
             "numInputRows": rows_in, "numOutputRows": total_out,
+            "processedRows": rows_in - dead_rows, "deadLetteredRows": dead_rows,
             "inputRowsPerSecond": common["inputRowsPerSecond"],
             "processedRowsPerSecond": common["processedRowsPerSecond"],
             "durationMs": {"triggerExecution": duration * 1000.0},
