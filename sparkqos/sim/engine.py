@@ -6,7 +6,9 @@ starts and delivers σ × that downstream when it ends. Queue snapshots are take
 after the completions and arrivals of that instant and before its dispatch, so work in flight is
 not counted. Two run rules: ``one`` (at most one tuple per run, taking amount × c) and
 ``quantum`` (up to one quantum of time, i.e. quantum / c tuples; a run that empties its queue
-ends early). ``slotted`` starts a new unit only on integer times.
+ends early). ``slotted`` starts a new unit only on integer times. ``overhead`` (default 0) is a
+start-up time charged to every operator run before its tuples are processed (thesis §4.5: batch
+schedulers amortise it): the processor is busy and the run's output appears only after it.
 """
 
 from __future__ import annotations
@@ -269,11 +271,16 @@ class Simulator:
         quantum: float = 1.0,
         record_dispatches: bool = False,
         starvation_limit: int = 100,
+        overhead: float = 0.0,
     ):
         if run not in RUN_RULES:
             raise WorkloadError(f"run rule must be one of {list(RUN_RULES)}, got {run!r}")
         if not isinstance(quantum, (int, float)) or isinstance(quantum, bool) or not (quantum > 0 and math.isfinite(quantum)):
             raise WorkloadError(f"quantum must be a finite number > 0, got {quantum!r}")
+        if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not (
+                overhead >= 0 and math.isfinite(overhead)):
+            raise WorkloadError(f"overhead must be a finite time >= 0 per operator run, got {overhead!r}")
+        self.overhead = float(overhead)
         self.plan = plan
         self.scheduler = scheduler
         self.run_rule = run
@@ -386,7 +393,8 @@ class Simulator:
         run = self._run
         if run is not None and run.end > t:
             amount = math.fsum(a for a, _ in run.taken)
-            done = (t - run.start) / (run.end - run.start)
+            busy = run.end - run.start - self.overhead  # the start-up part processes nothing
+            done = max(t - run.start - self.overhead, 0.0) / busy if busy > 0 else 0.0
             kept = 0.0 if self._out_port[run.op] is None else self.state.selectivity(run.op)
             fluid += amount * ((1.0 - done) + done * kept)
         self.snapshots[self._next_snap] = queued
@@ -455,7 +463,7 @@ class Simulator:
                 limit = self._per_run_limit(op, unit.quota_tuples, unit.quota_time)
             taken = state.consume(op, limit)
             consumed = math.fsum(a for a, _ in taken)
-            end = _snap(t + consumed * state.cost(op))
+            end = _snap(t + self.overhead + consumed * state.cost(op))
             self._run = _Run(op, taken, t, end)
             if self.record_dispatches:
                 self.steps.append(Step(t, end, op, consumed))

@@ -5,6 +5,7 @@
     run = "quantum"            # "one" | "quantum"
     slotted = false
     quantum = 1.0              # optional, time units per quantum
+    overhead = 0.0             # optional, start-up time per operator run (thesis §4.5)
     [classes]                  # optional query-class priorities
     H = 6
     [[operator]]
@@ -31,7 +32,7 @@ from sparkqos.errors import PlanError, WorkloadError
 from sparkqos.plan import OPERATOR_KINDS, Operator, Plan
 from sparkqos.sim.engine import RUN_RULES
 
-TOP_KEYS = {"run", "slotted", "quantum", "classes", "operator", "arrivals", "streams", "description"}
+TOP_KEYS = {"run", "slotted", "quantum", "overhead", "classes", "operator", "arrivals", "streams", "description"}
 OPERATOR_KEYS = {"name", "input", "selectivity", "cost", "query", "class", "kind", "tuple_size"}
 
 
@@ -44,13 +45,14 @@ class Workload:
     quantum: float = 1.0
     description: str = ""
     source: str = field(default="<memory>", repr=False)
+    overhead: float = 0.0
 
     def simulator(self, scheduler, **kwargs):
         """A :class:`~sparkqos.sim.Simulator` for this workload."""
         from sparkqos.sim.engine import Simulator
 
         return Simulator(self.plan, scheduler, self.arrivals, run=self.run, slotted=self.slotted,
-                         quantum=self.quantum, **kwargs)
+                         quantum=self.quantum, overhead=self.overhead, **kwargs)
 
 
 def _number(value: Any, where: str) -> float:
@@ -75,6 +77,9 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     quantum = _number(doc.get("quantum", 1.0), f"{source}: quantum")
     if quantum <= 0:
         raise WorkloadError(f"{source}: quantum must be > 0, got {quantum!r}")
+    overhead = _number(doc.get("overhead", 0.0), f"{source}: overhead")
+    if overhead < 0:
+        raise WorkloadError(f"{source}: overhead must be >= 0, got {overhead!r}")
 
     raw_ops = doc.get("operator")
     if not isinstance(raw_ops, list) or not raw_ops:
@@ -144,7 +149,7 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     except PlanError as exc:
         raise PlanError(f"{source}: {exc}") from None
     description = doc.get("description", "")
-    return Workload(plan, arrivals, run, slotted, quantum, str(description), source)
+    return Workload(plan, arrivals, run, slotted, quantum, str(description), source, overhead)
 
 
 def load_workload(path: str | Path) -> Workload:
