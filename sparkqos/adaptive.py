@@ -17,6 +17,14 @@ for the history H; the spread max_H − min_H is taken over the union of the str
 means and μ_H (``spread="strategies"``: the history "is a union of the statistics of each
 individual scheduling algorithm", §5.2) or over every window value H has seen
 (``spread="windows"``). zᵢ is clipped to [0, 1] so roulette slices are never negative.
+
+The delay of one window (``delay_signal``): ``"outputs"`` is the mean delay of the tuples delivered
+in it. That signal is biased against the strategies that clear a backlog: a strategy that leaves
+old tuples waiting delivers only young ones and looks fast, and its successor, delivering the old
+ones, looks slow (the predecessor effect of §5.2). ``"little"`` charges each window with the delay
+it lets accrue instead: the time-weighted mean of the outputs still pending in the queues (eq 3.8
+weighted by the selectivities to the root, the population whose age eq 3.9 sums) divided by the
+smoothed output rate — Little's law, L = λ·W, so the mean delay of outputs is L / λ.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from sparkqos.stats import DEFAULT_WEIGHT, _check_weight, smooth
 
 AGE_UNITS = ("seconds", "picks")
 SPREADS = ("strategies", "windows")
+DELAY_SIGNALS = ("outputs", "little")
 #: Statistics always written to the decision log, whatever the spec asks for.
 LOGGED = ("output_rate", "delay", "queued")
 
@@ -78,6 +87,7 @@ class AdaptiveController:
         age_unit: str = "seconds",
         w: float = DEFAULT_WEIGHT,
         spread: str = "strategies",
+        delay_signal: str = "outputs",
     ):
         candidates = list(candidates)
         if not candidates or len(set(candidates)) != len(candidates):
@@ -88,6 +98,9 @@ class AdaptiveController:
             raise SchedulerError(f"age_unit must be one of {list(AGE_UNITS)}, got {age_unit!r}")
         if spread not in SPREADS:
             raise SchedulerError(f"spread must be one of {list(SPREADS)}, got {spread!r}")
+        if delay_signal not in DELAY_SIGNALS:
+            raise SchedulerError(f"delay_signal must be one of {list(DELAY_SIGNALS)}, got {delay_signal!r}")
+        self.delay_signal = delay_signal
         self.candidates = candidates
         self.spec = spec
         self.decay = _fraction("decay", decay, closed_high=True)
@@ -105,6 +118,7 @@ class AdaptiveController:
         self._history: dict[str, float] = {}
         self._low: dict[str, float] = {}
         self._high: dict[str, float] = {}
+        self._rate: float | None = None  # smoothed output rate over all windows (Little's λ)
         self.scores: dict[str, float | None] = {c: None for c in candidates}
         self._scored: dict[str, float | None] = {c: None for c in candidates}
         self._ran: dict[str, float | None] = {c: None for c in candidates}
@@ -171,6 +185,16 @@ class AdaptiveController:
                 continue
             self._scored[c] = clock
 
+    def measure(self, window: Window) -> dict[str, float | None]:
+        """The spec's statistics over ``window``; ``delay`` per ``delay_signal``."""
+        rate = measure("output_rate", window)
+        if rate is not None:
+            self._rate = smooth(self._rate, rate, self.w)
+        values = {stat: measure(stat, window) for stat in self.spec.statistics}
+        if "delay" in values and self.delay_signal == "little" and window.pending_mean is not None:
+            values["delay"] = window.pending_mean / self._rate if self._rate else None
+        return values
+
     # -- selection ----------------------------------------------------------------------------
     def begin(self, now: float) -> str:
         """The first strategy to run (the start of the warm-up)."""
@@ -197,7 +221,7 @@ class AdaptiveController:
         The first window of a run is not counted (start-up, §5.3). ``exclude`` (a starving strategy)
         is never chosen unless it is the only candidate."""
         ran = self.begin(now)
-        values = {stat: measure(stat, window) for stat in self.spec.statistics}
+        values = self.measure(window)
         counted = self._windows > 0
         self._windows += 1
         self._decision += 1
@@ -243,6 +267,7 @@ class AdaptiveController:
             "history": dict(self._history),
             "low": dict(self._low),
             "high": dict(self._high),
+            "rate": self._rate,
             "scores": dict(self.scores),
             "scored": dict(self._scored),
             "ran": dict(self._ran),
@@ -251,7 +276,8 @@ class AdaptiveController:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         keys = set(self.state_dict())
-        unknown, missing = sorted(set(state) - keys), sorted(keys - set(state))
+        # "rate" came with delay_signal; states written before it simply lack it.
+        unknown, missing = sorted(set(state) - keys), sorted(keys - set(state) - {"rate"})
         if unknown or missing:
             raise SchedulerError(f"adaptive controller state: unknown keys {unknown}, missing keys {missing}")
         strangers = sorted(set(state["mean"]) - set(self.candidates))
@@ -268,6 +294,7 @@ class AdaptiveController:
         self._history = dict(state["history"])
         self._low = dict(state["low"])
         self._high = dict(state["high"])
+        self._rate = state.get("rate")
         self.scores = {c: state["scores"].get(c) for c in self.candidates}
         self._scored = {c: state["scored"].get(c) for c in self.candidates}
         self._ran = {c: state["ran"].get(c) for c in self.candidates}
@@ -282,7 +309,7 @@ class Adaptive(Scheduler):
     reproducible), ``decay`` and ``age_unit`` of eq 5.1, the evaluation window — every ``period``
     time units of ``state.now`` and/or every ``period_picks`` picks — the ``starvation`` threshold
     (consecutive picks of units with no work before a forced switch), smoothing weight ``w``
-    (eq 3.1) and the ``spread`` reading of eq 5.1.
+    (eq 3.1), the ``spread`` reading of eq 5.1 and the window ``delay_signal`` (see the module).
 
     Window statistics come from the state: output rate from ``output_total`` deltas, mean delay
     from ``output_delay_total`` / ``output_total`` deltas, memory as the time-weighted mean of
@@ -308,6 +335,7 @@ class Adaptive(Scheduler):
         starvation: int = 3,
         w: float = DEFAULT_WEIGHT,
         spread: str = "strategies",
+        delay_signal: str = "outputs",
     ):
         from sparkqos import schedulers  # the registry imports this module at its end
 
@@ -321,6 +349,7 @@ class Adaptive(Scheduler):
         self.starvation = starvation
         self.w = w
         self.spread = spread
+        self.delay_signal = delay_signal
         names = [candidates] if isinstance(candidates, str) else list(candidates)
         if "adaptive" in names or any(not isinstance(n, str) for n in names):
             raise SchedulerError(f"candidates are names of non-adaptive registered strategies, got {candidates!r}")
@@ -334,10 +363,12 @@ class Adaptive(Scheduler):
             raise SchedulerError(f"period_picks must be an integer >= 1 or None, got {period_picks!r}")
         if isinstance(starvation, bool) or not isinstance(starvation, int) or starvation < 1:
             raise SchedulerError(f"starvation must be an integer >= 1, got {starvation!r}")
-        self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread)
+        self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal)
         self._members: dict[str, Scheduler] = {n: schedulers.get(n) for n in names}
         self._starved = 0
         self._window: dict[str, float] | None = None
+        self._yield: dict[str, float] = {}  # Π σ from each operator to its root
+        self._yield_version: int | None = None
 
     @property
     def decisions(self) -> list[dict[str, Any]]:
@@ -348,11 +379,29 @@ class Adaptive(Scheduler):
         return self.controller.current
 
     # -- windows ------------------------------------------------------------------------------
+    def _pending(self, state: SchedulerState) -> float:
+        """Outputs the queued tuples will still produce: Σ queued(op) · Π σ from op to its root."""
+        plan = state.plan
+        if self._yield_version != state.stats_version or not self._yield:
+            self._yield = {}
+            for op in plan.names:
+                chain, nxt = [], op
+                while nxt is not None and nxt not in self._yield:
+                    chain.append(nxt)
+                    nxt = plan.consumer(nxt)
+                above = 1.0 if nxt is None else self._yield[nxt]
+                for name in reversed(chain):  # from the root down to op
+                    above = self._yield[name] = state.selectivity(name) * above
+            self._yield_version = state.stats_version
+        return math.fsum(state.queued(op) * self._yield[op] for op in plan.names)
+
     def _open(self, state: SchedulerState, now: float) -> None:
+        pending = self._pending(state) if self.delay_signal == "little" else 0.0
         self._window = {
             "start": now, "output": state.output_total, "delay": state.output_delay_total,
             "area": 0.0, "area_bytes": 0.0, "sum": 0.0, "sum_bytes": 0.0, "samples": 0, "picks": 0,
             "last_t": now, "last_q": state.total_queued, "last_b": state.total_queued_bytes,
+            "area_p": 0.0, "sum_p": 0.0, "last_p": pending,
         }
 
     def _advance(self, now: float) -> None:
@@ -361,6 +410,7 @@ class Adaptive(Scheduler):
         if dt > 0:
             win["area"] += win["last_q"] * dt
             win["area_bytes"] += win["last_b"] * dt
+            win["area_p"] = win.get("area_p", 0.0) + win.get("last_p", 0.0) * dt
         win["last_t"] = now
 
     def _close(self, state: SchedulerState, now: float) -> Window:
@@ -368,15 +418,19 @@ class Adaptive(Scheduler):
         duration = now - win["start"]
         if duration > 0:
             queued, queued_bytes = win["area"] / duration, win["area_bytes"] / duration
+            pending = win.get("area_p", 0.0) / duration
         elif win["samples"]:
             queued, queued_bytes = win["sum"] / win["samples"], win["sum_bytes"] / win["samples"]
+            pending = win.get("sum_p", 0.0) / win["samples"]
         else:
             queued, queued_bytes = state.total_queued, state.total_queued_bytes
+            pending = self._pending(state)
         return Window(
             start=win["start"], end=now, picks=int(win["picks"]),
             outputs=state.output_total - win["output"],
             delay_sum=state.output_delay_total - win["delay"],
             queued_mean=queued, queued_bytes_mean=queued_bytes,
+            pending_mean=pending if self.delay_signal == "little" else None,
         )
 
     def _due(self, now: float) -> bool:
@@ -430,6 +484,9 @@ class Adaptive(Scheduler):
         win["last_b"] = b = state.total_queued_bytes
         win["sum"] += q
         win["sum_bytes"] += b
+        if self.delay_signal == "little":
+            win["last_p"] = p = self._pending(state)
+            win["sum_p"] = win.get("sum_p", 0.0) + p
         return self._delegate(state, now)
 
     def _delegate(self, state: SchedulerState, now: float) -> Unit | None:

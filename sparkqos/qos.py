@@ -46,6 +46,9 @@ class Window:
     ``outputs`` tuples left the query roots with ``delay_sum`` = Σ amount × delay;
     ``queued_mean`` / ``queued_bytes_mean`` are time-weighted means of the queued tuples / bytes
     sampled at each pick (a plain mean when the window has no duration); ``picks`` counts units.
+    ``pending_mean`` (optional) is the time-weighted mean of the outputs the queued tuples will
+    still produce (each queued tuple × the selectivities from its operator to the root): by
+    Little's law, divided by the output rate, the mean delay those outputs are accruing.
     """
 
     start: float
@@ -55,6 +58,7 @@ class Window:
     delay_sum: float
     queued_mean: float
     queued_bytes_mean: float
+    pending_mean: float | None = None
 
     @property
     def duration(self) -> float:

@@ -13,10 +13,11 @@ import pytest
 
 from sparkqos import schedulers
 from sparkqos.adaptive import Adaptive, AdaptiveController
-from sparkqos.errors import QosSpecError, SchedulerError
+from sparkqos.errors import QosSpecError, SchedulerError, WorkloadError
 from sparkqos.qos import QosSpec, Window, template
 from sparkqos.schedulers import Scheduler, Unit
 from sparkqos.sim import Simulator, chain_plan
+from sparkqos.sim.workload import parse_workload
 
 _JOB = Path(__file__).resolve().parent.parent / "jobs" / "adaptive_sim.py"
 _spec = importlib.util.spec_from_file_location("adaptive_sim", _JOB)
@@ -119,6 +120,60 @@ def test_controller_state_round_trips_through_json():
     assert a == b
     with pytest.raises(SchedulerError, match=r"unknown keys \['extra'\]"):
         twin.load_state_dict({**c.state_dict(), "extra": 1})
+
+
+def test_little_delay_signal_is_pending_outputs_over_the_smoothed_output_rate():
+    """delay_signal="little": a window's delay is L / λ (Little's law) with L the mean of the outputs
+    still pending and λ the output rate smoothed by eq 3.1; "outputs" keeps the delivered delay."""
+    spec = QosSpec.of(("delay", "minimize", 1.0))
+    c = AdaptiveController(["a", "b"], spec, w=0.5, delay_signal="little")
+    w1 = Window(0, 2, picks=3, outputs=4.0, delay_sum=40.0, queued_mean=9.0, queued_bytes_mean=9.0, pending_mean=6.0)
+    assert c.measure(w1) == {"delay": pytest.approx(6.0 / 2.0)}  # λ = 4/2 on the first window
+    w2 = Window(2, 4, picks=3, outputs=8.0, delay_sum=8.0, queued_mean=9.0, queued_bytes_mean=9.0, pending_mean=6.0)
+    assert c.measure(w2) == {"delay": pytest.approx(6.0 / (0.5 * 2.0 + 0.5 * 4.0))}
+    assert AdaptiveController(["a"], spec, delay_signal="outputs").measure(w2) == {"delay": 1.0}
+    with pytest.raises(SchedulerError, match=r"delay_signal must be one of \['outputs', 'little'\], got 'age'"):
+        AdaptiveController(["a"], spec, delay_signal="age")
+
+
+def test_pending_outputs_weigh_each_queue_by_the_selectivities_to_its_root():
+    plan = chain_plan([(0.5, 1.0), (0.2, 1.0)])
+    a = Adaptive(["fifo"], qos=QosSpec.of(("delay", "minimize", 1.0)), delay_signal="little")
+    sim = Simulator(plan, a, {"S": []})
+    sim.state.enqueue("O1", 0, 4.0, 0.0)
+    sim.state.enqueue("O2", 0, 3.0, 0.0)
+    assert a._pending(sim.state) == pytest.approx(4.0 * 0.5 * 0.2 + 3.0 * 0.2)
+
+
+# -- the simulator's start-up cost (thesis §4.5) ----------------------------------------------------
+def test_overhead_is_charged_to_every_operator_run_and_defaults_to_zero():
+    """A run of 1 tuple at c = 1 with a start-up of 0.25 ends (and delivers) at 1.25; a fifo path of
+    two operators pays it twice; the processor is busy meanwhile. Default 0 keeps the old timings."""
+    plan = chain_plan([(0.5, 1.0)])
+    plain = Simulator(plan, schedulers.get("fifo"), {"S": [(0, 1.0)]}).run()
+    assert [(o.time, o.delay) for o in plain.outputs] == [(1.0, 1.0)]
+    slow = Simulator(plan, schedulers.get("fifo"), {"S": [(0, 1.0)]}, overhead=0.25).run()
+    assert [(o.time, o.amount, o.delay) for o in slow.outputs] == [(1.25, 0.5, 1.25)]
+    two = chain_plan([(0.5, 1.0), (1.0, 0.5)])
+    sim = Simulator(two, schedulers.get("fifo"), {"S": [(0, 1.0), (0.5, 1.0)]}, overhead=0.25,
+                    record_dispatches=True)
+    result = sim.run()
+    # run 1: O1 on the tuple of t=0 (0.25 + 1), run 2: O2 on its 0.5 (0.25 + 0.25), then the next path
+    assert [(s.operator, s.start, s.end) for s in sim.steps] == [
+        ("O1", 0.0, 1.25), ("O2", 1.25, 1.75), ("O1", 1.75, 3.0), ("O2", 3.0, 3.5)]
+    assert [o.time for o in result.outputs] == [1.75, 3.5]
+    for bad in (-0.1, float("nan"), "0.1", True):
+        with pytest.raises(WorkloadError, match="overhead must be a finite time >= 0 per operator run"):
+            Simulator(plan, schedulers.get("fifo"), {"S": []}, overhead=bad)
+
+
+def test_overhead_is_an_optional_workload_key():
+    doc = {"operator": [{"name": "O1", "input": "S", "selectivity": 0.5, "cost": 1.0}], "arrivals": {"S": [[0, 1.0]]}}
+    assert parse_workload(doc).overhead == 0.0
+    w = parse_workload({**doc, "overhead": 0.25})
+    assert w.simulator(schedulers.get("fifo")).run().outputs[0].time == 1.25
+    with pytest.raises(WorkloadError, match="overhead must be >= 0, got -1"):
+        parse_workload({**doc, "overhead": -1})
 
 
 # -- the strategy --------------------------------------------------------------------------------
@@ -267,21 +322,32 @@ def test_thesis_6_2_no_single_strategy_is_best_on_memory_and_delay(plan_name):
     assert t["fifo"].delay < 0.8 * t["chain"].delay
 
 
+@pytest.mark.parametrize("plan_name", ["filters", "join"])
+def test_thesis_6_2_with_start_up_cost_batching_trades_delay_for_memory(plan_name):
+    """Thesis §4.5 / §6.2 with a start-up cost per operator run (jobs/adaptive_sim.OVERHEAD): FIFO
+    keeps the lowest delay, a batch scheduler (Chain or MTIQ) holds the least memory — under 60%
+    of FIFO's — and MTIQ and Chain have the worst delays."""
+    t = experiment.table_6_2(plan_name, UNTIL, SEEDS, 0.9, experiment.OVERHEAD)
+    best_memory = min(t, key=lambda n: t[n].memory)
+    assert min(t, key=lambda n: t[n].delay) == "fifo"
+    assert best_memory in ("chain", "mtiq") and t[best_memory].memory < 0.6 * t["fifo"].memory
+    assert t["fifo"].delay < 0.8 * min(t["chain"].delay, t["mtiq"].delay)
+
+
 @pytest.fixture(scope="module")
 def six_settings():
-    return {name: experiment.table_6_3(name, UNTIL, SEEDS, 0.9, period=5.0) for name in ("filters", "join")}
+    """Thesis §6.1 setup: evaluation every 2 time units, w = 0.875, a start-up cost per operator
+    run, and the Little's-law window delay (sparkqos.adaptive, delay_signal="little")."""
+    return {name: experiment.table_6_3(name, UNTIL, SEEDS, 0.9, period=experiment.PERIOD,
+                                       overhead=experiment.OVERHEAD, delay_signal="little")
+            for name in ("filters", "join")}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not met in this simulator: FIFO is best on both delay and run-window output rate (no per-run "
-    "overhead, so batching earns MTIQ/Chain no throughput), and window-level statistics are "
-    "dominated by the bursts; adaptive scores 0.64–0.87 of the best single strategy "
-    "(python jobs/adaptive_sim.py --table 6.3 --until 1200)"))
 @pytest.mark.parametrize("plan_name", ["filters", "join"])
 def test_thesis_6_3_to_6_5_adaptive_matches_the_best_single_strategy(six_settings, plan_name):
     """Thesis §6.3–6.5: weights delay/rate 100-0, 70-30, 50-50, 30-70, 0-100 and equal thirds on
     delay/rate/memory; the adaptive score is ≥ the best single strategy's in ≥ 4 of the 6 settings
-    and never below 90% of it."""
+    and never below 90% of it (seeds 1–3; the join plan meets the 90% bar by a hair, 0.901)."""
     scores, _ = six_settings[plan_name]
     best = {label: max(sc[n] for n in experiment.CANDIDATES) for label, sc in scores.items()}
     wins = sum(scores[label]["adaptive"] >= best[label] - 1e-12 for label in scores)
@@ -298,7 +364,8 @@ def test_thesis_6_3_to_6_5_scores_are_one_formula_for_all_contenders(six_setting
     for label, sc in scores.items():
         assert set(sc) == {*experiment.CANDIDATES, "adaptive"}
         assert all(0.0 <= v <= 1.0 + 1e-12 for v in sc.values())
-    assert scores["delay 100 / rate 0"]["fifo"] == pytest.approx(1.0)  # fifo: lowest delay in every seed
+    delay_only = scores["delay 100 / rate 0"]
+    assert max(delay_only[n] for n in experiment.CANDIDATES) == delay_only["fifo"]  # §6.2: fifo's delay
 
 
 def test_thesis_7_1_the_qos_spec_steers_the_selector():
