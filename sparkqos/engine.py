@@ -24,7 +24,13 @@ view (the :class:`~sparkqos.schedulers.base.SchedulerState` contract) over the r
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -52,7 +58,8 @@ class ExecutorState(SchedulerState):
     """
 
     def __init__(self, compiled: CompiledPlan, clock: Callable[[], float], w: float = DEFAULT_WEIGHT,
-                 tolerance: float = 0.2):
+                 tolerance: float = 0.2, memory_limit_bytes: int | None = None, spill_dir: str | None = None,
+                 shed: bool = False):
         self.plan = compiled.plan
         self.operators = compiled.operators
         self.clock = clock
@@ -73,6 +80,17 @@ class ExecutorState(SchedulerState):
         self.finished = False
         self._blocking = [op.name for op in self.plan if op.blocking]
         self._below = {name: self._upstream(name) for name in self._blocking}
+        # Overload (issue 8): queued bytes in memory above the limit spill to disk or, when
+        # shedding was asked for, are dropped and counted per query.
+        self.memory_limit_bytes = memory_limit_bytes
+        self.shed = shed
+        self._spill_root = spill_dir
+        self._spill_dir: str | None = None
+        self.spilled_bytes_total = 0
+        self.shed_rows: dict[str, int] = {}
+        self.peak_memory_bytes = 0
+        self._query_of = {op.name: self.plan.query_of(op.name) for op in self.plan}
+        self.locks: dict[str, threading.RLock] | None = None  # per-operator locks when clusters run in threads
 
     def _upstream(self, name: str) -> list[str]:
         out, todo = [], [name]
@@ -88,6 +106,9 @@ class ExecutorState(SchedulerState):
     def now(self) -> float:
         return self.clock()
 
+    def _guard(self, op: str):
+        return self.locks[op] if self.locks is not None else nullcontext()
+
     def queued(self, op: str) -> float:
         return sum(q.rows for q in self.ports[op])
 
@@ -96,11 +117,22 @@ class ExecutorState(SchedulerState):
 
     def oldest(self, op: str) -> float | None:
         best = None
-        for q in self.ports[op]:
-            o = q.oldest
-            if o is not None and (best is None or o < best):
-                best = o
+        with self._guard(op):  # scans the queue's entries, which a running operator changes
+            for q in self.ports[op]:
+                o = q.oldest
+                if o is not None and (best is None or o < best):
+                    best = o
         return best
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Queued bytes currently on disk."""
+        return sum(q.spilled_bytes for ports in self.ports.values() for q in ports)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Queued bytes held in memory."""
+        return self._total_bytes - self.spilled_bytes
 
     def runnable(self, op: str) -> bool:
         return op in self._runnable
@@ -155,7 +187,9 @@ class ExecutorState(SchedulerState):
         was = op in self._runnable
         ports = self.ports[op]
         final = self._final(op) if op in self._below else self.finished
-        if self.operators[op].runnable(ports, final):
+        with self._guard(op):
+            ok = self.operators[op].runnable(ports, final)
+        if ok:
             self._runnable.add(op)
             return not was
         self._runnable.discard(op)
@@ -168,17 +202,68 @@ class ExecutorState(SchedulerState):
     def enqueue(self, op: str, port: int, batch: pa.RecordBatch, oldest: float | None = None,
                 ordered: bool = False) -> None:
         q = self.ports[op][port]
-        before = q.nbytes
-        q.push(batch, oldest, ordered)
-        self._total_rows += batch.num_rows
-        self._total_bytes += q.nbytes - before
+        with self._guard(op):
+            before = q.nbytes
+            q.push(batch, oldest, ordered)
+            self._total_rows += batch.num_rows
+            self._total_bytes += q.nbytes - before
+        if self.memory_limit_bytes is not None:
+            self._relieve()
         self.refresh(op)
         self.notify(op)
 
-    def after_run(self, op: str, rows_before: int, bytes_before: int) -> None:
+    def _relieve(self) -> None:
+        """Bring the queued bytes in memory under the limit: spill (or shed) the newest batches
+        of the queues holding most in memory; each queue keeps its head batch in memory."""
+        mem = self.memory_bytes
+        self.peak_memory_bytes = max(self.peak_memory_bytes, mem)
+        excess = mem - self.memory_limit_bytes
+        if excess <= 0:
+            return
+        queues = sorted(((q.memory_bytes, name, q) for name, ports in self.ports.items() for q in ports),
+                        key=lambda e: -e[0])
+        for held, name, q in queues:
+            if excess <= 0 or held <= 0:
+                break
+            with self._guard(name):
+                if self.shed:
+                    before_rows, before_bytes = q.rows, q.nbytes
+                    mem_before = q.memory_bytes
+                    dropped = q.drop_tail(excess)
+                    self._total_rows -= before_rows - q.rows
+                    self._total_bytes -= before_bytes - q.nbytes
+                    excess -= mem_before - q.memory_bytes
+                    if dropped:
+                        query = self._query_of[name]
+                        self.shed_rows[query] = self.shed_rows.get(query, 0) + dropped
+                else:
+                    if self._spill_dir is None:
+                        root = self._spill_root
+                        if root is not None:
+                            os.makedirs(root, exist_ok=True)
+                        self._spill_dir = tempfile.mkdtemp(prefix="sparkqos-spill-", dir=root)
+                    freed = q.spill_tail(self._spill_dir, excess)
+                    self.spilled_bytes_total += freed
+                    excess -= freed
+            if self.shed:
+                self.refresh(name)
+
+    def close(self) -> None:
+        """Remove the spill folder (spilled rows are gone after this)."""
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            self._spill_dir = None
+
+    def after_run(self, op: str, rows_before: int, bytes_before: int, delta: bool = False) -> None:
+        """Book a run of ``op``: its queues held ``rows_before`` / ``bytes_before`` before it (or,
+        with ``delta``, those are the rows / bytes it took)."""
         ports = self.ports[op]
-        self._total_rows -= rows_before - sum(q.rows for q in ports)
-        self._total_bytes -= bytes_before - sum(q.nbytes for q in ports)
+        if delta:
+            self._total_rows -= rows_before
+            self._total_bytes -= bytes_before
+        else:
+            self._total_rows -= rows_before - sum(q.rows for q in ports)
+            self._total_bytes -= bytes_before - sum(q.nbytes for q in ports)
         self.refresh(op)
         if self.finished:
             # A blocking join whose other inputs just drained for good can now finish its input.
@@ -235,14 +320,36 @@ class Executor:
 
     Unit kinds: ``operator`` runs one operator for its quota; ``path`` / ``segment`` run each
     operator once bottom-up, or with ``carry`` feed each operator exactly what the one below
-    produced. ``cluster`` units (COS) currently run like a path, one operator after the other in
-    this thread.
+    produced. ``cluster`` units run like a path, one operator after the other in this thread.
+
+    ``cluster_threads`` (> 0, for a strategy with ``clusters`` / ``pick_cluster``, i.e. COS §4.2)
+    runs each cluster in its own thread instead: a thread picks its cluster's next unit under the
+    executor's lock, runs the operator holding only that operator's lock (so a queue is never
+    read and written at once: producers push into it, and strategies scan it, under the same
+    lock) and books the run under the executor's lock again. Lock order is always executor lock
+    then operator lock, and an operator's lock is never held while waiting for the executor's.
+
+    Overload (issue 8): with ``memory_limit_bytes`` the bytes queued in memory stay under the
+    limit — the newest batches of the fullest queues spill to Arrow IPC files in ``spill_dir``
+    (default: a temporary folder) and are read back in order when they reach the head of their
+    queue; with ``shed=True`` they are dropped instead and counted per query in
+    ``state.shed_rows``. Nothing is dropped unless ``shed`` is set.
     """
 
     def __init__(self, compiled: CompiledPlan, scheduler: Scheduler, clock: Callable[[], float] = time.monotonic,
                  ratio: float = RATIO, threshold: int = THRESHOLD, w: float = DEFAULT_WEIGHT,
                  tolerance: float = 0.2, stats_period: float = 1.0, starvation_limit: int = 100,
-                 whole_batches: bool = False):
+                 whole_batches: bool = False, memory_limit_bytes: int | None = None, spill_dir: str | None = None,
+                 shed: bool = False, cluster_threads: int = 0):
+        if memory_limit_bytes is not None and (isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, int)
+                                               or memory_limit_bytes < 0):
+            raise ValueError(f"memory_limit_bytes must be an int >= 0, got {memory_limit_bytes!r}")
+        if shed and memory_limit_bytes is None:
+            raise ValueError("shed=True needs memory_limit_bytes (what to shed beyond)")
+        if isinstance(cluster_threads, bool) or not isinstance(cluster_threads, int) or cluster_threads < 0:
+            raise ValueError(f"cluster_threads must be an int >= 0, got {cluster_threads!r}")
+        if cluster_threads and not hasattr(scheduler, "pick_cluster"):
+            raise ValueError(f"cluster_threads needs a strategy with clusters (cos), got {scheduler!r}")
         if not 0 < ratio <= 1:
             raise ValueError(f"workload ratio must be in (0, 1], got {ratio!r}")
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
@@ -255,7 +362,12 @@ class Executor:
         self.whole_batches = bool(whole_batches)
         self.stats_period = stats_period
         self.starvation_limit = starvation_limit
-        self.state = ExecutorState(compiled, clock, w, tolerance)
+        self.state = ExecutorState(compiled, clock, w, tolerance, memory_limit_bytes, spill_dir, shed)
+        self.cluster_threads = cluster_threads
+        self._lock = threading.RLock()
+        self._pool: ThreadPoolExecutor | None = None
+        if cluster_threads:
+            self.state.locks = {name: threading.RLock() for name in self.plan.names}
         self._ops: dict[str, PhysicalOperator] = compiled.operators
         self._targets: dict[str, list[tuple[str, int]]] = {s: [] for s in self.plan.streams}
         self._next: dict[str, tuple[str, int] | None] = {}
@@ -345,6 +457,10 @@ class Executor:
             self._next_window = start + self.stats_period
             state.stats.close_window(start, state.total_queued)
         report = RunReport()
+        if self.cluster_threads:
+            self._run_clusters(start, budget_s, max_units, report)
+            report.seconds = clock() - start
+            return report
         starved = 0
         while True:
             if max_units is not None and report.units >= max_units:
@@ -372,6 +488,71 @@ class Executor:
             self._run_unit(unit, report)
         report.seconds = clock() - start
         return report
+
+    def _run_clusters(self, start: float, budget_s: float | None, max_units: int | None, report: RunReport) -> None:
+        """COS §4.2: one thread per cluster, each serving its own cluster's Chain order."""
+        state, sched, clock = self.state, self.scheduler, self.clock
+        with self._lock:
+            sched.pick_cluster(0, state)  # attaches: the clusters exist from here on
+            n = len(sched.clusters)
+        if self._pool is None or self._pool._max_workers < n:
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool = ThreadPoolExecutor(max_workers=max(n, self.cluster_threads), thread_name_prefix="sparkqos-cluster")
+        cond = threading.Condition(self._lock)
+        shared = {"busy": 0, "stop": False}
+        errors: list[BaseException] = []
+
+        def halt(idle: bool = False) -> None:
+            shared["stop"] = True
+            report.idle = report.idle or idle
+            cond.notify_all()
+
+        def worker(i: int) -> None:
+            try:
+                while True:
+                    with cond:
+                        while True:
+                            if shared["stop"]:
+                                return
+                            if max_units is not None and report.units >= max_units:
+                                return halt()
+                            now = clock()
+                            if budget_s is not None and now - start >= budget_s:
+                                return halt()
+                            if now >= self._next_window:
+                                state.stats.close_window(now, state.total_queued)
+                                self._next_window = now + self.stats_period
+                            unit = sched.pick_cluster(i, state)
+                            if unit is not None and state.runnable(unit.head):
+                                break
+                            if shared["busy"] == 0 and not state._runnable:
+                                return halt(idle=True)
+                            cond.wait(0.01)  # another cluster's run may feed this one
+                        shared["busy"] += 1
+                        report.units += 1
+                    try:
+                        self._run_unit(unit, report)
+                    finally:
+                        with cond:
+                            shared["busy"] -= 1
+                            cond.notify_all()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                with cond:
+                    errors.append(exc)
+                    halt()
+
+        for f in [self._pool.submit(worker, i) for i in range(n)]:
+            f.result()
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        """Stop the cluster threads and remove spilled files."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        self.state.close()
 
     def _limit(self, op: str, quota_tuples: float | None) -> int:
         ports = self.state.ports[op]
@@ -418,6 +599,8 @@ class Executor:
         return produced
 
     def _run_op(self, name: str, limit: int, report: RunReport) -> int:
+        if self.cluster_threads:
+            return self._run_op_locked(name, limit, report)
         state = self.state
         op = self._ops[name]
         ports = state.ports[name]
@@ -433,6 +616,31 @@ class Executor:
         report.operator_runs += 1
         report.rows_consumed += consumed
         self._deliver(name, out, t1)
+        return produced
+
+    def _run_op_locked(self, name: str, limit: int, report: RunReport) -> int:
+        """:meth:`_run_op` for cluster threads (see the class docstring for the locking)."""
+        state = self.state
+        op = self._ops[name]
+        ports = state.ports[name]
+        with self._lock:
+            final = state._final(name) if name in state._below else state.finished
+        with state.locks[name]:
+            rows_before = sum(q.rows for q in ports)
+            bytes_before = sum(q.nbytes for q in ports)
+            t0 = self.clock()
+            consumed, out = op.run(ports, limit, final)
+            t1 = self.clock()
+            rows_gone = rows_before - sum(q.rows for q in ports)
+            bytes_gone = bytes_before - sum(q.nbytes for q in ports)
+        with self._lock:
+            # Deliveries into this operator's queues may have come in since: book only what it took.
+            state.after_run(name, rows_gone, bytes_gone, delta=True)
+            produced = sum(b.num_rows for b in out)
+            state.record_run(name, consumed, produced, t1 - t0)
+            report.operator_runs += 1
+            report.rows_consumed += consumed
+            self._deliver(name, out, t1)
         return produced
 
     def _deliver(self, name: str, batches: Iterable[pa.RecordBatch], now: float) -> None:

@@ -15,13 +15,33 @@ head (zero-copy). :func:`workload` is the thesis's rule for how many rows one ru
 ([3, 1], 1, 6.0)
 >>> workload(100, 0.3, 50), workload(1000, 0.3, 50)
 (100, 300)
+
+Spilling (issue 8, overload): :meth:`BatchQueue.spill_tail` writes the newest in-memory batches
+to Arrow IPC files and keeps a placeholder in their place; a spilled batch is read back when it
+reaches the head of the queue, so rows leave in the order they came.
+
+>>> import tempfile
+>>> q = BatchQueue(stamp(pa.record_batch({"v": [1]}), 0.0, 0).schema)
+>>> for i in range(4):
+...     q.push(stamp(pa.record_batch({"v": [i, i]}), float(i), 2 * i))
+>>> freed = q.spill_tail(tempfile.mkdtemp(), need=1)   # the newest batch goes to disk
+>>> q.spilled_batches, q.spilled_bytes == freed > 0, q.rows
+(1, True, 8)
+>>> freed = q.spill_tail(tempfile.mkdtemp(), need=10**9)   # all but the head
+>>> q.spilled_batches
+3
+>>> [b.column("v").to_pylist() for b in q.take(8)], q.spilled_bytes
+([[0, 0], [1, 1], [2, 2], [3, 3]], 0)
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
+import os
 from collections import deque
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -73,17 +93,101 @@ def _arrivals(batch: pa.RecordBatch) -> np.ndarray:
     return batch.column(ARRIVAL).to_numpy(zero_copy_only=False)
 
 
-class BatchQueue:
-    """One input port's FIFO of record batches."""
+_spill_names = itertools.count()
 
-    __slots__ = ("schema", "_batches", "rows", "nbytes", "_oldest")
+
+class _Spilled:
+    """Where a spilled batch lives on disk (an Arrow IPC stream file holding just that batch)."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> pa.RecordBatch:
+        with pa.OSFile(str(self.path), "rb") as f:
+            batch = pa.ipc.open_stream(f).read_next_batch()
+        return batch
+
+    def drop(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _materialise(entry: list) -> pa.RecordBatch:
+    item = entry[0]
+    return item.read() if isinstance(item, _Spilled) else item
+
+
+class BatchQueue:
+    """One input port's FIFO of record batches (some of them possibly spilled to disk:
+    ``nbytes`` counts every queued byte, ``spilled_bytes`` those on disk)."""
+
+    __slots__ = ("schema", "_batches", "rows", "nbytes", "_oldest", "spilled_bytes", "spilled_batches")
 
     def __init__(self, schema: pa.Schema):
         self.schema = schema
-        self._batches: deque[list] = deque()  # [batch, rows, nbytes, min arrival, ordered]
+        self._batches: deque[list] = deque()  # [batch or _Spilled, rows, nbytes, min arrival, ordered]
         self.rows = 0
         self.nbytes = 0
         self._oldest: float | None = None
+        self.spilled_bytes = 0
+        self.spilled_batches = 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the queued batches held in memory."""
+        return self.nbytes - self.spilled_bytes
+
+    def spill_tail(self, directory: str | os.PathLike, need: int) -> int:
+        """Write in-memory batches to ``directory``, newest first (never the head, which is
+        about to be served), until ``need`` bytes are freed; returns the bytes freed."""
+        freed = 0
+        for i in range(len(self._batches) - 1, 0, -1):
+            if freed >= need:
+                break
+            entry = self._batches[i]
+            if isinstance(entry[0], _Spilled):
+                continue
+            path = Path(directory) / f"{os.getpid()}-{next(_spill_names)}.arrows"
+            with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, entry[0].schema) as writer:
+                writer.write_batch(entry[0])
+            entry[0] = _Spilled(path)
+            self.spilled_bytes += entry[2]
+            self.spilled_batches += 1
+            freed += entry[2]
+        return freed
+
+    def drop_tail(self, need: int) -> int:
+        """Remove batches from the tail (newest first, never the head) until ``need`` bytes are
+        gone — load shedding; returns the rows dropped."""
+        dropped = freed = 0
+        while freed < need and len(self._batches) > 1:
+            item, n, size, low, _ = self._batches.pop()
+            if isinstance(item, _Spilled):
+                item.drop()
+                self.spilled_bytes -= size
+                self.spilled_batches -= 1
+            else:
+                freed += size
+            self.rows -= n
+            self.nbytes -= size
+            dropped += n
+            if self._oldest is not None and low <= self._oldest:
+                self._oldest = None
+        return dropped
+
+    def _load_head(self) -> pa.RecordBatch:
+        entry = self._batches[0]
+        item = entry[0]
+        if isinstance(item, _Spilled):
+            entry[0] = item.read()
+            item.drop()
+            self.spilled_bytes -= entry[2]
+            self.spilled_batches -= 1
+        return entry[0]
 
     def __len__(self) -> int:
         return self.rows
@@ -125,7 +229,7 @@ class BatchQueue:
         """Arrival time of the row at the front of the queue."""
         if not self._batches:
             return None
-        return float(self._batches[0][0].column(ARRIVAL)[0].as_py())
+        return float(self._load_head().column(ARRIVAL)[0].as_py())
 
     def rows_through(self, k: int) -> int:
         """Rows from the front up to the end of the batch holding row ``k`` (``k`` rounded up
@@ -138,6 +242,7 @@ class BatchQueue:
         return total
 
     def _pop_entry(self) -> pa.RecordBatch:
+        self._load_head()
         batch, n, size, low, _ = self._batches.popleft()
         self.rows -= n
         self.nbytes -= size
@@ -146,6 +251,7 @@ class BatchQueue:
         return batch
 
     def _split_head(self, k: int) -> pa.RecordBatch:
+        self._load_head()
         entry = self._batches[0]
         batch, n, size = entry[0], entry[1], entry[2]
         front, rest = batch.slice(0, k), batch.slice(k)
@@ -179,7 +285,7 @@ class BatchQueue:
         left = limit
         side = "right" if inclusive else "left"
         while left > 0 and self._batches:
-            batch, n = self._batches[0][0], self._batches[0][1]
+            batch, n = self._load_head(), self._batches[0][1]
             k = int(np.searchsorted(_arrivals(batch), bound, side=side))
             k = min(k, left)
             if k == 0:
@@ -193,7 +299,11 @@ class BatchQueue:
         return out
 
     def clear(self) -> list[pa.RecordBatch]:
-        out = [e[0] for e in self._batches]
+        out = [_materialise(e) for e in self._batches]
+        for e in self._batches:
+            if isinstance(e[0], _Spilled):
+                e[0].drop()
+        self.spilled_bytes = self.spilled_batches = 0
         self._batches.clear()
         self.rows = 0
         self.nbytes = 0
@@ -206,7 +316,7 @@ class BatchQueue:
         sink = io.BytesIO()
         with pa.ipc.new_stream(sink, self.schema) as writer:
             for e in self._batches:
-                writer.write_batch(e[0])
+                writer.write_batch(_materialise(e))
         return sink.getvalue()
 
     @classmethod
@@ -218,4 +328,5 @@ class BatchQueue:
         return q
 
     def batches(self) -> Iterable[pa.RecordBatch]:
-        return (e[0] for e in self._batches)
+        """The queued batches in order (spilled ones are read from disk, and stay spilled)."""
+        return (_materialise(e) for e in self._batches)

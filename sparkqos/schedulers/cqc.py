@@ -215,6 +215,8 @@ class Cqc(Scheduler):
 
     def _apply(self, saved: dict[str, Any]) -> None:
         credit = {str(c): float(v) for c, v in saved.get("credit", {}).items()}
+        if not credit:  # saved before this strategy first ran (e.g. an idle adaptive candidate)
+            return
         if set(credit) != set(self._order):
             raise ValueError(f"Cqc state names classes {sorted(credit)}; the plan has {sorted(self._order)}")
         current = saved.get("current")
