@@ -1,0 +1,367 @@
+"""Shared pieces of the Spark experiments (jobs/experiments/*.py) and benchmarks/vs_fair_pools.py.
+
+Every run replays one recorded bursty trace (``sparkqos.replay`` with ``retime``), so all
+strategies of an experiment see exactly the same rows at the same relative times. A trace is
+made once with the bursty source's own generator (Jiang §5.1 / Chain §6 ON/OFF Pareto flows).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+US = 1_000_000
+#: Trace origin (epoch µs); replays retime it to the wall clock.
+ORIGIN_US = 1_700_000_000 * US
+
+
+def write_bursty_trace(path: str | Path, rate: float, seconds: float, seed: int = 7, flows: int = 64,
+                       off_scale: float = 8.0, payload: str = "sensor", rate_profile: Callable[[float], float] | None = None,
+                       warmup_s: float = 0.0, warmup_rate: float = 4.0) -> int:
+    """Record ``seconds`` of the bursty source (sensor or packet payload) into Parquet.
+
+    ``rate_profile(t)`` (a factor ≥ 0 per stream second) shapes the load: the trace is drawn at
+    ``rate · max factor`` and each arrival of second t is kept with probability factor / max
+    factor (so rising load keeps the burst structure). ``warmup_s`` prepends that many seconds
+    of a trickle (``warmup_rate`` rows/s of ordinary sensor readings: 20 °C, 50 %, never a fire
+    or an anomaly) so every query has run its first, slow micro-batches before the bursts come.
+    Returns the number of rows."""
+    from sparkqos.spark.sources import BurstyGenerator, payload_table
+
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    peak = 1.0
+    if rate_profile is not None:
+        peak = max(rate_profile(float(s)) for s in range(int(math.ceil(seconds))))
+        if not peak > 0:
+            raise ValueError("rate_profile is zero everywhere")
+    gen = BurstyGenerator(rate=rate * peak, flows=flows, off_scale=off_scale, seed=seed)
+    flow, ts = gen.arrivals(0, int(seconds * US))
+    if rate_profile is not None:
+        keep_p = np.array([rate_profile(float(s)) / peak for s in range(int(math.ceil(seconds)) + 1)])
+        u = np.random.default_rng([seed, 99]).random(ts.size)
+        keep = u < keep_p[(ts // US).astype(np.int64)]
+        flow, ts = flow[keep], ts[keep]
+    table = payload_table(payload, seed, flow, ts + ORIGIN_US + int(warmup_s * US))
+    if warmup_s > 0:
+        if payload != "sensor":
+            raise ValueError("warmup_s needs the sensor payload")
+        n = int(warmup_s * warmup_rate)
+        wts = ORIGIN_US + (np.arange(n) * (US / warmup_rate)).astype(np.int64)
+        warm = payload_table(payload, seed, np.arange(n) % flows, wts)
+        warm = warm.set_column(warm.schema.get_field_index("temperature"), "temperature", pa.array(np.full(n, 20.0)))
+        warm = warm.set_column(warm.schema.get_field_index("humidity"), "humidity", pa.array(np.full(n, 50.0)))
+        table = pa.concat_tables([warm.cast(table.schema), table])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return table.num_rows
+
+
+def replay_df(spark, path: str | Path, max_seconds_per_trigger: float | None = None, start: float | None = None):
+    """A streaming DataFrame replaying ``path`` at its own pace, timestamps moved to the wall
+    clock from ``start`` (epoch seconds; default: when the query starts)."""
+    from sparkqos.spark import sources
+
+    sources.register(spark)
+    r = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("retime", "true").option("speed", "1")
+    if start is not None:
+        r = r.option("start", f"{start:.6f}")
+    if max_seconds_per_trigger:
+        r = r.option("maxSecondsPerTrigger", str(max_seconds_per_trigger))
+    return r.load()
+
+
+def session(app: str, warm_up: bool = True):
+    """The job's SparkSession; ``warm_up`` runs a tiny Arrow job first so Python workers are up
+    before any measured row arrives (otherwise the first batch pays their start-up)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    if warm_up:
+        spark.range(0, 64, numPartitions=2).mapInArrow(lambda it: it, "id bigint").toArrow()
+    return spark
+
+
+class RunStats:
+    """Per-class delays, outputs and peaks of one sparkqos run (fed by the runner's hooks)."""
+
+    def __init__(self, klass_of: Mapping[str, str], label: str, expected_s: float, quiet: bool = False):
+        self.klass_of = dict(klass_of)
+        self.label = label
+        self.expected_s = expected_s
+        self.quiet = quiet
+        self.delays: dict[str, list[np.ndarray]] = {}
+        self.rows_in = 0
+        self.peak_rows = 0.0
+        self.peak_bytes = 0.0
+        self.queued_rows: list[float] = []
+        self.strategies: dict[str, int] = {}
+        self.triggers = 0
+        self.t0 = time.time()
+
+    def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
+        for q, d in per_query.items():
+            if d.size:
+                self.delays.setdefault(q, []).append(np.asarray(d, dtype=np.float64))
+
+    def on_progress(self, p: Mapping[str, Any]) -> None:
+        self.triggers += 1
+        self.rows_in += int(p["numInputRows"])
+        self.peak_rows = max(self.peak_rows, p["queuedRows"])
+        self.peak_bytes = max(self.peak_bytes, p["queuedBytes"])
+        self.queued_rows.append(p["queuedRows"])
+        self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
+        if not self.quiet:
+            el = time.time() - self.t0
+            print(f"  [{self.label} {el:5.1f}/{self.expected_s:.0f}s] batch {p['batchId']:>3} in {p['numInputRows']:>6} "
+                  f"out {p['numOutputRows']:>6} queued {p['queuedRows']:>8.0f} rows {p['queuedBytes'] / 1e6:6.2f} MB "
+                  f"p99 {p['delayMsP99']:8.0f} ms  {p['strategy']}", flush=True)
+
+    def query_delays(self, query: str) -> np.ndarray:
+        d = self.delays.get(query, [])
+        return np.concatenate(d) if d else np.empty(0)
+
+    def class_delays(self, klass: str) -> np.ndarray:
+        parts = [self.query_delays(q) for q, k in self.klass_of.items() if k == klass]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    def all_delays(self) -> np.ndarray:
+        parts = [self.query_delays(q) for q in self.klass_of]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    def rows_out(self, query: str | None = None) -> int:
+        if query is not None:
+            return int(self.query_delays(query).size)
+        return int(sum(self.query_delays(q).size for q in self.klass_of))
+
+
+def mean_ms(d: np.ndarray) -> float:
+    return float(d.mean() * 1000) if d.size else math.nan
+
+
+def p99_ms(d: np.ndarray) -> float:
+    return float(np.percentile(d, 99) * 1000) if d.size else math.nan
+
+
+def run_sparkqos(spark, trace: str | Path, compiled, strategy: str, *, out: str | Path, name: str,
+                 input_rows: int, trace_s: float, trigger_s: float = 1.0, budget_s: float | None = None,
+                 strategy_params: Mapping[str, Any] | None = None, qos: Any = None,
+                 max_seconds_per_trigger: float | None = None, drain: bool = True, quiet: bool = False,
+                 executor_args: Mapping[str, Any] | None = None, lead_s: float = 4.0) -> RunStats:
+    """Replay ``trace`` through ``compiled`` under ``strategy``; stop once every row was read
+    (then ``finish()`` drains the queues if ``drain``). The replay starts ``lead_s`` after the
+    query, so start-up is not measured as delay. Metrics go to ``out/metrics`` (run ``name``),
+    outputs to ``out/outputs/name``."""
+    import sparkqos
+    from sparkqos.spark.sinks import ParquetSink
+
+    out = Path(out)
+    ckpt = out / "_checkpoint" / name
+    shutil.rmtree(ckpt, ignore_errors=True)
+    shutil.rmtree(out / "outputs" / name, ignore_errors=True)
+    shutil.rmtree(out / "metrics" / f"run={name}", ignore_errors=True)
+    klass_of = {q.name: q.klass for q in compiled.plan.queries.values()}
+    stats = RunStats(klass_of, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
+    handle = sparkqos.stream(
+        replay_df(spark, trace, max_seconds_per_trigger, start=time.time() + lead_s), compiled.fresh(), strategy=strategy,
+        strategy_params=dict(strategy_params or {}), qos=qos, trigger_s=trigger_s, budget_s=budget_s,
+        checkpoint=ckpt, output=out, sink=ParquetSink(out / "outputs" / name), name=name,
+        on_progress=stats.on_progress, on_delays=stats.on_delays, executor_args=executor_args)
+    query = handle.start()
+    deadline = time.time() + 4 * trace_s + 60
+    try:
+        while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
+            query.awaitTermination(0.5)
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"run {name}: the streaming query failed: {query.exception()}")
+    stats.read_all = stats.rows_in >= input_rows
+    stats.left_queued = stats.queued_rows[-1] if stats.queued_rows else 0.0
+    if drain:
+        handle.finish()
+    stats.elapsed = time.time() - stats.t0
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return stats
+
+
+def print_table(title: str, header: list[str], rows: Iterable[list[Any]], file=None) -> str:
+    """Print (and return) a fixed-width table; floats with one decimal."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "-" if math.isnan(v) else (f"{v:.1f}" if abs(v) < 1e6 else f"{v:.3g}")
+        return str(v)
+
+    body = [[fmt(v) for v in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = [title, "  ".join(h.rjust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
+    text = "\n".join(lines)
+    print(text, file=file or sys.stdout, flush=True)
+    return text
+
+
+def render_report(out: str | Path, title: str) -> Path | None:
+    from sparkqos.report import render
+
+    if (Path(out) / "metrics").is_dir():
+        return render(out, title=title)
+    return None
+
+
+def rss_tree_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{d}/statm") as f:
+                rss[int(d)] = int(f.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(int(parts[1]), []).append(int(d))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total
+
+
+def synthetic_queries(plan, cost_unit_s: float, schema=None, classes=None):
+    """A QuerySet running a scheduling ``plan`` (the simulator's, e.g. jobs/cqc_sim.cqc_plan) on
+    the one replayed sensor stream: every operator becomes a synthetic operator with its declared
+    selectivity and ``cost × cost_unit_s`` seconds of CPU per row; every plan stream is a read of
+    the sensor stream; a two-input operator (a join in the plan) is a union of its inputs then a
+    synthetic operator (same σ per input row — the row counts, not the matching, are what the
+    strategies see)."""
+    from sparkqos.examples import SENSOR_SCHEMA
+    from sparkqos.query import QuerySet
+
+    qs = QuerySet(classes=dict(classes if classes is not None else plan.classes))
+    s = qs.stream("sensors", schema or SENSOR_SCHEMA)
+    built: dict[str, Any] = {}
+
+    def build(name: str):
+        if name not in plan:
+            return s
+        if name in built:
+            return built[name]
+        op = plan[name]
+        ins = [build(i) for i in op.inputs]
+        rel = ins[0] if len(ins) == 1 else ins[0].union(*ins[1:])
+        seed = (sum(map(ord, name)) * 131 + len(built)) % 100_000
+        rel = rel.synthetic(selectivity=min(1.0, float(op.selectivity)), cost_s=float(op.cost) * cost_unit_s, seed=seed)
+        built[name] = rel
+        return rel
+
+    for root in plan.roots():
+        q = plan.query_of(root)
+        build(root).sink(q, klass=plan.class_of(root))
+    return qs
+
+
+def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list[list[Any]]:
+    """[plan, strategy, rows out, mean delay ms, p99 ms, mean queued rows, peak queued rows, peak MB]."""
+    rows = []
+    for plan_name, strategy, st in runs:
+        d = st.all_delays()
+        q = np.array(st.queued_rows) if st.queued_rows else np.zeros(1)
+        rows.append([plan_name, strategy, st.rows_out(), mean_ms(d), p99_ms(d), float(q.mean()), st.peak_rows,
+                     st.peak_bytes / 1e6])
+    return rows
+
+
+SUMMARY_HEADER = ["plan", "strategy", "rows out", "mean delay ms", "p99 ms", "mean queued", "peak queued", "peak MB"]
+
+
+def experiment_args(description: str, defaults: Mapping[str, Any]):
+    """The experiments' common command line (every default overridable)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=defaults.get("seconds", 20.0), help="trace length per run (s)")
+    ap.add_argument("--rate", type=float, default=defaults.get("rate", 3000.0), help="mean rows/s")
+    ap.add_argument("--work-us", type=float, default=defaults.get("work_us", 20.0), help="µs of CPU per unit of declared cost")
+    ap.add_argument("--trigger", type=float, default=defaults.get("trigger", 1.0))
+    ap.add_argument("--budget", type=float, default=defaults.get("budget", 0.0), help="executor s per trigger; 0 = trigger")
+    ap.add_argument("--seed", type=int, default=defaults.get("seed", 7))
+    ap.add_argument("--off-scale", type=float, default=defaults.get("off_scale", 8.0))
+    ap.add_argument("--strategies", default=",".join(defaults["strategies"]))
+    ap.add_argument("--plans", default=",".join(defaults["plans"]))
+    ap.add_argument("--out", default=defaults["out"])
+    ap.add_argument("--quiet", action="store_true", help="no per-trigger lines")
+    ap.add_argument("--no-report", action="store_true")
+    return ap
+
+
+def run_experiment(title: str, args, plans: Mapping[str, Callable[[], Any]], strategies: list[str],
+                   strategy_params: Callable[[str, str], Mapping[str, Any]] | None = None,
+                   qos: Callable[[str, str], Any] | None = None, rate_profile=None,
+                   run_name: Callable[[str, str], str] | None = None) -> tuple[list[tuple[str, str, RunStats]], int]:
+    """Record one trace, run every (plan, strategy) through Spark in one session, print a line per
+    trigger; returns [(plan, strategy, stats)] and the trace's row count."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / "trace.parquet"
+    rows = write_bursty_trace(trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale,
+                              rate_profile=rate_profile)
+    pairs = [(p, s) for p in plans for s in strategies]
+    per_run = args.seconds + 4 + 6
+    print(f"{title}: trace {rows} rows over {args.seconds:g}s (bursty, mean {args.rate:g}/s); {len(pairs)} runs "
+          f"({', '.join(plans)} × {', '.join(strategies)}); expect about {len(pairs) * per_run / 60 + 0.5:.0f} min "
+          f"(more on a loaded machine)", flush=True)
+    spark = session(title)
+    results = []
+    t0 = time.time()
+    for i, (p, s) in enumerate(pairs):
+        name = run_name(p, s) if run_name else f"{p}-{s}"
+        print(f"-- run {i + 1}/{len(pairs)}: {name}  (elapsed {time.time() - t0:.0f}s)", flush=True)
+        compiled = plans[p]().build()
+        st = run_sparkqos(spark, trace, compiled, s.split(":")[0], out=out, name=name, input_rows=rows,
+                          trace_s=args.seconds, trigger_s=args.trigger, budget_s=args.budget or None,
+                          strategy_params=strategy_params(p, s) if strategy_params else None,
+                          qos=qos(p, s) if qos else None, quiet=args.quiet)
+        results.append((p, s, st))
+    spark.stop()
+    return results, rows
+
+
+def verdict(claim: str, held: bool, detail: str) -> str:
+    line = f"[{'HELD' if held else 'NOT HELD'}] {claim}: {detail}"
+    print(line, flush=True)
+    return line
+
+
+def finish_experiment(args, title: str, table: str, verdicts: list[str]) -> None:
+    out = Path(args.out)
+    (out / "summary.txt").write_text(table + "\n" + "\n".join(verdicts) + "\n")
+    if not args.no_report:
+        path = render_report(out, title)
+        if path:
+            print(f"report: {path}", flush=True)
+
+
+def cost_unit_for(plan, rate: float, load: float) -> float:
+    """Seconds per unit of declared cost so that ``rate`` rows/s bring ``load`` × one core of work
+    (every operator path reads each row of the one stream once)."""
+    per_row = sum(plan.service_time(p) for p in plan.paths)
+    if not per_row > 0:
+        raise ValueError("the plan declares no work")
+    return load / (rate * per_row)
