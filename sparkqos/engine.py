@@ -323,7 +323,8 @@ class Executor:
     produced. ``cluster`` units run like a path, one operator after the other in this thread.
 
     ``cluster_threads`` (> 0, for a strategy with ``clusters`` / ``pick_cluster``, i.e. COS §4.2)
-    runs each cluster in its own thread instead: a thread picks its cluster's next unit under the
+    runs each cluster in its own thread instead (at most that many threads; with more clusters,
+    thread i serves clusters i, i + threads, …): a thread picks its cluster's next unit under the
     executor's lock, runs the operator holding only that operator's lock (so a queue is never
     read and written at once: producers push into it, and strategies scan it, under the same
     lock) and books the run under the executor's lock again. Lock order is always executor lock
@@ -494,13 +495,12 @@ class Executor:
         state, sched, clock = self.state, self.scheduler, self.clock
         with self._lock:
             sched.pick_cluster(0, state)  # attaches: the clusters exist from here on
-            n = len(sched.clusters)
-        if self._pool is None or self._pool._max_workers < n:
-            if self._pool is not None:
-                self._pool.shutdown()
-            self._pool = ThreadPoolExecutor(max_workers=max(n, self.cluster_threads), thread_name_prefix="sparkqos-cluster")
+            n = max(1, min(len(sched.clusters), self.cluster_threads))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.cluster_threads, thread_name_prefix="sparkqos-cluster")
+        cursor = [0] * n
         cond = threading.Condition(self._lock)
-        shared = {"busy": 0, "stop": False}
+        shared = {"busy": 0, "stop": False, "stuck": 0}
         errors: list[BaseException] = []
 
         def halt(idle: bool = False) -> None:
@@ -523,13 +523,28 @@ class Executor:
                             if now >= self._next_window:
                                 state.stats.close_window(now, state.total_queued)
                                 self._next_window = now + self.stats_period
-                            unit = sched.pick_cluster(i, state)
+                            # Thread i serves clusters i, i + n, ... (their number changes when
+                            # statistics move and COS re-clusters), round-robin among them.
+                            mine = list(range(i, len(sched.clusters), n))
+                            unit = None
+                            for step in range(len(mine)):
+                                k = mine[(cursor[i] + step) % len(mine)]
+                                unit = sched.pick_cluster(k, state)
+                                if unit is not None:
+                                    cursor[i] = (cursor[i] + step + 1) % len(mine)
+                                    break
                             if unit is not None and state.runnable(unit.head):
                                 break
-                            if shared["busy"] == 0 and not state._runnable:
-                                return halt(idle=True)
+                            if shared["busy"] == 0:
+                                if not state._runnable:
+                                    return halt(idle=True)
+                                shared["stuck"] += 1
+                                if shared["stuck"] > self.starvation_limit * n:
+                                    raise SchedulerError(f"{sched!r}: {state.runnable_operators()} can run but no "
+                                                         f"cluster offers them")
                             cond.wait(0.01)  # another cluster's run may feed this one
                         shared["busy"] += 1
+                        shared["stuck"] = 0
                         report.units += 1
                     try:
                         self._run_unit(unit, report)
@@ -625,6 +640,9 @@ class Executor:
         ports = state.ports[name]
         with self._lock:
             final = state._final(name) if name in state._below else state.finished
+            # While it runs its queues change outside the executor's lock: strategies must not
+            # offer (or rank) it meanwhile; after_run makes it runnable again if it still is.
+            state._runnable.discard(name)
         with state.locks[name]:
             rows_before = sum(q.rows for q in ports)
             bytes_before = sum(q.nbytes for q in ports)
@@ -636,6 +654,8 @@ class Executor:
         with self._lock:
             # Deliveries into this operator's queues may have come in since: book only what it took.
             state.after_run(name, rows_gone, bytes_gone, delta=True)
+            if state.runnable(name):
+                state.notify(name)  # back into its cluster's heap
             produced = sum(b.num_rows for b in out)
             state.record_run(name, consumed, produced, t1 - t0)
             report.operator_runs += 1

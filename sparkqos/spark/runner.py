@@ -265,18 +265,16 @@ class QosStream:
 
     def _conform(self, table: pa.Table) -> pa.Table:
         """Timestamps become float seconds where the plan declares numbers (the executor's
-        windows run on numeric seconds); columns the plan does not read are dropped."""
+        windows run on numeric seconds). Other columns stay as they came: the checks cast them,
+        and a dead letter keeps the whole original row."""
         schema = self.compiled.sources[self.stream]
-        cols, names = [], []
         for field in schema:
-            if field.name not in table.column_names:
-                continue  # reported by the checks as a missing column
-            col = table.column(field.name)
-            if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
-                col = pa.array(_seconds(col), pa.float64())
-            cols.append(col)
-            names.append(field.name)
-        return pa.table(cols, names=names) if names else pa.table({"__rows": pa.nulls(table.num_rows)})
+            if field.name in table.column_names:
+                i = table.column_names.index(field.name)
+                col = table.column(i)
+                if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
+                    table = table.set_column(i, field.name, pa.array(_seconds(col), pa.float64()))
+        return table
 
     def _fault(self, point: str, batch_id: int) -> None:
         if batch_id in self._faults.get(point, ()):

@@ -1,0 +1,269 @@
+"""Crash and restart: the sensor job SIGKILLed at many points, restarted from its checkpoint, loses
+nothing and writes nothing twice (issue 8, item 1).
+
+    .venv/bin/python benchmarks/crash_restart.py [--rows 6000] [--seconds 24] [--seed 5]
+
+A replayable trace (Parquet) is fed to ``jobs/sensor_monitor.py`` (replay source, at most 2 s of
+stream time per micro-batch, so the trace takes ``seconds / 2`` batches). First one uninterrupted
+run; then one run per crash, each restarted from the same output and checkpoint folders:
+
+* five injected points of a trigger (``SPARKQOS_FAULT``, the runner SIGKILLs its own process):
+  at the start of foreachBatch, after the executor's run, between the sink write and our
+  checkpoint, after our checkpoint (before Spark commits the batch), at the end of foreachBatch;
+* two SIGKILLs of the whole process group (driver and JVM) at seeded random moments;
+* finally a torn checkpoint file: the job must refuse to start with a message naming the file.
+
+The child is the job's own ``main()``; the only difference is the replay option ``retime=false``
+(rows keep their recorded timestamps), so two runs started at different times see the same rows.
+After the last run, whatever the final checkpoint still holds (queued rows, open windows) is
+finished in-process, and the union of the sink is compared as a multiset with the uninterrupted
+run's and with a direct replay of the trace through the executor: lost rows and duplicates are
+printed per query (both must be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CAP_S = 2.0
+FAULTS = ["before_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress"]
+
+
+def make_trace(path: Path, rows: int, seconds: float, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    ts = 1_700_000_000_000_000 + np.sort(rng.integers(0, int(seconds * 1e6), rows))
+    fire = rng.random(rows) < 0.01
+    table = pa.table({
+        "sensor_id": pa.array(rng.integers(0, 64, rows), pa.int32()),
+        "location": pa.array(np.array([f"zone-{i}" for i in range(8)])[rng.integers(0, 8, rows)]),
+        "temperature": pa.array(np.where(fire, 60 + 30 * rng.random(rows), 18 + 14 * rng.random(rows)).round(2)),
+        "humidity": pa.array(np.where(fire, 10 + 10 * rng.random(rows), 40 + 34 * rng.random(rows)).round(2)),
+        "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
+    })
+    pq.write_table(table, path)
+    return table
+
+
+def child(argv: list[str]) -> int:
+    """The job's main() with recorded timestamps kept (retime=false)."""
+    from jobs import sensor_monitor as job
+
+    options = job.source_options
+    job.source_options = lambda cfg: {**options(cfg), "retime": "false"}
+    return job.main(argv)
+
+
+def job_args(trace: Path, out: Path) -> list[str]:
+    return ["--output", str(out), "--checkpoint", str(out / "_checkpoint"), "--duration", "0", "--quiet",
+            "--set", "source.format=replay", "--set", f"source.path={trace}", "--set", "source.speed=max",
+            "--set", f"source.max_seconds_per_trigger={CAP_S}", "--set", "job.trigger_s=0.5",
+            "--set", "job.report=false", "--set", "scheduler.strategy=adaptive"]
+
+
+def checkpointed(out: Path) -> list[int]:
+    folder = out / "_checkpoint" / "sparkqos"
+    return sorted(int(p.name[:20]) for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+
+
+def run_job(trace: Path, out: Path, last: int, fault: str | None = None, kill_after: float | None = None,
+            timeout: float = 300) -> dict:
+    """One run of the job; returns how it ended. It is stopped (SIGTERM) once batch ``last`` is
+    checkpointed, killed by its own fault, or SIGKILLed (group) ``kill_after`` s after its first batch."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=str(ROOT))
+    env.pop("SPARKQOS_FAULT", None)
+    if fault:
+        env["SPARKQOS_FAULT"] = fault
+    before = checkpointed(out)
+    log = open(out.parent / f"{out.name}.log", "ab")
+    proc = subprocess.Popen([sys.executable, __file__, "--child", "--", *job_args(trace, out)], cwd=ROOT, env=env,
+                            stdout=log, stderr=log, start_new_session=True)
+    t0, first = time.time(), None
+    how = None
+    try:
+        while True:
+            rc = proc.poll()
+            done = checkpointed(out)
+            if first is None and done != before:
+                first = time.time()
+            if rc is not None:
+                how = "killed by its fault" if rc == -signal.SIGKILL else f"exited {rc}"
+                break
+            if kill_after is not None and first is not None and time.time() - first >= kill_after:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                how = f"SIGKILLed (process group) {kill_after:.2f}s after its first batch"
+                break
+            if done and done[-1] >= last:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=120)
+                how = "stopped after the last batch"
+                break
+            if time.time() - t0 > timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                how = "timed out"
+                break
+            time.sleep(0.05)
+    finally:
+        try:  # the JVM of a killed driver exits when its stdin closes; make sure, it is ours
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        log.close()
+    after = checkpointed(out)
+    return {"how": how, "seconds": time.time() - t0, "checkpoint_before": before[-1] if before else -1,
+            "checkpoint_after": after[-1] if after else -1}
+
+
+def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
+    """The sink's union plus what the final checkpoint still holds, finished in-process."""
+    from sparkqos import schedulers
+    from sparkqos.engine import EMIT, Executor
+    from sparkqos.expr import INTERNAL
+    from sparkqos.spark.checkpoint import CheckpointStore
+    from sparkqos.spark.runner import _unb64
+    from sparkqos.spark.sinks import read_parquet_sink
+
+    sink = read_parquet_sink(out / "outputs")
+    ckpt = CheckpointStore(out / "_checkpoint" / "sparkqos").load_latest()
+    compiled = compiled_factory()
+    state = _unb64(ckpt.state["executor"])
+    state["scheduler"] = {}
+    ex = Executor(compiled.fresh(), schedulers.get("fifo"))
+    ex.load_state(state)
+    ex.load_queue_tables(ckpt.queues)
+    ex.finish()
+    rest = ex.take_outputs()
+    merged = {}
+    for q, t in rest.items():
+        t = t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT])
+        parts = [x for x in (sink.get(q), t) if x is not None and x.num_rows]
+        merged[q] = pa.concat_tables([p.cast(parts[0].schema) for p in parts]) if parts else t
+    return merged
+
+
+def oracle(trace: pa.Table, compiled_factory) -> dict[str, pa.Table]:
+    from sparkqos import schedulers
+    from sparkqos.engine import replay
+
+    ts = trace.column("ts").cast(pa.int64()).to_numpy() / 1e6
+    batch = trace.set_column(4, "ts", pa.array(ts)).combine_chunks().to_batches()[0]
+    ex = replay(compiled_factory(), schedulers.get("fifo"), [(float(ts.min()), "sensors", batch)])
+    return {q: ex.result(q) for q in ex.compiled.roots}
+
+
+def rows_of(table: pa.Table) -> Counter:
+    cols = sorted(table.column_names)
+    data = table.select(cols).to_pylist()
+    return Counter(tuple(round(v, 6) if isinstance(v, float) else v for v in (r[c] for c in cols)) for r in data)
+
+
+def compare(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> dict[str, dict[str, int]]:
+    out = {}
+    for q in sorted(set(got) | set(want)):
+        g = rows_of(got[q]) if q in got else Counter()
+        w = rows_of(want[q]) if q in want else Counter()
+        out[q] = {"rows": sum(w.values()), "lost": sum((w - g).values()), "extra": sum((g - w).values()),
+                  "duplicated": sum(v - 1 for v in g.values() if v > 1) - sum(v - 1 for v in w.values() if v > 1)}
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        return child(sys.argv[3:] if sys.argv[2:3] == ["--"] else sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=6000)
+    parser.add_argument("--seconds", type=float, default=24.0)
+    parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--keep", help="keep the run folders here instead of a temporary folder")
+    args = parser.parse_args()
+    from sparkqos.examples import sensor_queries
+
+    def factory():
+        return sensor_queries(work_us=150.0, window_s=10.0).build()
+
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkqos-crash-"))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    trace_path = work / "trace.parquet"
+    trace = make_trace(trace_path, args.rows, args.seconds, args.seed)
+    last = int(np.ceil(args.seconds / CAP_S)) - 1
+    rng = random.Random(args.seed)
+    print(f"trace: {args.rows} rows over {args.seconds:g}s, {CAP_S:g}s of stream time per batch -> batches 0..{last}")
+
+    baseline = run_job(trace_path, work / "baseline", last)
+    print(f"uninterrupted run: {baseline['how']} at batch {baseline['checkpoint_after']} ({baseline['seconds']:.0f}s)")
+
+    crashed = work / "crashed"
+    plan = []
+    batch = 0
+    for i, point in enumerate(FAULTS):
+        plan.append(("fault", f"{point}:{batch + 1}"))
+        batch += 2
+        if i in (1, 3):
+            plan.append(("kill", round(rng.uniform(0.3, 2.5), 2)))
+    attempts = []
+    for kind, arg in plan:
+        r = run_job(trace_path, crashed, last, fault=arg if kind == "fault" else None,
+                    kill_after=arg if kind == "kill" else None)
+        tried = f"SPARKQOS_FAULT={arg}" if kind == "fault" else f"SIGKILL process group at +{arg}s"
+        attempts.append((tried, r))
+        print(f"  {tried:<38} -> {r['how']}; our checkpoint batch {r['checkpoint_before']} -> {r['checkpoint_after']}")
+    final = run_job(trace_path, crashed, last)
+    attempts.append(("restart, run to the end", final))
+    print(f"  {'restart, run to the end':<38} -> {final['how']}; checkpoint batch {final['checkpoint_before']} -> {final['checkpoint_after']}")
+
+    want = oracle(trace, factory)
+    base = final_outputs(work / "baseline", factory)
+    got = final_outputs(crashed, factory)
+    print()
+    print(f"{'query':<11} {'rows':>6} {'lost vs uninterrupted':>22} {'extra':>6} {'lost vs direct replay':>22} {'extra':>6}")
+    ok = True
+    vs_base, vs_oracle, base_ok = compare(got, base), compare(got, want), compare(base, want)
+    for q in sorted(want):
+        a, b = vs_base[q], vs_oracle[q]
+        ok &= a["lost"] == a["extra"] == b["lost"] == b["extra"] == 0 and base_ok[q]["lost"] == base_ok[q]["extra"] == 0
+        print(f"{q:<11} {b['rows']:>6} {a['lost']:>22} {a['extra']:>6} {b['lost']:>22} {b['extra']:>6}")
+    fired = sum(1 for _, r in attempts if r["how"] != "stopped after the last batch") 
+    print(f"crashes that happened: {fired} of {len(plan)}")
+
+    # A torn checkpoint: the newest file loses its tail; the job must refuse to start.
+    newest = sorted((crashed / "_checkpoint" / "sparkqos").glob("*.ckpt"))[-1]
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    env.pop("SPARKQOS_FAULT", None)
+    torn = subprocess.run([sys.executable, __file__, "--child", "--", *job_args(trace_path, crashed)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    message = next((l for l in torn.stderr.splitlines() if "corrupt" in l), torn.stderr.strip().splitlines()[-1:])
+    refused = torn.returncode != 0 and "is corrupt" in torn.stderr
+    print(f"torn checkpoint {newest.name} (cut to {len(data) // 2} of {len(data)} bytes): exit {torn.returncode}; {message}")
+    ok &= refused and fired == len(plan)
+    summary = {"attempts": [{"tried": t, **r} for t, r in attempts], "vs_uninterrupted": vs_base, "vs_replay": vs_oracle,
+               "torn_checkpoint_refused": refused}
+    (work / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"{'PASS' if ok else 'FAIL'}: folders in {work}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
