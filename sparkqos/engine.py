@@ -525,6 +525,7 @@ class Executor:
                                 self._next_window = now + self.stats_period
                             # Thread i serves clusters i, i + n, ... (their number changes when
                             # statistics move and COS re-clusters), round-robin among them.
+                            sched.pick_cluster(0, state)  # re-clusters first if statistics moved
                             mine = list(range(i, len(sched.clusters), n))
                             unit = None
                             for step in range(len(mine)):
