@@ -223,7 +223,7 @@ def main() -> int:
     attempts = []
     for kind, arg in plan:
         done = checkpointed(crashed)
-        target = (done[-1] if done else -1) + 2
+        target = min((done[-1] if done else -1) + 2, last)
         fault = f"{arg}:{target}" if kind == "fault" else None
         r = run_job(trace_path, crashed, last, fault=fault, kill_after=arg if kind == "kill" else None)
         tried = f"SPARKQOS_FAULT={fault}" if kind == "fault" else f"SIGKILL process group at +{arg}s"
