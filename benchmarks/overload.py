@@ -7,9 +7,8 @@ The sensor query set (sparkqos.examples) runs in the executor on the wall clock,
 trigger (0.25 s budget each), fed readings at 0.5x capacity (warm), then 2x capacity (burst),
 then 0.5x again (drain). Capacity is measured first: rows/s for draining one big batch. Runs
 side by side: no memory limit, and ``memory_limit_bytes`` (spill), optionally ``--shed``.
-Prints per phase the mean output delay and per run the peak resident memory of this process
-(VmHWM, reset between runs is not possible, so runs go in rising-memory order... each run is
-a fresh subprocess), peak queued bytes, peak in-memory queued bytes, spilled bytes, shed rows
+Prints per phase the mean output delay and per run the peak resident memory (VmHWM; each run is
+a fresh subprocess so the peak is its own), peak queued bytes, peak in-memory queued bytes, spilled bytes, shed rows
 per query and lost rows (rows in - rows the archive query delivered - shed).
 """
 
