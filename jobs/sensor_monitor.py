@@ -47,6 +47,7 @@ SCHEMA = {
         "off_scale": Key(float, 8.0, "minimum OFF period, seconds (bursty)", low=0, low_open=True),
         "path": Key(str, "", "recorded file (replay)"),
         "speed": Key(str, "1.0", "replay pace (a number or 'max')"),
+        "retime": Key(bool, True, "replay: stamp rows with the replay time (false: keep recorded timestamps)"),
         "max_seconds_per_trigger": Key(float, 0.0, "cap on stream time per batch; 0 = none", low=0),
     },
     "scheduler": {
@@ -101,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
 def source_options(cfg: dict) -> dict[str, str]:
     src = cfg["source"]
     if src["format"] == "replay":
-        opts = {"path": src["path"], "speed": src["speed"], "retime": "true"}
+        opts = {"path": src["path"], "speed": src["speed"], "retime": str(src["retime"]).lower()}
     else:
         opts = {"rate": str(src["rate"]), "seed": str(src["seed"]), "payload": "sensor"}
         if src["format"] == "bursty":
@@ -182,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint=checkpoint, output=output, name=job["name"],
         on_progress=on_progress, on_delays=on_delays,
     )
-    resumed = handle.restore()
+    try:
+        resumed = handle.restore()
+    except SparkqosError as exc:  # e.g. CheckpointCorrupt: say so, never start empty
+        print(f"sensor_monitor: cannot resume from {checkpoint}: {exc}", file=sys.stderr)
+        spark.stop()
+        return 1
     duration = job["duration_s"]
     print(f"sensor_monitor: {len(compiled.plan.queries)} queries, {len(compiled.plan)} operators, strategy "
           f"{sched['strategy']}{' over ' + ','.join(sched['candidates']) if sched['strategy'] == 'adaptive' else ''}, "
