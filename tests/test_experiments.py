@@ -92,8 +92,9 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     """chain_memory's 'two' plan under chain on a 3 s trace: every row read, the queues drained,
     outputs and metrics written, delays measured."""
     cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
+    two = cm.plans_for(["two"], rate=400, load=0.5)["two"]
     rows = C.write_bursty_trace(tmp_path / "t.parquet", rate=400, seconds=3, seed=2, off_scale=1.0)
-    st = C.run_sparkqos(spark, tmp_path / "t.parquet", cm.two().build(), "chain", out=tmp_path / "out", name="two-chain",
+    st = C.run_sparkqos(spark, tmp_path / "t.parquet", two().build(), "chain", out=tmp_path / "out", name="two-chain",
                         input_rows=rows, trace_s=3, trigger_s=0.5, quiet=True, lead_s=1.0)
     assert st.read_all and st.rows_in == rows
     assert 0 < st.rows_out() < rows  # σ 0.9 then 0.1

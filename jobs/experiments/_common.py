@@ -146,6 +146,19 @@ class RunStats:
         return int(sum(self.query_delays(q).size for q in self.klass_of))
 
 
+def drop_metrics(out: str | Path, run: str) -> None:
+    """Delete run ``run``'s metrics files under ``out/metrics`` (a rerun starts clean)."""
+    import re
+
+    from sparkqos import metrics
+
+    safe = metrics._SAFE.sub("_", run)
+    pattern = re.compile(re.escape(f"part-{safe}-") + r"\d{9}\.parquet")
+    for f in (Path(out) / "metrics").glob(f"part-{safe}-*.parquet"):
+        if pattern.fullmatch(f.name):
+            f.unlink()
+
+
 def mean_ms(d: np.ndarray) -> float:
     return float(d.mean() * 1000) if d.size else math.nan
 
@@ -170,7 +183,7 @@ def run_sparkqos(spark, trace: str | Path, compiled, strategy: str, *, out: str 
     ckpt = out / "_checkpoint" / name
     shutil.rmtree(ckpt, ignore_errors=True)
     shutil.rmtree(out / "outputs" / name, ignore_errors=True)
-    shutil.rmtree(out / "metrics" / f"run={name}", ignore_errors=True)
+    drop_metrics(out, name)
     klass_of = {q.name: q.klass for q in compiled.plan.queries.values()}
     stats = RunStats(klass_of, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
     handle = sparkqos.stream(
@@ -328,6 +341,15 @@ def run_experiment(title: str, args, plans: Mapping[str, Callable[[], Any]], str
           f"({', '.join(plans)} × {', '.join(strategies)}); expect about {len(pairs) * per_run / 60 + 0.5:.0f} min "
           f"(more on a loaded machine)", flush=True)
     spark = session(title)
+    # A throw-away first streaming query: the first one of a session pays start-up costs (source
+    # runner, workers, JIT) that would otherwise land on whichever strategy runs first.
+    p0, s0 = pairs[0]
+    print("-- warm-up run (not measured)", flush=True)
+    run_sparkqos(spark, trace, plans[p0]().build(), s0.split(":")[0], out=out, name="_warmup", input_rows=1,
+                 trace_s=args.seconds, trigger_s=args.trigger, drain=False, quiet=True, lead_s=2.0,
+                 strategy_params=strategy_params(p0, s0) if strategy_params else None, qos=qos(p0, s0) if qos else None)
+    drop_metrics(out, "_warmup")
+    shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
     results = []
     t0 = time.time()
     for i, (p, s) in enumerate(pairs):

@@ -1,8 +1,9 @@
 """Chain paper §6 on Spark: queued memory against time for chain, fifo, greedy and rr.
 
-    ./spark-submit.sh jobs/experiments/chain_memory.py [--seconds 20] [--rate 3000] [--plans two,four,join,mix]
+    ./spark-submit.sh jobs/experiments/chain_memory.py [--seconds 15] [--rate 3000] [--load 1.0] [--plans two,four,join,mix]
 
-Plans on the replayed bursty trace (synthetic operators, ``--work-us`` µs per unit of cost):
+Plans on the replayed bursty trace (synthetic operators, costs scaled so the mean rate loads the
+executor to ``--load`` of one core; bursts overload it):
 ``two`` and ``four`` — single-stream chains whose early operators are cheap but barely filter and
 whose later ones filter hard (where Chain departs from FIFO/greedy), ``join`` — a real sliding-
 window join of two filtered branches of the stream, then a filter, and ``mix`` — three such
@@ -21,60 +22,69 @@ import _common as C  # noqa: E402
 
 from sparkqos.examples import SENSOR_SCHEMA  # noqa: E402
 from sparkqos.expr import col  # noqa: E402
+from sparkqos.plan import Operator, Plan  # noqa: E402
 from sparkqos.query import QuerySet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-W = {"work_us": 20.0}
+
+#: Single-stream chains (σ, cost) leaf → root, per query: where chain departs from fifo/greedy.
+CHAINS = {
+    "two": {"two": [(0.9, 2.0), (0.1, 8.0)]},
+    "four": {"four": [(1.0, 1.0), (0.9, 3.0), (0.2, 3.0), (0.5, 2.0)]},
+    "mix": {"q1": [(0.9, 2.0), (0.1, 4.0)], "q2": [(1.0, 1.0), (0.5, 2.0), (0.3, 2.0)], "q3": [(0.2, 1.5), (0.8, 3.0)]},
+}
 
 
-def chain(s, ops, name, klass="N"):
-    r = s
-    for i, (sigma, cost) in enumerate(ops):
-        r = r.synthetic(selectivity=sigma, cost_s=cost * W["work_us"] * 1e-6, seed=17 * i + len(name))
-    r.sink(name, klass=klass)
+def chain_plan(queries) -> Plan:
+    ops = []
+    for q, chain in queries.items():
+        below = "S"
+        for i, (sigma, cost) in enumerate(chain):
+            ops.append(Operator(f"{q}{i}", (below,), sigma, cost, q))
+            below = f"{q}{i}"
+    return Plan(ops, streams=["S"])
 
 
-def two() -> QuerySet:
-    qs = QuerySet()
-    chain(qs.stream("sensors", SENSOR_SCHEMA), [(0.9, 2.0), (0.1, 8.0)], "two")
-    return qs
-
-
-def four() -> QuerySet:
-    qs = QuerySet()
-    chain(qs.stream("sensors", SENSOR_SCHEMA), [(1.0, 1.0), (0.9, 3.0), (0.2, 3.0), (0.5, 2.0)], "four")
-    return qs
-
-
-def join() -> QuerySet:
+def join(unit_s: float) -> QuerySet:
+    """Two filtered branches of the stream in a 50 ms sliding-window join on sensor_id, then a
+    hard filter; about 4 cost units of work per input row."""
     qs = QuerySet()
     s = qs.stream("sensors", SENSOR_SCHEMA)
-    left = s.where(col("temperature") > 22.0).synthetic(selectivity=0.9, cost_s=2 * W["work_us"] * 1e-6, seed=3)
-    right = s.where(col("humidity") > 55.0).synthetic(selectivity=0.9, cost_s=2 * W["work_us"] * 1e-6, seed=4)
+    left = (s.where(col("temperature") > 22.0).synthetic(selectivity=0.9, cost_s=2 * unit_s, seed=3)
+              .select("sensor_id", "temperature", "ts"))
+    right = (s.where(col("humidity") > 55.0).synthetic(selectivity=0.9, cost_s=2 * unit_s, seed=4)
+               .select("sensor_id", col("humidity").alias("r_humidity")))
     (left.join(right, on="sensor_id", seconds=0.05)
-         .synthetic(selectivity=0.1, cost_s=4 * W["work_us"] * 1e-6, seed=5).sink("join"))
+         .synthetic(selectivity=0.1, cost_s=4 * unit_s, seed=5).sink("join"))
     return qs
 
 
-def mix() -> QuerySet:
-    qs = QuerySet()
-    s = qs.stream("sensors", SENSOR_SCHEMA)
-    chain(s, [(0.9, 2.0), (0.1, 4.0)], "q1")
-    chain(s, [(1.0, 1.0), (0.5, 2.0), (0.3, 2.0)], "q2")
-    chain(s, [(0.2, 1.5), (0.8, 3.0)], "q3")
-    return qs
+def plans_for(names, rate: float, load: float) -> dict:
+    """Plan name → QuerySet factory, declared costs scaled to ``load`` of one core at ``rate``."""
+    out = {}
+    for name in names:
+        if name == "join":
+            unit = load / (rate * 4.0)
+            out[name] = (lambda unit=unit: join(unit))
+        elif name in CHAINS:
+            plan = chain_plan(CHAINS[name])
+            unit = C.cost_unit_for(plan, rate, load)
+            out[name] = (lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, SENSOR_SCHEMA, classes={}))
+        else:
+            raise SystemExit(f"unknown plan {name!r}; choose from two, four, join, mix")
+    return out
 
 
-PLANS = {"two": two, "four": four, "join": join, "mix": mix}
+PLANS = ("two", "four", "join", "mix")
 
 
 def main(argv=None) -> int:
-    ap = C.experiment_args(__doc__, {"seconds": 20.0, "rate": 3000.0, "work_us": 20.0,
+    ap = C.experiment_args(__doc__, {"seconds": 15.0, "rate": 3000.0,
                                      "strategies": ["chain", "fifo", "greedy", "rr"], "plans": list(PLANS),
                                      "out": str(ROOT / "output" / "experiments" / "chain_memory")})
+    ap.add_argument("--load", type=float, default=1.0, help="executor load at the mean rate (share of one core)")
     args = ap.parse_args(argv)
-    W["work_us"] = args.work_us
-    plans = {p: PLANS[p] for p in args.plans.split(",")}
+    plans = plans_for(args.plans.split(","), args.rate, args.load)
     strategies = args.strategies.split(",")
     results, rows = C.run_experiment("chain_memory", args, plans, strategies)
     table = C.print_table(f"\nchain_memory (Chain §6): {rows} rows, {args.seconds:g}s trace, {args.rate:g} rows/s",
