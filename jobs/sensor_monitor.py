@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparkqos import schedulers
+from sparkqos import metrics, schedulers
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import SparkqosError
 from sparkqos.examples import sensor_queries
@@ -112,11 +112,6 @@ def source_options(cfg: dict) -> dict[str, str]:
     return opts
 
 
-def weighted_p99(chunks: list[np.ndarray]) -> float:
-    values = np.concatenate(chunks) if chunks else np.empty(0)
-    return float(np.percentile(values, 99)) if values.size else math.nan
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         args, cfg = parse_args(argv)
@@ -143,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     queries = sensor_queries(work_us=cfg["queries"]["work_us"], window_s=cfg["queries"]["window_s"])
     compiled = queries.build()
     klass_of = {q.name: q.klass for q in compiled.plan.queries.values()}
-    delays: dict[str, list[np.ndarray]] = {k: [] for k in set(klass_of.values())}
-    rows_out: dict[str, int] = {k: 0 for k in delays}
+    delays = {k: metrics.DelayDigest() for k in set(klass_of.values())}  # bounded, however long the run
     peak_queued = {"rows": 0.0, "bytes": 0.0}
     peak_class = {k: [0.0, 0.0] for k in delays}  # rows, bytes queued for the class's queries
     strategies: dict[str, int] = {}
@@ -152,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_delays(batch_id: int, per_query: dict[str, np.ndarray]) -> None:
         for q, d in per_query.items():
-            if d.size:
-                delays[klass_of[q]].append(d)
-                rows_out[klass_of[q]] += int(d.size)
+            delays[klass_of[q]].add(d)
 
     def on_progress(p: dict) -> None:
         peak_queued["rows"] = max(peak_queued["rows"], p["queuedRows"])
@@ -219,11 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for klass in ("H", "C", "N"):
-        values = np.concatenate(delays[klass]) if delays[klass] else np.empty(0)
-        mean = values.mean() * 1000 if values.size else math.nan
-        p99 = weighted_p99(delays[klass]) * 1000
-        mx = values.max() * 1000 if values.size else math.nan
-        print(f"{klass:<6} {rows_out[klass]:>10} {mean:>14.1f} {p99:>13.1f} {mx:>13.1f} "
+        d = delays[klass]
+        print(f"{klass:<6} {d.count:>10} {d.mean * 1000:>14.1f} {d.percentile(99) * 1000:>13.1f} {d.max * 1000:>13.1f} "
               f"{peak_class[klass][0]:>17.0f} {peak_class[klass][1] / 1e6:>15.2f}")
     if job["report"] and (output / "metrics").is_dir():
         from sparkqos.report import render

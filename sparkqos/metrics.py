@@ -78,6 +78,54 @@ def delay_summary(delays: Sequence[float] | np.ndarray, weights: Sequence[float]
     }
 
 
+class DelayDigest:
+    """Bounded summary of a long stream of delays: exact count, mean and max, and a uniform
+    reservoir sample of at most ``capacity`` values for percentiles (memory stays constant
+    however long a job runs).
+
+    >>> d = DelayDigest(capacity=1000, seed=1)
+    >>> for k in range(100):
+    ...     d.add(np.arange(k * 100, (k + 1) * 100) / 10000)
+    >>> d.count, round(d.mean, 5), d.max, abs(d.percentile(50) - 0.5) < 0.05
+    (10000, 0.49995, 0.9999, True)
+    """
+
+    def __init__(self, capacity: int = 100_000, seed: int | None = 0):
+        self.capacity = capacity
+        self.count = 0
+        self.total = 0.0
+        self.max = float("nan")
+        self._sample = np.empty(0)
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else float("nan")
+
+    def add(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=float)
+        if values.size == 0:
+            return
+        self.total += float(values.sum())
+        self.max = float(values.max()) if self.count == 0 else max(self.max, float(values.max()))
+        seen = self.count
+        self.count += values.size
+        room = self.capacity - self._sample.size
+        if room > 0:
+            self._sample = np.concatenate([self._sample, values[:room]])
+            values, seen = values[room:], seen + min(room, values.size)
+        if values.size:
+            # reservoir sampling (Algorithm R, vectorised): value i of the stream replaces a random
+            # slot with probability capacity / (its position + 1)
+            positions = seen + np.arange(values.size)
+            slots = (self._rng.random(values.size) * (positions + 1)).astype(np.int64)
+            keep = slots < self.capacity
+            self._sample[slots[keep]] = values[keep]
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self._sample, q)) if self._sample.size else float("nan")
+
+
 def row(**values: Any) -> dict[str, Any]:
     """A metrics row with every column present (missing numbers are NaN, strings empty)."""
     out: dict[str, Any] = {}

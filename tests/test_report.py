@@ -90,3 +90,20 @@ def test_report_renders(output_dir):
 def test_report_without_metrics_says_so(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "no metrics files" in capsys.readouterr().err
+
+
+def test_delay_digest_is_bounded_and_close():
+    """A long job keeps its delay summary in constant memory: count, mean and max exact, the
+    p99 from a uniform reservoir within a few percent."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    digest = metrics.DelayDigest(capacity=50_000, seed=1)
+    chunks = [rng.exponential(1.0, 5000) * (1 + rng.random()) for _ in range(200)]
+    for c in chunks:
+        digest.add(c)
+    everything = np.concatenate(chunks)
+    assert digest._sample.size == 50_000
+    assert digest.count == everything.size and digest.max == everything.max()
+    assert digest.mean == pytest.approx(everything.mean())
+    assert digest.percentile(99) == pytest.approx(np.percentile(everything, 99), rel=0.03)
