@@ -1,6 +1,6 @@
 """sparkqos against what a Spark user does today: one streaming query per query class in FAIR pools.
 
-    .venv/bin/python benchmarks/vs_fair_pools.py [--seconds 60] [--rate 4000] [--work-us 150] [--trigger 1]
+    .venv/bin/python benchmarks/vs_fair_pools.py [--seconds 60] [--rate 4000] [--work-us 150] [--trigger 0.5] [--budget 0.4]
 
 One bursty trace (recorded once, replayed at its own pace with ``sparkqos.replay``) feeds, in
 turn, on the same machine:
@@ -265,8 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--off-scale", type=float, default=8.0, help="bursty minimum OFF period (s)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--work-us", type=float, default=150.0, help="declared CPU µs per row of the costly steps")
-    ap.add_argument("--trigger", type=float, default=1.0, help="trigger interval of every query (s)")
-    ap.add_argument("--budget", type=float, default=0.0, help="sparkqos executor budget per trigger; 0 = trigger")
+    ap.add_argument("--trigger", type=float, default=0.5, help="trigger interval of every query (s)")
+    ap.add_argument("--budget", type=float, default=0.4, help="sparkqos executor budget per trigger; 0 = trigger")
     ap.add_argument("--qos", default="balanced", help="adaptive's QoS template")
     ap.add_argument("--cqc-k", type=float, default=0.5, help="cqc round length, seconds (class H gets 6/10 of it)")
     ap.add_argument("--cqc-quantum", type=float, default=0.05, help="cqc's longest unit of work, seconds")
