@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from sparkqos.atomic import write_atomic
 
 #: ``query`` value of the row that sums the whole plan.
 PLAN_ROW = "*"
@@ -152,15 +152,7 @@ def write_batch(directory: str | Path, run: str, batch_id: int, rows: Iterable[M
     folder.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist([row(**dict(r)) for r in rows], schema=SCHEMA)
     target = folder / f"part-{_SAFE.sub('_', run)}-{int(batch_id):09d}.parquet"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    return write_atomic(target, lambda f: pq.write_table(table, f), fsync=False)
 
 
 def read(directory: str | Path) -> pa.Table:

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkqos.atomic import write_atomic
 from sparkqos.errors import CheckpointCorrupt, CheckpointError
 
 __all__ = ["Checkpoint", "CheckpointStore"]
@@ -106,30 +106,19 @@ class CheckpointStore:
             raise CheckpointError(f"state of batch {batch_id} is not JSON-serialisable: {exc}") from None
 
         final = self.path / f"{batch_id:020d}.ckpt"
-        fd, tmp = tempfile.mkstemp(prefix=f".{batch_id:020d}.", suffix=".tmp", dir=self.path)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC)
-                sections = [_write_section(f, "state", "json", state_bytes)]
-                for name, table in queues.items():
-                    sections.append(_write_section(f, name, "arrow", _ipc_bytes(table)))
-                manifest = json.dumps(
-                    {"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True
-                ).encode()
-                f.write(manifest)
-                f.write(_FOOTER.pack(len(manifest), hashlib.sha256(manifest).digest(), END))
-                f.flush()
-                if self.fsync:
-                    os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        if self.fsync:
-            _fsync_dir(self.path)
+
+        def write(f) -> None:
+            f.write(MAGIC)
+            sections = [_write_section(f, "state", "json", state_bytes)]
+            for name, table in queues.items():
+                sections.append(_write_section(f, name, "arrow", _ipc_bytes(table)))
+            manifest = json.dumps(
+                {"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True
+            ).encode()
+            f.write(manifest)
+            f.write(_FOOTER.pack(len(manifest), hashlib.sha256(manifest).digest(), END))
+
+        write_atomic(final, write, fsync=self.fsync)
         self._prune()
         return final
 
@@ -199,19 +188,6 @@ def _write_section(f, name: str, kind: str, data) -> dict[str, Any]:
         "length": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _decode(data: bytes, file: Path, batch_id: int) -> Checkpoint:

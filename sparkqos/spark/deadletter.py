@@ -32,7 +32,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sparkqos.atomic import write_atomic
 from sparkqos.errors import SinkError
 
 __all__ = ["DEAD_LETTER_SCHEMA", "RowChecks", "DeadLetterSink", "read_dead_letters"]
@@ -227,20 +227,7 @@ class DeadLetterSink:
             if final.exists():
                 final.unlink()
             return
-        fd, tmp = tempfile.mkstemp(prefix=f".batch={batch_id}.", suffix=".tmp", dir=self.path)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pq.write_table(dead, f)
-                f.flush()
-                if self.fsync:
-                    os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_atomic(final, lambda f: pq.write_table(dead, f), fsync=self.fsync)
 
 
 def read_dead_letters(path: str | os.PathLike) -> pa.Table:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkqos.atomic import fsync_dir, write_atomic
 from sparkqos.errors import SinkError
 
 if TYPE_CHECKING:  # pyspark is imported lazily so the file sink works without a JVM
@@ -111,20 +111,8 @@ class ParquetSink(Sink):
                 continue
             folder = self.path / f"query={query}"
             folder.mkdir(exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    pq.write_table(table, f, compression=self.compression)
-                    f.flush()
-                    if self.fsync:
-                        os.fsync(f.fileno())
-                os.replace(tmp, folder / name)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
-                raise
+            write_atomic(folder / name, lambda f: pq.write_table(table, f, compression=self.compression),
+                         fsync=self.fsync, sync_dir=False)
             written.add(folder)
         for folder in self.path.glob("query=*"):
             stale = folder / name
@@ -132,7 +120,7 @@ class ParquetSink(Sink):
                 stale.unlink()
         if self.fsync:
             for folder in written:
-                _fsync_dir(folder)
+                fsync_dir(folder)
 
     def read(self, with_batch_id: bool = False) -> dict[str, pa.Table]:
         return read_parquet_sink(self.path, with_batch_id=with_batch_id)
@@ -273,16 +261,3 @@ def partitioned_writer(path: str | os.PathLike, format: str = "parquet") -> Call
 
     write.__name__ = f"partitioned_writer({target!r}, {format!r})"
     return write
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
