@@ -43,7 +43,7 @@ def main(argv=None) -> int:
 
     results, rows = C.run_experiment("cos", args, plans, args.strategies.split(","),
                                      strategy_params=lambda p, s: {"T": args.T} if s == "cos" else {})
-    table = C.print_table(f"\ncos (COS §5): {rows} rows per run, {args.seconds:g}s, load {args.load:g}",
+    table = C.print_table(f"\ncos (COS §5): trace of {rows} rows (each feeds every query), {args.seconds:g}s, load {args.load:g}",
                           C.SUMMARY_HEADER, C.summary_rows(results, rows))
     verdicts = []
     for p in plans:
