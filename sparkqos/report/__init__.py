@@ -21,7 +21,12 @@ FIGURES = ("queue", "delay", "output_rate", "strategy", "classes")
 
 
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        from sparkqos.errors import SparkqosError
+
+        raise SparkqosError("the report draws with matplotlib: pip install 'sparkqos[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -93,9 +98,9 @@ def _line_figure(plt, plan: pd.DataFrame, column: str, ylabel: str, path: Path, 
 
 def render(output_dir: str | Path, title: str | None = None) -> Path:
     """Render ``output_dir``'s metrics into ``output_dir/report/`` and return the HTML path."""
-    plt = _pyplot()
     output_dir = Path(output_dir)
     table = metrics.read(output_dir).to_pandas()
+    plt = _pyplot()
     folder = output_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)
     plan = _relative_time(table[table["query"] == metrics.PLAN_ROW])
