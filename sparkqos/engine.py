@@ -43,13 +43,13 @@ from sparkqos.expr import ARRIVAL, INTERNAL
 from sparkqos.operators import PhysicalOperator
 from sparkqos.query import CompiledPlan
 from sparkqos.queues import RATIO, THRESHOLD, BatchQueue, stamp, workload
-from sparkqos.schedulers.base import Scheduler, SchedulerState, Unit
+from sparkqos.schedulers.base import EngineState, Scheduler, Unit
 from sparkqos.stats import DEFAULT_WEIGHT, StatisticsGatherer
 
 EMIT = "__emit"
 
 
-class ExecutorState(SchedulerState):
+class ExecutorState(EngineState):
     """Queues and statistics of a running plan, as strategies see them.
 
     Selectivity and cost are the gatherer's smoothed estimates, *published* (and
@@ -60,7 +60,7 @@ class ExecutorState(SchedulerState):
     def __init__(self, compiled: CompiledPlan, clock: Callable[[], float], w: float = DEFAULT_WEIGHT,
                  tolerance: float = 0.2, memory_limit_bytes: int | None = None, spill_dir: str | None = None,
                  shed: bool = False):
-        self.plan = compiled.plan
+        super().__init__(compiled.plan)
         self.operators = compiled.operators
         self.clock = clock
         self.ports: dict[str, list[BatchQueue]] = {
@@ -68,15 +68,9 @@ class ExecutorState(SchedulerState):
         }
         self.stats = StatisticsGatherer(w, start=None)
         self.tolerance = tolerance
-        self._sel = {op.name: float(op.selectivity) for op in self.plan}
-        self._cost = {op.name: float(op.cost) for op in self.plan}
         self._version = 0
-        self._runnable: set[str] = set()
-        self._logs: list[list[str]] = []
         self._total_rows = 0
         self._total_bytes = 0
-        self._output_total = 0.0
-        self._output_delay_total = 0.0
         self.finished = False
         self._blocking = [op.name for op in self.plan if op.blocking]
         self._below = {name: self._upstream(name) for name in self._blocking}
@@ -134,18 +128,6 @@ class ExecutorState(SchedulerState):
         """Queued bytes held in memory."""
         return self._total_bytes - self.spilled_bytes
 
-    def runnable(self, op: str) -> bool:
-        return op in self._runnable
-
-    def runnable_operators(self) -> list[str]:
-        return [op for op in self.plan.names if op in self._runnable]
-
-    def selectivity(self, op: str) -> float:
-        return self._sel[op]
-
-    def cost(self, op: str) -> float:
-        return self._cost[op]
-
     def output_rate(self, op: str) -> float:
         rate = self.stats.operator(op).output_rate
         return rate if rate is not None else self._sel[op] / self._cost[op]
@@ -159,24 +141,8 @@ class ExecutorState(SchedulerState):
         return self._total_bytes
 
     @property
-    def output_total(self) -> float:
-        return self._output_total
-
-    @property
-    def output_delay_total(self) -> float:
-        return self._output_delay_total
-
-    @property
     def stats_version(self) -> int:
         return self._version
-
-    def subscribe(self) -> list[str]:
-        log: list[str] = []
-        self._logs.append(log)
-        return log
-
-    def unsubscribe(self, log: list[str]) -> None:
-        self._logs = [l for l in self._logs if l is not log]
 
     # -- engine side ---------------------------------------------------------------------------------
     def _final(self, op: str) -> bool:
@@ -195,9 +161,6 @@ class ExecutorState(SchedulerState):
         self._runnable.discard(op)
         return False
 
-    def notify(self, op: str) -> None:
-        for log in self._logs:
-            log.append(op)
 
     def enqueue(self, op: str, port: int, batch: pa.RecordBatch, oldest: float | None = None,
                 ordered: bool = False) -> None:
@@ -289,8 +252,7 @@ class ExecutorState(SchedulerState):
             self._version += 1
 
     def record_output(self, rows: int, delay_total: float) -> None:
-        self._output_total += rows
-        self._output_delay_total += delay_total
+        self.record_delivery(rows, delay_total)
         if rows:
             self.stats.record_output(rows, delay_total / rows)
 
@@ -474,7 +436,7 @@ class Executor:
                 self._next_window = now + self.stats_period
             unit = self.scheduler.pick(state)
             if unit is None:
-                if state._runnable:
+                if state.any_runnable:
                     raise SchedulerError(f"{self.scheduler!r} returned no unit while {state.runnable_operators()} can run")
                 report.idle = True
                 break
@@ -537,7 +499,7 @@ class Executor:
                             if unit is not None and state.runnable(unit.head):
                                 break
                             if shared["busy"] == 0:
-                                if not state._runnable:
+                                if not state.any_runnable:
                                     return halt(idle=True)
                                 shared["stuck"] += 1
                                 if shared["stuck"] > self.starvation_limit * n:

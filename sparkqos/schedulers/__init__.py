@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from sparkqos.errors import SchedulerError, UnknownStrategy
-from sparkqos.schedulers.base import HeapScheduler, LazyHeap, PriorityScheduler, Scheduler, SchedulerState, Unit
+from sparkqos.schedulers.base import EngineState, HeapScheduler, LazyHeap, PriorityScheduler, Scheduler, SchedulerState, Unit
 
 _REGISTRY: dict[str, type[Scheduler]] = {}
 
@@ -99,6 +99,6 @@ from sparkqos.adaptive import Adaptive  # noqa: E402
 register("adaptive")(Adaptive)
 
 __all__ = [
-    "Chain", "Fifo", "Greedy", "HeapScheduler", "LazyHeap", "MostTuplesInQueue", "PriorityScheduler", "RoundRobin",
+    "Chain", "EngineState", "Fifo", "Greedy", "HeapScheduler", "LazyHeap", "MostTuplesInQueue", "PriorityScheduler", "RoundRobin",
     "Scheduler", "SchedulerState", "Unit", "available", "get", "register", "unregister",
 ]

@@ -122,6 +122,64 @@ class SchedulerState(ABC):
         """Stop appending to ``log``."""
 
 
+class EngineState(SchedulerState):
+    """The bookkeeping both engines share: the set of runnable operators, the published σ and c,
+    the event logs schedulers subscribe to, and the running output totals. An engine keeps
+    ``_runnable`` current, calls :meth:`notify` whenever an operator receives tuples and
+    :meth:`record_delivery` for what its roots deliver."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self._sel = {op.name: float(op.selectivity) for op in plan}
+        self._cost = {op.name: float(op.cost) for op in plan}
+        self._runnable: set[str] = set()
+        self._logs: list[list[str]] = []
+        self._output_total = 0.0
+        self._output_delay_total = 0.0
+
+    def runnable(self, op: str) -> bool:
+        return op in self._runnable
+
+    def runnable_operators(self) -> list[str]:
+        return [op for op in self.plan.names if op in self._runnable]
+
+    @property
+    def any_runnable(self) -> bool:
+        return bool(self._runnable)
+
+    def selectivity(self, op: str) -> float:
+        return self._sel[op]
+
+    def cost(self, op: str) -> float:
+        return self._cost[op]
+
+    @property
+    def output_total(self) -> float:
+        return self._output_total
+
+    @property
+    def output_delay_total(self) -> float:
+        return self._output_delay_total
+
+    def subscribe(self) -> list[str]:
+        log: list[str] = []
+        self._logs.append(log)
+        return log
+
+    def unsubscribe(self, log: list[str]) -> None:
+        self._logs = [l for l in self._logs if l is not log]
+
+    def notify(self, op: str) -> None:
+        """``op`` received tuples: tell every subscribed scheduler."""
+        for log in self._logs:
+            log.append(op)
+
+    def record_delivery(self, amount: float, delay_total: float) -> None:
+        """Roots delivered ``amount`` tuples whose delays sum to ``delay_total``."""
+        self._output_total += amount
+        self._output_delay_total += delay_total
+
+
 class Scheduler(ABC):
     """Base class of every strategy.
 

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 from sparkqos.errors import SchedulerError, WorkloadError
 from sparkqos.plan import Plan
-from sparkqos.schedulers.base import Scheduler, SchedulerState, Unit
+from sparkqos.schedulers.base import EngineState, Scheduler, Unit
 
 #: Parcels smaller than this are gone (fractional tuples accumulate float error).
 EPS = 1e-12
@@ -120,22 +120,16 @@ def _is_integer(t: float) -> bool:
     return abs(t - round(t)) < TIME_EPS
 
 
-class SimState(SchedulerState):
+class SimState(EngineState):
     """Queues of the simulated plan, as schedulers see them (declared σ and c as statistics)."""
 
     def __init__(self, plan: Plan):
-        self.plan = plan
+        super().__init__(plan)
         self._ports: dict[str, list[deque[list[float]]]] = {op.name: [deque() for _ in op.inputs] for op in plan}
         self._amount: dict[str, float] = {op.name: 0.0 for op in plan}
         self._blocking: dict[str, bool] = {op.name: op.blocking for op in plan}
-        self._selectivity = {op.name: float(op.selectivity) for op in plan}
-        self._cost = {op.name: float(op.cost) for op in plan}
-        self._runnable: set[str] = set()
         self._total = 0.0
         self._now = 0.0
-        self._logs: list[list[str]] = []
-        self._output_total = 0.0
-        self._output_delay_total = 0.0
 
     # -- SchedulerState -------------------------------------------------------------------
     @property
@@ -155,18 +149,6 @@ class SimState(SchedulerState):
                 best = port[0][1]
         return best
 
-    def runnable(self, op: str) -> bool:
-        return op in self._runnable
-
-    def runnable_operators(self) -> list[str]:
-        return [op for op in self.plan.names if op in self._runnable]
-
-    def selectivity(self, op: str) -> float:
-        return self._selectivity[op]
-
-    def cost(self, op: str) -> float:
-        return self._cost[op]
-
     @property
     def total_queued(self) -> float:
         return self._total if self._total > EPS else 0.0
@@ -176,30 +158,10 @@ class SimState(SchedulerState):
         return self.total_queued
 
     @property
-    def output_total(self) -> float:
-        return self._output_total
-
-    @property
-    def output_delay_total(self) -> float:
-        return self._output_delay_total
-
-    @property
     def stats_version(self) -> int:
         return 0
 
-    def subscribe(self) -> list[str]:
-        log: list[str] = []
-        self._logs.append(log)
-        return log
-
-    def unsubscribe(self, log: list[str]) -> None:
-        self._logs = [l for l in self._logs if l is not log]
-
     # -- engine side -------------------------------------------------------------------------
-    @property
-    def any_runnable(self) -> bool:
-        return bool(self._runnable)
-
     def _refresh(self, op: str) -> None:
         ports = self._ports[op]
         ok = all(ports) if self._blocking[op] else any(ports)
@@ -213,8 +175,7 @@ class SimState(SchedulerState):
         self._amount[op] += amount
         self._total += amount
         self._refresh(op)
-        for log in self._logs:
-            log.append(op)
+        self.notify(op)
 
     def consume(self, op: str, limit: float) -> list[tuple[float, float]]:
         """Remove up to ``limit`` tuples from ``op``'s queues, oldest first across inputs.
@@ -483,8 +444,7 @@ class Simulator:
             produced += out
             if target is None:
                 self.outputs.append(Output(run.end, out, run.end - arrival, self._query[run.op], arrival))
-                state._output_total += out
-                state._output_delay_total += out * (run.end - arrival)
+                state.record_delivery(out, out * (run.end - arrival))
             else:
                 state.enqueue(target[0], target[1], out, arrival)
         unit = self._unit
