@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -48,18 +47,9 @@ FAULTS = ["before_ingest", "after_run", "after_sink", "after_checkpoint", "after
 
 
 def make_trace(path: Path, rows: int, seconds: float, seed: int) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    ts = 1_700_000_000_000_000 + np.sort(rng.integers(0, int(seconds * 1e6), rows))
-    fire = rng.random(rows) < 0.01
-    table = pa.table({
-        "sensor_id": pa.array(rng.integers(0, 64, rows), pa.int32()),
-        "location": pa.array(np.array([f"zone-{i}" for i in range(8)])[rng.integers(0, 8, rows)]),
-        "temperature": pa.array(np.where(fire, 60 + 30 * rng.random(rows), 18 + 14 * rng.random(rows)).round(2)),
-        "humidity": pa.array(np.where(fire, 10 + 10 * rng.random(rows), 40 + 34 * rng.random(rows)).round(2)),
-        "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
-    })
-    pq.write_table(table, path)
-    return table
+    from sparkqos.examples import sensor_trace
+
+    return sensor_trace(path, rows, seconds, seed, fire_probability=0.01, temperature_spread=14.0)
 
 
 def child(argv: list[str]) -> int:

@@ -24,26 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-
-
-def make_trace(path: Path, rows: int, seconds: float, seed: int = 3) -> None:
-    rng = np.random.default_rng(seed)
-    ts = 1_700_000_000_000_000 + np.sort(rng.integers(0, int(seconds * 1e6), rows))
-    fire = rng.random(rows) < 0.002
-    table = pa.table({
-        "sensor_id": pa.array(rng.integers(0, 64, rows), pa.int32()),
-        "location": pa.array(np.array([f"zone-{i}" for i in range(8)])[rng.integers(0, 8, rows)]),
-        "temperature": pa.array(np.where(fire, 60 + 30 * rng.random(rows), 18 + 12 * rng.random(rows)).round(2)),
-        "humidity": pa.array(np.where(fire, 10 + 10 * rng.random(rows), 40 + 34 * rng.random(rows)).round(2)),
-        "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
-    })
-    pq.write_table(table, path)
 
 
 def plain_foreach(compiled, sink):
     """The same operators applied in a plain pyarrow loop, same sink, no queues or scheduling."""
-    from sparkqos.engine import EMIT  # noqa: F401  (same internal columns as the executor)
     from sparkqos.expr import INTERNAL
     from sparkqos.queues import stamp
     from sparkqos.spark.runner import _seconds
@@ -94,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     import sparkqos
-    from sparkqos.examples import sensor_queries
+    from sparkqos.examples import sensor_queries, sensor_trace
     from sparkqos.spark import sources
     from sparkqos.spark.sinks import ParquetSink
 
@@ -103,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     sources.register(spark)
     work = Path(tempfile.mkdtemp(prefix="sparkqos-bench-"))
     trace = work / "trace.parquet"
-    make_trace(trace, args.rows, args.seconds)
+    sensor_trace(trace, args.rows, args.seconds, seed=3)
     compiled = sensor_queries(work_us=args.work_us).build()
     strategies = [s for s in args.strategies.split(",") if s]
     per_kind: dict[str, list[float]] = {"plain": [], **{s: [] for s in strategies}}

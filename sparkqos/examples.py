@@ -17,7 +17,9 @@ DESIGN.md "Operators in the executor"), so the same plan can run near capacity o
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sparkqos.expr import avg, col, count, max_
 from sparkqos.query import QuerySet
@@ -54,3 +56,22 @@ def sensor_queries(work_us: float = 20.0, window_s: float = 10.0, classes: dict[
       .select("sensor_id", "location", "temperature", "humidity", "ts")
       .sink("archive", klass="N"))
     return qs
+
+
+def sensor_trace(path, rows: int, seconds: float, seed: int, fire_probability: float = 0.002,
+                 temperature_spread: float = 12.0) -> pa.Table:
+    """Write (and return) a recorded sensor trace for the ``sparkqos.replay`` source: ``rows``
+    readings spread uniformly over ``seconds`` of event time, a ``fire_probability`` share of them
+    hot and dry, the rest at 18 °C + U(0, ``temperature_spread``)."""
+    rng = np.random.default_rng(seed)
+    ts = 1_700_000_000_000_000 + np.sort(rng.integers(0, int(seconds * 1e6), rows))
+    fire = rng.random(rows) < fire_probability
+    table = pa.table({
+        "sensor_id": pa.array(rng.integers(0, 64, rows), pa.int32()),
+        "location": pa.array(np.array([f"zone-{i}" for i in range(8)])[rng.integers(0, 8, rows)]),
+        "temperature": pa.array(np.where(fire, 60 + 30 * rng.random(rows), 18 + temperature_spread * rng.random(rows)).round(2)),
+        "humidity": pa.array(np.where(fire, 10 + 10 * rng.random(rows), 40 + 34 * rng.random(rows)).round(2)),
+        "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
+    })
+    pq.write_table(table, path)
+    return table
