@@ -229,6 +229,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decay", type=float, default=0.98)
     ap.add_argument("--spread", default="strategies")
     ap.add_argument("--delay-signal", default="little", choices=["outputs", "little"])
+    ap.add_argument("--memory-signal", default="release", choices=["release", "level"])
+    ap.add_argument("--sharpness", type=float, default=3.0, help="roulette slices ∝ score^k (1: the thesis)")
+    ap.add_argument("--explore", type=float, default=0.05, help="share of the wheel spread evenly (0: the thesis)")
     ap.add_argument("--overhead", type=float, default=OVERHEAD, help="start-up time per operator run")
     ap.add_argument("--age-unit", default="picks")
     ap.add_argument("--candidates", default=",".join(CANDIDATES), help="adaptive's candidates in table 1.3")
@@ -236,11 +239,13 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", default="filters,join")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    kw = {"decay": args.decay, "spread": args.spread, "age_unit": args.age_unit, "delay_signal": args.delay_signal}
+    kw = {"decay": args.decay, "spread": args.spread, "age_unit": args.age_unit, "delay_signal": args.delay_signal,
+          "memory_signal": args.memory_signal, "sharpness": args.sharpness, "explore": args.explore}
     started = time.perf_counter()
     print(f"# until={args.until:g} seeds={seeds} load={args.load:g} period={args.period:g} "
           f"decay={args.decay:g} age_unit={args.age_unit} spread={args.spread} overhead={args.overhead:g} "
-          f"delay_signal={args.delay_signal}")
+          f"delay_signal={args.delay_signal} memory_signal={args.memory_signal} sharpness={args.sharpness:g} "
+          f"explore={args.explore:g}")
     if args.table in ("all", "6.2"):
         for plan_name in args.plan.split(","):
             print(f"\n## thesis §6.2 — plan {plan_name}: run means per strategy")

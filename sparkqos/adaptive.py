@@ -25,6 +25,23 @@ ones, looks slow (the predecessor effect of §5.2). ``"little"`` charges each wi
 it lets accrue instead: the time-weighted mean of the outputs still pending in the queues (eq 3.8
 weighted by the selectivities to the root, the population whose age eq 3.9 sums) divided by the
 smoothed output rate — Little's law, L = λ·W, so the mean delay of outputs is L / λ.
+
+The memory of one window (``memory_signal``, for a ``queued`` goal): ``"level"`` is the thesis's,
+the time-weighted mean of the tuples queued. Measured on the windows one strategy happens to run,
+it mostly tells the arrival burst and the queues inherited from the predecessor, not the strategy
+(on ``jobs/adaptive_sim.py``'s chain-dominated plan a window's level varies ±15–26 tuples around
+means that differ by 1–10 between the strategies). ``"release"`` (the default) scores what the
+strategy does with the processor instead: the tuples it removed from memory per unit of operator
+work, (queued at start + arrivals − queued at end) / busy time — the slope of Chain's progress
+chart (Babcock et al. §4), which is what keeps memory low, and which a burst or a predecessor
+changes far less. It is stored negated so that "minimize queued" still reads "lower is better".
+
+Selection (``sharpness`` k, ``explore`` ε): the wheel gives each candidate (1 − ε)·scoreᵏ / Σ scoreᵏ
++ ε / n. k = 1, ε = 0 is the thesis's fitness-proportionate wheel. Eq 5.1 centres every z on 0.5,
+so with four candidates even a clearly best strategy gets well under half of a proportional wheel;
+k = 2 lets the controller exploit what it measured. ε keeps every candidate alive: a clipped z of 0
+would otherwise never be spun again and never re-measured (thesis §1.4: "no strategy can ever be
+completely eliminated").
 """
 
 from __future__ import annotations
@@ -42,8 +59,20 @@ from sparkqos.stats import DEFAULT_WEIGHT, _check_weight, smooth
 AGE_UNITS = ("seconds", "picks")
 SPREADS = ("strategies", "windows")
 DELAY_SIGNALS = ("outputs", "little")
+MEMORY_SIGNALS = ("release", "level")
 #: Statistics always written to the decision log, whatever the spec asks for.
 LOGGED = ("output_rate", "delay", "queued")
+
+
+def _work_per_release(window: Window) -> float | None:
+    """The memory signal ``"release"``: minus the tuples the window released from memory per unit of
+    operator work, −(queued at start + inputs − queued at end) / work. None when nothing ran."""
+    if window.inputs is None or window.work is None or window.queued_start is None or window.queued_end is None:
+        return None
+    if not window.work > 1e-12:
+        return None
+    value = -(window.queued_start + window.inputs - window.queued_end) / window.work
+    return value if math.isfinite(value) else None
 
 
 def _fraction(name: str, value: float, *, closed_high: bool = False) -> float:
@@ -61,8 +90,11 @@ class AdaptiveController:
     Call :meth:`begin` once for the first strategy, then :meth:`evaluate` at the end of every
     window with what it measured; it returns the strategy to run next.
 
+    The thesis's controller (queue level as the memory signal, a plain proportional wheel):
+
     >>> from sparkqos.qos import Window, template
-    >>> c = AdaptiveController(["fifo", "chain"], template("low_memory"), seed=1)
+    >>> c = AdaptiveController(["fifo", "chain"], template("low_memory"), seed=1,
+    ...                        memory_signal="level", sharpness=1, explore=0)
     >>> c.begin(0.0)
     'fifo'
     >>> def window(t, queued, outputs):
@@ -87,7 +119,11 @@ class AdaptiveController:
         age_unit: str = "seconds",
         w: float = DEFAULT_WEIGHT,
         spread: str = "strategies",
-        delay_signal: str = "outputs",
+        delay_signal: str = "little",
+        memory_signal: str = "release",
+        sharpness: float = 3.0,
+        explore: float = 0.05,
+        log_limit: int | None = 10_000,
     ):
         candidates = list(candidates)
         if not candidates or len(set(candidates)) != len(candidates):
@@ -100,7 +136,20 @@ class AdaptiveController:
             raise SchedulerError(f"spread must be one of {list(SPREADS)}, got {spread!r}")
         if delay_signal not in DELAY_SIGNALS:
             raise SchedulerError(f"delay_signal must be one of {list(DELAY_SIGNALS)}, got {delay_signal!r}")
+        if memory_signal not in MEMORY_SIGNALS:
+            raise SchedulerError(f"memory_signal must be one of {list(MEMORY_SIGNALS)}, got {memory_signal!r}")
+        if isinstance(sharpness, bool) or not isinstance(sharpness, (int, float)) or not (
+                math.isfinite(sharpness) and sharpness > 0):
+            raise SchedulerError(f"sharpness must be a finite number > 0, got {sharpness!r}")
+        if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0.0 <= explore <= 1.0:
+            raise SchedulerError(f"explore must be in [0, 1], got {explore!r}")
+        if log_limit is not None and (isinstance(log_limit, bool) or not isinstance(log_limit, int) or log_limit < 1):
+            raise SchedulerError(f"log_limit must be an integer >= 1 or None, got {log_limit!r}")
         self.delay_signal = delay_signal
+        self.memory_signal = memory_signal
+        self.sharpness = float(sharpness)
+        self.explore = float(explore)
+        self.log_limit = log_limit
         self.candidates = candidates
         self.spec = spec
         self.decay = _fraction("decay", decay, closed_high=True)
@@ -191,6 +240,8 @@ class AdaptiveController:
         if rate is not None:
             self._rate = smooth(self._rate, rate, self.w)
         values = {stat: measure(stat, window) for stat in self.spec.statistics}
+        if "queued" in values and self.memory_signal == "release":
+            values["queued"] = _work_per_release(window)
         if "delay" in values and self.delay_signal == "little" and window.pending_mean is not None:
             values["delay"] = window.pending_mean / self._rate if self._rate else None
         return values
@@ -204,16 +255,27 @@ class AdaptiveController:
         return self.current
 
     def roulette(self, exclude: str | None = None) -> str:
-        """Fitness-proportionate selection (§5.3): probability ∝ score; unmeasured strategies
-        count as neutral (0.5); all-zero scores make the wheel uniform."""
+        """Fitness-proportionate selection (§5.3) on :meth:`wheel`: probability ∝ scoreᵏ plus an
+        ``explore`` share spread evenly; unmeasured strategies count as neutral (0.5); all-zero
+        scores make the wheel uniform. ``sharpness=1, explore=0`` is the thesis's wheel."""
         names = [c for c in self.candidates if c != exclude] or list(self.candidates)
+        return names[self._spin(self.wheel(names))]
+
+    def wheel(self, names: Sequence[str] | None = None) -> dict[str, float]:
+        """The probability of each of ``names`` (default: every candidate) on the next spin:
+        (1 − explore) · scoreᵏ / Σ scoreᵏ + explore / n, k = ``sharpness``."""
+        names = list(self.candidates if names is None else names)
         slices = np.array([0.5 if self.scores[c] is None else max(self.scores[c], 0.0) for c in names])
+        slices = slices ** self.sharpness
         total = slices.sum()
-        spin = self._rng.random()
-        if not total > 0:
-            return names[min(int(spin * len(names)), len(names) - 1)]
-        edges = np.cumsum(slices) / total
-        return names[min(int(np.searchsorted(edges, spin, side="right")), len(names) - 1)]
+        n = len(names)
+        share = slices / total if total > 0 else np.full(n, 1.0 / n)
+        return dict(zip(names, (1.0 - self.explore) * share + self.explore / n))
+
+    def _spin(self, wheel: Mapping[str, float]) -> int:
+        edges = np.cumsum(list(wheel.values()))
+        spin = self._rng.random() * edges[-1]
+        return min(int(np.searchsorted(edges, spin, side="right")), len(edges) - 1)
 
     def evaluate(self, window: Window, now: float, *, reason: str = "period", exclude: str | None = None) -> str:
         """The current strategy's window ended at ``now``: score, choose, log; returns the next one.
@@ -239,8 +301,7 @@ class AdaptiveController:
         warmup = nxt is not None
         if nxt is None:
             nxt = self.roulette(exclude)
-        logged = {stat: measure(stat, window) for stat in LOGGED}
-        logged.update(values)
+        logged = {stat: measure(stat, window) for stat in (*LOGGED, *self.spec.statistics)}
         self.decisions.append({
             "decision": self._decision,
             "time": float(now),
@@ -248,10 +309,15 @@ class AdaptiveController:
             "reason": reason,
             "counted": counted,
             "window": {"start": window.start, "end": window.end, "picks": window.picks, **logged},
+            "signals": values,
             "scores": dict(self.scores),
             "chosen": nxt,
             "warmup": warmup,
         })
+        if self.log_limit is not None and len(self.decisions) >= 2 * self.log_limit:
+            # Bounded in a long stream: keep the newest ``log_limit`` (the runner persists each
+            # trigger's strategy and scores in the metrics table as it goes).
+            del self.decisions[: len(self.decisions) - self.log_limit]
         self.current = nxt
         return nxt
 
@@ -309,7 +375,9 @@ class Adaptive(Scheduler):
     reproducible), ``decay`` and ``age_unit`` of eq 5.1, the evaluation window — every ``period``
     time units of ``state.now`` and/or every ``period_picks`` picks — the ``starvation`` threshold
     (consecutive picks of units with no work before a forced switch), smoothing weight ``w``
-    (eq 3.1), the ``spread`` reading of eq 5.1 and the window ``delay_signal`` (see the module).
+    (eq 3.1), the ``spread`` reading of eq 5.1, the window ``delay_signal`` and ``memory_signal``,
+    the wheel's ``sharpness`` and ``explore`` share (see the module), and ``log_limit``, how many
+    decisions ``decisions`` keeps (the newest; None: all).
 
     Window statistics come from the state: output rate from ``output_total`` deltas, mean delay
     from ``output_delay_total`` / ``output_total`` deltas, memory as the time-weighted mean of
@@ -320,7 +388,7 @@ class Adaptive(Scheduler):
     >>> adaptive = Adaptive(["fifo", "mtiq", "chain"], qos="low_memory", seed=7, period=4)
     >>> _ = Simulator(plan, adaptive, {"S": [(t, 3.0) for t in range(40)]}).run(until=40)
     >>> [d["chosen"] for d in adaptive.decisions][:4]
-    ['mtiq', 'chain', 'fifo', 'chain']
+    ['mtiq', 'chain', 'fifo', 'mtiq']
     """
 
     def __init__(
@@ -335,7 +403,11 @@ class Adaptive(Scheduler):
         starvation: int = 3,
         w: float = DEFAULT_WEIGHT,
         spread: str = "strategies",
-        delay_signal: str = "outputs",
+        delay_signal: str = "little",
+        memory_signal: str = "release",
+        sharpness: float = 3.0,
+        explore: float = 0.05,
+        log_limit: int | None = 10_000,
     ):
         from sparkqos import schedulers  # the registry imports this module at its end
 
@@ -350,6 +422,10 @@ class Adaptive(Scheduler):
         self.w = w
         self.spread = spread
         self.delay_signal = delay_signal
+        self.memory_signal = memory_signal
+        self.sharpness = sharpness
+        self.explore = explore
+        self.log_limit = log_limit
         names = [candidates] if isinstance(candidates, str) else list(candidates)
         if "adaptive" in names or any(not isinstance(n, str) for n in names):
             raise SchedulerError(f"candidates are names of non-adaptive registered strategies, got {candidates!r}")
@@ -363,7 +439,8 @@ class Adaptive(Scheduler):
             raise SchedulerError(f"period_picks must be an integer >= 1 or None, got {period_picks!r}")
         if isinstance(starvation, bool) or not isinstance(starvation, int) or starvation < 1:
             raise SchedulerError(f"starvation must be an integer >= 1, got {starvation!r}")
-        self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal)
+        self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal,
+                                             memory_signal, sharpness, explore, log_limit)
         self._members: dict[str, Scheduler] = {n: schedulers.get(n) for n in names}
         self._starved = 0
         self._window: dict[str, float] | None = None
@@ -399,6 +476,7 @@ class Adaptive(Scheduler):
         pending = self._pending(state) if self.delay_signal == "little" else 0.0
         self._window = {
             "start": now, "output": state.output_total, "delay": state.output_delay_total,
+            "input": state.input_total, "work": state.work_total, "q0": state.total_queued,
             "area": 0.0, "area_bytes": 0.0, "sum": 0.0, "sum_bytes": 0.0, "samples": 0, "picks": 0,
             "last_t": now, "last_q": state.total_queued, "last_b": state.total_queued_bytes,
             "area_p": 0.0, "sum_p": 0.0, "last_p": pending,
@@ -431,6 +509,10 @@ class Adaptive(Scheduler):
             delay_sum=state.output_delay_total - win["delay"],
             queued_mean=queued, queued_bytes_mean=queued_bytes,
             pending_mean=pending if self.delay_signal == "little" else None,
+            # Windows restored from a state written before these counters existed lack them.
+            inputs=state.input_total - win["input"] if "input" in win else None,
+            work=state.work_total - win["work"] if "work" in win else None,
+            queued_start=win.get("q0"), queued_end=state.total_queued,
         )
 
     def _due(self, now: float) -> bool:
@@ -461,7 +543,8 @@ class Adaptive(Scheduler):
         self.controller.begin(now)
         win = self._window
         # A restored window only makes sense on counters that kept running (same engine).
-        if win is None or state.output_total < win["output"] or now < win["last_t"]:
+        if (win is None or state.output_total < win["output"] or now < win["last_t"]
+                or state.input_total < win.get("input", 0.0) or state.work_total < win.get("work", 0.0)):
             self._open(state, now)
 
     def detach(self) -> None:
@@ -485,8 +568,12 @@ class Adaptive(Scheduler):
         win["sum"] += q
         win["sum_bytes"] += b
         if self.delay_signal == "little":
-            win["last_p"] = p = self._pending(state)
-            win["sum_p"] = win.get("sum_p", 0.0) + p
+            # Σ queued × yield is O(operators): sampled every ⌈n/16⌉ picks it costs O(1) per pick,
+            # the value held in between (the window's mean is time-weighted anyway).
+            every = max(1, -(-len(state.plan.names) // 16))
+            if win["picks"] == 1 or win["picks"] % every == 0:
+                win["last_p"] = self._pending(state)
+            win["sum_p"] = win.get("sum_p", 0.0) + win.get("last_p", 0.0)
         return self._delegate(state, now)
 
     def _delegate(self, state: SchedulerState, now: float) -> Unit | None:

@@ -199,6 +199,7 @@ class ExecutorState(EngineState):
                     if dropped:
                         query = self._query_of[name]
                         self.shed_rows[query] = self.shed_rows.get(query, 0) + dropped
+                        self.record_input(-(before_rows - q.rows))  # shed, not released by work
                 else:
                     if self._spill_dir is None:
                         root = self._spill_root
@@ -236,6 +237,7 @@ class ExecutorState(EngineState):
 
     def record_run(self, op: str, consumed: int, produced: int, seconds: float) -> None:
         self.stats.record_run(op, consumed, produced, max(seconds, 0.0))
+        self.record_work(max(seconds, 0.0))
         s = self.stats.operator(op)
         moved = False
         for new, published in ((s.selectivity, self._sel), (s.cost, self._cost)):
@@ -299,11 +301,16 @@ class Executor:
     ``state.shed_rows``. Nothing is dropped unless ``shed`` is set.
     """
 
-    def __init__(self, compiled: CompiledPlan, scheduler: Scheduler, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, compiled: CompiledPlan, scheduler: Scheduler | str, clock: Callable[[], float] = time.monotonic,
                  ratio: float = RATIO, threshold: int = THRESHOLD, w: float = DEFAULT_WEIGHT,
                  tolerance: float = 0.2, stats_period: float = 1.0, starvation_limit: int = 100,
                  whole_batches: bool = False, memory_limit_bytes: int | None = None, spill_dir: str | None = None,
                  shed: bool = False, cluster_threads: int = 0):
+        if isinstance(scheduler, str):
+            from sparkqos import schedulers  # a registry name: its default parameters
+            scheduler = schedulers.get(scheduler)
+        if not isinstance(scheduler, Scheduler):
+            raise ValueError(f"scheduler must be a Scheduler or a registered strategy name, got {scheduler!r}")
         if memory_limit_bytes is not None and (isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, int)
                                                or memory_limit_bytes < 0):
             raise ValueError(f"memory_limit_bytes must be an int >= 0, got {memory_limit_bytes!r}")
@@ -408,6 +415,7 @@ class Executor:
         self._seq[stream] += n
         for op, port in self._targets[stream]:
             self.state.enqueue(op, port, stamped, oldest, ordered)
+            self.state.record_input(n)
         return n
 
     # -- the loop ------------------------------------------------------------------------------------

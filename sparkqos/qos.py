@@ -59,6 +59,10 @@ class Window:
     queued_mean: float
     queued_bytes_mean: float
     pending_mean: float | None = None
+    inputs: float | None = None
+    work: float | None = None
+    queued_start: float | None = None
+    queued_end: float | None = None
 
     @property
     def duration(self) -> float:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparkqos import schedulers
+from sparkqos import Operator, Plan, schedulers
 from sparkqos.adaptive import Adaptive, AdaptiveController
 from sparkqos.errors import QosSpecError, SchedulerError, WorkloadError
 from sparkqos.qos import QosSpec, Window, template
@@ -38,7 +38,13 @@ def window(t0: float, t1: float, queued: float = 1.0, outputs: float = 1.0, dela
 
 # -- eq 5.1 / 5.2 --------------------------------------------------------------------------------
 def controller(**kw) -> AdaptiveController:
+    """The thesis's controller unless told otherwise: the queue level as the memory signal and a
+    plain fitness-proportionate wheel."""
     kw.setdefault("spec", QosSpec.of(("queued", "minimize", 1.0)))
+    kw.setdefault("memory_signal", "level")
+    kw.setdefault("delay_signal", "outputs")
+    kw.setdefault("sharpness", 1.0)
+    kw.setdefault("explore", 0.0)
     return AdaptiveController(kw.pop("candidates", ["a", "b", "c"]), **kw)
 
 
@@ -143,6 +149,76 @@ def test_pending_outputs_weigh_each_queue_by_the_selectivities_to_its_root():
     sim.state.enqueue("O1", 0, 4.0, 0.0)
     sim.state.enqueue("O2", 0, 3.0, 0.0)
     assert a._pending(sim.state) == pytest.approx(4.0 * 0.5 * 0.2 + 3.0 * 0.2)
+
+
+def test_release_memory_signal_is_minus_the_tuples_released_per_unit_of_work():
+    """memory_signal="release": −(queued at start + inputs − queued at end) / work; undefined
+    (None, not folded) when nothing ran; "level" keeps the thesis's mean queue."""
+    spec = QosSpec.of(("queued", "minimize", 1.0))
+    w = Window(0, 2, picks=3, outputs=1.0, delay_sum=1.0, queued_mean=50.0, queued_bytes_mean=50.0,
+               inputs=10.0, work=2.0, queued_start=40.0, queued_end=30.0)
+    assert AdaptiveController(["a"], spec).measure(w) == {"queued": pytest.approx(-(40 + 10 - 30) / 2.0)}
+    assert AdaptiveController(["a"], spec, memory_signal="level").measure(w) == {"queued": 50.0}
+    idle = Window(0, 2, picks=0, outputs=0.0, delay_sum=0.0, queued_mean=5.0, queued_bytes_mean=5.0,
+                  inputs=0.0, work=0.0, queued_start=5.0, queued_end=5.0)
+    assert AdaptiveController(["a"], spec).measure(idle) == {"queued": None}
+    with pytest.raises(SchedulerError, match=r"memory_signal must be one of \['release', 'level'\], got 'peak'"):
+        AdaptiveController(["a"], spec, memory_signal="peak")
+
+
+def test_both_engines_count_inputs_and_work():
+    """The release signal's inputs: the simulator counts each arrival once per reading operator and
+    charges every run's length as work; the executor counts rows in and measured operator seconds."""
+    plan = Plan([Operator("A", ("S",), 0.5, 1.0), Operator("B", ("S",), 1.0, 0.5)], streams=["S"])
+    sim = Simulator(plan, schedulers.get("fifo"), {"S": [(0, 2.0), (1, 1.0)]})
+    sim.run()
+    assert sim.state.input_total == pytest.approx(6.0)
+    assert sim.state.work_total == pytest.approx(3 * 1.0 + 3 * 0.5)
+    import pyarrow as pa
+    from sparkqos.engine import Executor
+    from sparkqos.expr import col
+    from sparkqos.query import QuerySet
+    qs = QuerySet()
+    qs.stream("S", pa.schema([("x", pa.int64())])).where(col("x") > 1).sink("q")
+    ex = Executor(qs.build(), "fifo")
+    ex.ingest("S", pa.table({"x": [1, 2, 3]}))
+    assert ex.state.input_total == 3
+    ex.run()
+    assert ex.state.work_total > 0 and ex.state.total_queued == 0
+
+
+def test_wheel_is_score_to_the_k_plus_an_even_explore_share():
+    """P(c) = (1 − ε)·scoreᵏ/Σ scoreᵏ + ε/n; k = 1, ε = 0 is the thesis's wheel; a zero score
+    keeps ε/n, so no candidate is ever eliminated (thesis §1.4)."""
+    c = controller(sharpness=3.0, explore=0.05)
+    c.scores = {"a": 0.8, "b": 0.4, "c": 0.0}
+    total = 0.8 ** 3 + 0.4 ** 3
+    wheel = c.wheel()
+    assert wheel["a"] == pytest.approx(0.95 * 0.8 ** 3 / total + 0.05 / 3)
+    assert wheel["c"] == pytest.approx(0.05 / 3)
+    assert sum(wheel.values()) == pytest.approx(1.0)
+    plain = controller()
+    plain.scores = dict(c.scores)
+    assert plain.wheel() == {"a": pytest.approx(2 / 3), "b": pytest.approx(1 / 3), "c": 0.0}
+    spins = Counter(c.roulette() for _ in range(20000))
+    assert spins["c"] / 20000 == pytest.approx(0.05 / 3, abs=0.005)
+    for bad, match in ((0, "sharpness must be"), (float("inf"), "sharpness must be")):
+        with pytest.raises(SchedulerError, match=match):
+            controller(sharpness=bad)
+    with pytest.raises(SchedulerError, match=r"explore must be in \[0, 1\], got 1.5"):
+        controller(explore=1.5)
+
+
+def test_decision_log_is_bounded():
+    """log_limit: a long stream keeps the newest decisions only (between log_limit and 2×)."""
+    c = controller(log_limit=10)
+    c.begin(0.0)
+    for t in range(1, 101):
+        c.evaluate(window(t - 1, t, queued=t % 7), float(t))
+    assert 10 <= len(c.decisions) < 20 and c.decisions[-1]["time"] == 100.0
+    assert len(controller(log_limit=None).decisions) == 0
+    with pytest.raises(SchedulerError, match="log_limit must be an integer >= 1 or None"):
+        controller(log_limit=0)
 
 
 # -- the simulator's start-up cost (thesis §4.5) ----------------------------------------------------
@@ -334,12 +410,18 @@ def test_thesis_6_2_with_start_up_cost_batching_trades_delay_for_memory(plan_nam
     assert t["fifo"].delay < 0.8 * min(t["chain"].delay, t["mtiq"].delay)
 
 
+#: The §6.3–6.5 and §1.3 experiments average over ten arrival traces: on three the join plan's
+#: result depends on which three (4/6 settings won on seeds 1–3 or 7–9, 3/6 on 4–6).
+WIDE_SEEDS = tuple(range(1, 11))
+
+
 @pytest.fixture(scope="module")
 def six_settings():
     """Thesis §6.1 setup: evaluation every 2 time units, w = 0.875, a start-up cost per operator
-    run, and the Little's-law window delay (sparkqos.adaptive, delay_signal="little")."""
-    return {name: experiment.table_6_3(name, UNTIL, SEEDS, 0.9, period=experiment.PERIOD,
-                                       overhead=experiment.OVERHEAD, delay_signal="little")
+    run; the adaptive strategy with its defaults (Little's-law delay, release memory signal,
+    sharpness 3, explore 0.05 — see sparkqos.adaptive)."""
+    return {name: experiment.table_6_3(name, UNTIL, WIDE_SEEDS, 0.9, period=experiment.PERIOD,
+                                       overhead=experiment.OVERHEAD)
             for name in ("filters", "join")}
 
 
@@ -347,7 +429,7 @@ def six_settings():
 def test_thesis_6_3_to_6_5_adaptive_matches_the_best_single_strategy(six_settings, plan_name):
     """Thesis §6.3–6.5: weights delay/rate 100-0, 70-30, 50-50, 30-70, 0-100 and equal thirds on
     delay/rate/memory; the adaptive score is ≥ the best single strategy's in ≥ 4 of the 6 settings
-    and never below 90% of it (seeds 1–3; the join plan meets the 90% bar by a hair, 0.901)."""
+    and never below 90% of it (seeds 1–10: filters 6/6, lowest 1.055; join 4/6, lowest 0.945)."""
     scores, _ = six_settings[plan_name]
     best = {label: max(sc[n] for n in experiment.CANDIDATES) for label, sc in scores.items()}
     wins = sum(scores[label]["adaptive"] >= best[label] - 1e-12 for label in scores)
@@ -382,34 +464,28 @@ def test_thesis_7_1_the_qos_spec_steers_the_selector():
     assert np.mean([r.memory for r in memory_goal]) < np.mean([r.memory for r in delay_goal])
 
 
-def _chain_share(candidates, seeds=(1, 2, 3, 4, 5)):
+def _chain_share(candidates, seeds=WIDE_SEEDS, **kw):
     plan = experiment.chain_dominated_plan()
     counts = Counter()
     for seed in seeds:
-        a = experiment.adaptive(MEMORY, seed, 5.0, candidates=candidates)
+        a = experiment.adaptive(MEMORY, seed, experiment.PERIOD, candidates=candidates, **kw)
         experiment.run(plan, a, experiment.arrivals(plan, 0.9, UNTIL, seed), UNTIL)
         counts.update(d["chosen"] for d in a.decisions if not d["warmup"])
     return {k: v / sum(counts.values()) for k, v in counts.items()}
 
 
-def test_thesis_1_3_chain_dominated_plan_single_memory_goal_two_candidates():
-    """Thesis §1.3: when one strategy is clearly best for the spec, the selector picks it in
-    ≥ 60% of the post-warm-up decisions (fifo vs chain, `minimize queued`)."""
-    share = _chain_share(("fifo", "chain"))
-    assert share["chain"] >= 0.6
+def test_thesis_1_3_chain_dominated_plan_single_memory_goal():
+    """Thesis §1.3: when one strategy is clearly best for the spec — a single `minimize queued` goal
+    on a plan where chain holds ~60% of the others' memory — the selector picks it in ≥ 60% of the
+    post-warm-up decisions, with the thesis's four candidates (76% over seeds 1–10) and with two."""
+    four = _chain_share(experiment.CANDIDATES)
+    assert four["chain"] >= 0.6
+    assert _chain_share(("fifo", "chain"))["chain"] >= 0.6
 
 
-def test_thesis_1_3_chain_is_the_favourite_among_four_candidates():
-    """With the four thesis candidates chain is still chosen most often and above a uniform
-    wheel's 25% — but not 60% (see the xfail below)."""
-    share = _chain_share(experiment.CANDIDATES)
-    assert max(share, key=share.get) == "chain"
-    assert share["chain"] > 0.25 + 0.1
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "not met: with fifo/rr/mtiq/chain the per-window memory signal (σ ≈ 7 tuples) swamps the "
-    "strategies' differences and the strategy that just ran inherits its predecessor's queues; "
-    "chain gets 37–72% per seed, ≈ 48% overall (python jobs/adaptive_sim.py --table 1.3 --until 1200 --seeds 1,2,3,4,5)"))
-def test_thesis_1_3_chain_dominated_plan_single_memory_goal_four_candidates():
-    assert _chain_share(experiment.CANDIDATES)["chain"] >= 0.6
+def test_thesis_1_3_is_not_met_by_the_thesis_controller_as_written():
+    """Why the defaults differ from the thesis (recorded, so a change that loses it shows): with the
+    queue level as the memory signal and a plain proportional wheel, chain gets under half of the
+    decisions (48% over seeds 1–10; the level mostly measures bursts and inherited queues)."""
+    share = _chain_share(experiment.CANDIDATES, memory_signal="level", sharpness=1.0, explore=0.0)
+    assert share["chain"] < 0.55

@@ -110,6 +110,13 @@ class SchedulerState(ABC):
 
     @property
     @abstractmethod
+    def input_total(self) -> float:
+        """Tuples that entered the plan's leaf queues from its streams so far (once per reading
+        operator), less any dropped by load shedding. With :attr:`total_queued` it tells what the
+        operators' work released from memory."""
+
+    @property
+    @abstractmethod
     def stats_version(self) -> int:
         """Changes whenever selectivity or cost estimates change; priorities depending on them are stale."""
 
@@ -136,6 +143,8 @@ class EngineState(SchedulerState):
         self._logs: list[list[str]] = []
         self._output_total = 0.0
         self._output_delay_total = 0.0
+        self._input_total = 0.0
+        self._work_total = 0.0
 
     def runnable(self, op: str) -> bool:
         return op in self._runnable
@@ -161,6 +170,16 @@ class EngineState(SchedulerState):
     def output_delay_total(self) -> float:
         return self._output_delay_total
 
+    @property
+    def input_total(self) -> float:
+        return self._input_total
+
+    @property
+    def work_total(self) -> float:
+        """Time the operators have been busy so far (the simulator's run lengths, the executor's
+        measured operator seconds)."""
+        return self._work_total
+
     def subscribe(self) -> list[str]:
         log: list[str] = []
         self._logs.append(log)
@@ -178,6 +197,15 @@ class EngineState(SchedulerState):
         """Roots delivered ``amount`` tuples whose delays sum to ``delay_total``."""
         self._output_total += amount
         self._output_delay_total += delay_total
+
+    def record_input(self, amount: float) -> None:
+        """``amount`` tuples entered the plan's queues from outside (counted once per reading
+        operator: every query gets its own copy)."""
+        self._input_total += amount
+
+    def record_work(self, seconds: float) -> None:
+        """Operators ran for ``seconds`` (busy time, start-up included)."""
+        self._work_total += seconds
 
 
 class Scheduler(ABC):

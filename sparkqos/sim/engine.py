@@ -312,6 +312,7 @@ class Simulator:
                 _, _, stream, amount = arrivals[self._ai]
                 for op, port in self._targets[stream]:
                     state.enqueue(op, port, amount, arrivals[self._ai][0])
+                    state.record_input(amount)
                 self._ai += 1
             if self._next_snap <= t + TIME_EPS and (until is None or self._next_snap <= until + TIME_EPS):
                 self._snapshot(t)
@@ -426,6 +427,7 @@ class Simulator:
             consumed = math.fsum(a for a, _ in taken)
             end = _snap(t + self.overhead + consumed * state.cost(op))
             self._run = _Run(op, taken, t, end)
+            state.record_work(end - t)
             if self.record_dispatches:
                 self.steps.append(Step(t, end, op, consumed))
             return
