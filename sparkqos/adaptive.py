@@ -376,8 +376,9 @@ class Adaptive(Scheduler):
     time units of ``state.now`` and/or every ``period_picks`` picks — the ``starvation`` threshold
     (consecutive picks of units with no work before a forced switch), smoothing weight ``w``
     (eq 3.1), the ``spread`` reading of eq 5.1, the window ``delay_signal`` and ``memory_signal``,
-    the wheel's ``sharpness`` and ``explore`` share (see the module), and ``log_limit``, how many
-    decisions ``decisions`` keeps (the newest; None: all).
+    the wheel's ``sharpness`` and ``explore`` share (see the module), ``log_limit``, how many
+    decisions ``decisions`` keeps (the newest; None: all), and ``member_params``, parameters of
+    the candidates by name (e.g. ``{"cqc": {"k": 0.5}}``; the others get their defaults).
 
     Window statistics come from the state: output rate from ``output_total`` deltas, mean delay
     from ``output_delay_total`` / ``output_total`` deltas, memory as the time-weighted mean of
@@ -408,6 +409,7 @@ class Adaptive(Scheduler):
         sharpness: float = 3.0,
         explore: float = 0.05,
         log_limit: int | None = 10_000,
+        member_params: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         from sparkqos import schedulers  # the registry imports this module at its end
 
@@ -441,7 +443,14 @@ class Adaptive(Scheduler):
             raise SchedulerError(f"starvation must be an integer >= 1, got {starvation!r}")
         self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal,
                                              memory_signal, sharpness, explore, log_limit)
-        self._members: dict[str, Scheduler] = {n: schedulers.get(n) for n in names}
+        member_params = {} if member_params is None else member_params
+        if not isinstance(member_params, Mapping) or any(not isinstance(v, Mapping) for v in member_params.values()):
+            raise SchedulerError(f"member_params maps candidate names to parameter tables, got {member_params!r}")
+        strangers = sorted(set(member_params) - set(names))
+        if strangers:
+            raise SchedulerError(f"member_params names {strangers}, which are not candidates {names}")
+        self.member_params = {n: dict(v) for n, v in member_params.items()}
+        self._members: dict[str, Scheduler] = {n: schedulers.get(n, **self.member_params.get(n, {})) for n in names}
         self._starved = 0
         self._window: dict[str, float] | None = None
         self._yield: dict[str, float] = {}  # Π σ from each operator to its root

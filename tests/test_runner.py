@@ -201,3 +201,21 @@ def test_listener_sees_sparkqos_metrics(spark, replay_df, tmp_path):
         spark.streams.removeListener(listener)
     assert [b for b, _ in seen] == list(range(handle.last_batch + 1))
     assert all(qp is not None and qp["strategy"] == "fifo" and qp["batchId"] == b for b, qp in seen)
+
+
+def test_time_parameters_are_sized_to_the_trigger(replay_df, tmp_path):
+    """On Spark a time unit is a second of executor time: left unset, CQC's round k becomes the
+    trigger's budget and every quantum a tenth of it (also for adaptive's candidates); what the
+    user sets is kept."""
+    h = stream(replay_df(), sensor_queries(), strategy="cqc", trigger_s=1.0, budget_s=0.4, checkpoint=tmp_path / "a")
+    assert h.scheduler.k == pytest.approx(0.4) and h.scheduler.quantum == pytest.approx(0.04)
+    h = stream(replay_df(), sensor_queries(), strategy="cqc", strategy_params={"k": 2.0}, trigger_s=1.0,
+               checkpoint=tmp_path / "b")
+    assert h.scheduler.k == 2.0 and h.scheduler.quantum == pytest.approx(0.1)
+    h = stream(replay_df(), sensor_queries(), strategy="pc", trigger_s=0.5, checkpoint=tmp_path / "c")
+    assert h.scheduler.quantum == pytest.approx(0.05)
+    h = stream(replay_df(), sensor_queries(), strategy="adaptive", trigger_s=0.5, checkpoint=tmp_path / "d",
+               strategy_params={"candidates": ["fifo", "pc", "cqc"], "member_params": {"cqc": {"k": 3.0}}})
+    members = h.scheduler._members
+    assert members["cqc"].k == 3.0 and members["cqc"].quantum == pytest.approx(0.05)
+    assert members["pc"].quantum == pytest.approx(0.05)

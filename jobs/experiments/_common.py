@@ -106,6 +106,15 @@ class RunStats:
         self.peak_rows = 0.0
         self.peak_bytes = 0.0
         self.queued_rows: list[float] = []
+        # Rows the source had released but Spark had not yet read (a trigger that overruns leaves
+        # its backlog there): with ``arrivals`` (sorted replay offsets, s), ``replay_start`` and
+        # ``readers`` (leaf operators reading the stream) each trigger also records the rows in
+        # the system = queued + unread × readers — the Chain paper's memory.
+        self.arrivals: np.ndarray | None = None
+        self.replay_start: float | None = None
+        self.readers = 1
+        self.system_rows: list[float] = []
+        self.peak_system = 0.0
         self.strategies: dict[str, int] = {}
         self.triggers = 0
         self.t0 = time.time()
@@ -121,6 +130,13 @@ class RunStats:
         self.peak_rows = max(self.peak_rows, p["queuedRows"])
         self.peak_bytes = max(self.peak_bytes, p["queuedBytes"])
         self.queued_rows.append(p["queuedRows"])
+        unread = 0
+        if self.arrivals is not None and self.replay_start is not None:
+            released = int(np.searchsorted(self.arrivals, time.time() - self.replay_start, side="right"))
+            unread = max(released - self.rows_in, 0)
+        system = p["queuedRows"] + unread * self.readers
+        self.system_rows.append(system)
+        self.peak_system = max(self.peak_system, system)
         self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
         if not self.quiet:
             el = time.time() - self.t0
@@ -186,8 +202,12 @@ def run_sparkqos(spark, trace: str | Path, compiled, strategy: str, *, out: str 
     drop_metrics(out, name)
     klass_of = {q.name: q.klass for q in compiled.plan.queries.values()}
     stats = RunStats(klass_of, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
+    ts = pq.read_table(trace, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
+    stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
+    stats.readers = max(1, sum(1 for op in compiled.plan for src in op.inputs if src in compiled.plan.streams))
+    stats.replay_start = time.time() + lead_s
     handle = sparkqos.stream(
-        replay_df(spark, trace, max_seconds_per_trigger, start=time.time() + lead_s), compiled.fresh(), strategy=strategy,
+        replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start), compiled.fresh(), strategy=strategy,
         strategy_params=dict(strategy_params or {}), qos=qos, trigger_s=trigger_s, budget_s=budget_s,
         checkpoint=ckpt, output=out, sink=ParquetSink(out / "outputs" / name), name=name,
         on_progress=stats.on_progress, on_delays=stats.on_delays, executor_args=executor_args)
@@ -291,17 +311,20 @@ def synthetic_queries(plan, cost_unit_s: float, schema=None, classes=None):
 
 
 def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list[list[Any]]:
-    """[plan, strategy, rows out, mean delay ms, p99 ms, mean queued rows, peak queued rows, peak MB]."""
+    """[plan, strategy, rows out, mean delay ms, p99 ms, mean queued rows, peak queued rows, peak MB,
+    mean rows in the system, peak rows in the system] (in the system = queued + unread by Spark)."""
     rows = []
     for plan_name, strategy, st in runs:
         d = st.all_delays()
         q = np.array(st.queued_rows) if st.queued_rows else np.zeros(1)
+        sys_rows = np.array(st.system_rows) if st.system_rows else np.zeros(1)
         rows.append([plan_name, strategy, st.rows_out(), mean_ms(d), p99_ms(d), float(q.mean()), st.peak_rows,
-                     st.peak_bytes / 1e6])
+                     st.peak_bytes / 1e6, float(sys_rows.mean()), st.peak_system])
     return rows
 
 
-SUMMARY_HEADER = ["plan", "strategy", "rows out", "mean delay ms", "p99 ms", "mean queued", "peak queued", "peak MB"]
+SUMMARY_HEADER = ["plan", "strategy", "rows out", "mean delay ms", "p99 ms", "mean queued", "peak queued", "peak MB",
+                  "mean in system", "peak in system"]
 
 
 def experiment_args(description: str, defaults: Mapping[str, Any]):

@@ -1,6 +1,6 @@
 """Chain paper §6 on Spark: queued memory against time for chain, fifo, greedy and rr.
 
-    ./spark-submit.sh jobs/experiments/chain_memory.py [--seconds 15] [--rate 3000] [--load 1.0] [--plans two,four,join,mix]
+    ./spark-submit.sh jobs/experiments/chain_memory.py [--seconds 15] [--rate 3000] [--load 0.6] [--plans two,four,join,mix]
 
 Plans on the replayed bursty trace (synthetic operators, costs scaled so the mean rate loads the
 executor to ``--load`` of one core; bursts overload it):
@@ -8,10 +8,10 @@ executor to ``--load`` of one core; bursts overload it):
 whose later ones filter hard (where Chain departs from FIFO/greedy), ``join`` — a real sliding-
 window join of two filtered branches of the stream, then a filter, and ``mix`` — three such
 queries side by side. Claim (Chain §6, Theorem 4.2): chain keeps the least queued memory, fifo
-and rr the most; reported as mean and peak queued rows per run. Queued memory is sparkqos's
-queues at the end of each trigger: a strategy whose trigger overruns its budget (fifo pushes
-whole batches through their paths) leaves its backlog unread in the source instead, which this
-measure does not see — compare delays too.
+and rr the most. Memory is the rows in the system at the end of each trigger: sparkqos's queues
+plus the rows the source had released that Spark had not read yet (× the operators reading the
+stream) — a strategy whose trigger overruns its budget (fifo pushes whole batches through their
+paths) leaves its backlog unread in the source, and the Chain paper counts it all the same.
 """
 
 from __future__ import annotations
@@ -49,16 +49,19 @@ def chain_plan(queries) -> Plan:
 
 
 def join(unit_s: float) -> QuerySet:
-    """Two filtered branches of the stream in a 50 ms sliding-window join on sensor_id, then a
-    hard filter; about 4 cost units of work per input row."""
+    """A quarter of the sensors (sensor_id < 16), split into two filtered branches with costly
+    selective steps, joined on sensor_id over a 50 ms sliding window, then a hard filter. The join
+    is real work on top of the declared costs, so the declared units are sized to the rest of
+    ``--load`` (see plans_for)."""
     qs = QuerySet()
     s = qs.stream("sensors", SENSOR_SCHEMA)
-    left = (s.where(col("temperature") > 22.0).synthetic(selectivity=0.9, cost_s=2 * unit_s, seed=3)
-              .select("sensor_id", "temperature", "ts"))
-    right = (s.where(col("humidity") > 55.0).synthetic(selectivity=0.9, cost_s=2 * unit_s, seed=4)
+    left = (s.where((col("sensor_id") < 16) & (col("temperature") > 22.0))
+              .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=3).select("sensor_id", "temperature", "ts"))
+    right = (s.where((col("sensor_id") < 16) & (col("humidity") > 55.0))
+               .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=4)
                .select("sensor_id", col("humidity").alias("r_humidity")))
     (left.join(right, on="sensor_id", seconds=0.05)
-         .synthetic(selectivity=0.1, cost_s=4 * unit_s, seed=5).sink("join"))
+         .synthetic(selectivity=0.1, cost_s=unit_s, seed=5).sink("join"))
     return qs
 
 
@@ -67,7 +70,9 @@ def plans_for(names, rate: float, load: float) -> dict:
     out = {}
     for name in names:
         if name == "join":
-            unit = load / (rate * 4.0)
+            # Measured on the default trace with the executor alone: the branches see ≈ 0.83 cost
+            # units per input row, and the join itself takes ≈ 0.07 of a core at 3000 rows/s.
+            unit = max(load - 0.07 * rate / 3000.0, 0.05) / (rate * 0.83)
             out[name] = (lambda unit=unit: join(unit))
         elif name in CHAINS:
             plan = chain_plan(CHAINS[name])
@@ -85,7 +90,8 @@ def main(argv=None) -> int:
     ap = C.experiment_args(__doc__, {"seconds": 15.0, "rate": 3000.0,
                                      "strategies": ["chain", "fifo", "greedy", "rr"], "plans": list(PLANS),
                                      "out": str(ROOT / "output" / "experiments" / "chain_memory")})
-    ap.add_argument("--load", type=float, default=1.0, help="executor load at the mean rate (share of one core)")
+    ap.add_argument("--load", type=float, default=0.6,
+                    help="executor load at the mean rate (share of one core; Spark's per-trigger work comes on top)")
     args = ap.parse_args(argv)
     plans = plans_for(args.plans.split(","), args.rate, args.load)
     strategies = args.strategies.split(",")
@@ -97,7 +103,7 @@ def main(argv=None) -> int:
         runs = {s: st for pp, s, st in results if pp == p}
         if "chain" not in runs or len(runs) < 2:
             continue
-        mean_q = {s: (sum(st.queued_rows) / max(len(st.queued_rows), 1)) for s, st in runs.items()}
+        mean_q = {s: (sum(st.system_rows) / max(len(st.system_rows), 1)) for s, st in runs.items()}
         best = min(mean_q, key=mean_q.get)
         others = ", ".join(f"{s} {v:.0f}" for s, v in mean_q.items())
         if max(mean_q.values()) == 0:
@@ -105,8 +111,8 @@ def main(argv=None) -> int:
             print(line, flush=True)
             verdicts.append(line)
             continue
-        verdicts.append(C.verdict(f"{p}: chain has the least mean queued memory", best == "chain" or mean_q["chain"] <= 1.05 * mean_q[best],
-                                  f"mean queued rows {others}"))
+        verdicts.append(C.verdict(f"{p}: chain has the least mean memory (rows in the system)", best == "chain" or mean_q["chain"] <= 1.05 * mean_q[best],
+                                  f"mean rows in the system {others}"))
     C.finish_experiment(args, "chain_memory", table, verdicts)
     return 0
 

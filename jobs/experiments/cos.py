@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         runs = {s: st for pp, s, st in results if pp == p}
         if not {"cos", "fifo"} <= set(runs):
             continue
-        mem = {s: float(np.mean(st.queued_rows)) if st.queued_rows else 0.0 for s, st in runs.items()}
+        mem = {s: float(np.mean(st.system_rows)) if st.system_rows else 0.0 for s, st in runs.items()}
         lat = {s: C.mean_ms(st.all_delays()) for s, st in runs.items()}
         verdicts.append(C.verdict(f"{p}: cos queues less than fifo", mem["cos"] < mem["fifo"],
                                   ", ".join(f"{s} {v:.0f} rows / {lat[s]:.0f} ms" for s, v in mem.items())))

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     body = []
     for _, s, st in results:
         d = st.all_delays()
-        q = sum(st.queued_rows) / max(len(st.queued_rows), 1)
+        q = sum(st.system_rows) / max(len(st.system_rows), 1)
         body.append([s, st.rows_out(), st.rows_out() / max(st.elapsed, 1e-9), C.mean_ms(d), C.p99_ms(d), q,
                      st.peak_rows, st.peak_bytes / 1e6])
     table = C.print_table(f"\npath_latency (Jiang §5): {rows} rows, {args.seconds:g}s, load {args.load_from:g}→{args.load_to:g}"
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         lat = {s: C.mean_ms(st.all_delays()) for s, st in by.items()}
         verdicts.append(C.verdict("pc has the lowest mean tuple latency", min(lat, key=lat.get) == "pc",
                                   ", ".join(f"{s} {v:.0f} ms" for s, v in lat.items())))
-        mem = {s: sum(st.queued_rows) / max(len(st.queued_rows), 1) for s, st in by.items()}
+        mem = {s: sum(st.system_rows) / max(len(st.system_rows), 1) for s, st in by.items()}
         for s in ("chain", "simplified_segment"):
             if s in mem:
                 verdicts.append(C.verdict(f"{s} queues less than pc", mem[s] < mem["pc"],

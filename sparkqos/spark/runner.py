@@ -208,9 +208,37 @@ class QosStream:
                 params.setdefault("qos", qos)
             if self.trigger_s is not None:
                 params.setdefault("period", self.trigger_s)  # score and pick once per trigger
+            candidates = params.get("candidates", schedulers.get("adaptive").candidates)
+            names = [candidates] if isinstance(candidates, str) else list(candidates)
+            members = {n: dict(v) for n, v in dict(params.get("member_params") or {}).items()}
+            for n in names:
+                if isinstance(n, str) and n in schedulers.available():
+                    sized = self._time_params(n, members.get(n, {}))
+                    if sized:
+                        members[n] = sized
+            if members:
+                params["member_params"] = members
         elif qos is not None:
             raise RunnerError(f"qos applies to the 'adaptive' strategy, not to {strategy!r}")
+        else:
+            params = self._time_params(strategy, params) if strategy in schedulers.available() else params
         return schedulers.get(strategy, **params)
+
+    def _time_params(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Strategies state their time parameters in the papers' time units; on Spark a unit is a
+        second of executor time. Left unset, CQC's round ``k`` (default 20) becomes the trigger's
+        budget — so a round (every class's share) fits in one trigger — and a ``quantum`` (the
+        longest unit of work, default 1) a tenth of it, so one unit cannot overrun the budget."""
+        from sparkqos.schedulers.cqc import Cqc
+
+        instance = schedulers.get(name)
+        defaults = instance.params()
+        out = dict(params)
+        if isinstance(instance, Cqc) and "k" not in out:
+            out["k"] = self.budget_s
+        if "quantum" in defaults and defaults["quantum"] is not None and "quantum" not in out:
+            out["quantum"] = self.budget_s / 10
+        return out
 
     def restore(self) -> int:
         """Load the newest checkpoint (if any) into the executor; returns its batch id or -1.
