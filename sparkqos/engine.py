@@ -334,6 +334,7 @@ class Executor:
         self.starvation_limit = starvation_limit
         self.state = ExecutorState(compiled, clock, w, tolerance, memory_limit_bytes, spill_dir, shed)
         self.cluster_threads = cluster_threads
+        self._deadline: float | None = None  # end of the current run's budget (see _time_cap)
         self._lock = threading.RLock()
         self._pool: ThreadPoolExecutor | None = None
         if cluster_threads:
@@ -420,7 +421,16 @@ class Executor:
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self, budget_s: float | None = None, max_units: int | None = None) -> RunReport:
-        """Serve units until ``budget_s`` seconds pass, ``max_units`` units ran, or nothing can run."""
+        """Serve units until ``budget_s`` seconds pass, ``max_units`` units ran, or nothing can run.
+        With a budget, no operator run is sized beyond what its measured cost fits in the time left
+        (the workload threshold aside), so one run cannot overrun the budget by much."""
+        self._deadline = None if budget_s is None else self.clock() + budget_s
+        try:
+            return self._run(budget_s, max_units)
+        finally:
+            self._deadline = None
+
+    def _run(self, budget_s: float | None, max_units: int | None) -> RunReport:
         state = self.state
         clock = self.clock
         start = clock()
@@ -540,15 +550,32 @@ class Executor:
             self._pool = None
         self.state.close()
 
-    def _limit(self, op: str, quota_tuples: float | None) -> int:
+    def _limit(self, op: str, quota_tuples: float | None, time_left: float | None = None) -> int:
         ports = self.state.ports[op]
         n = ports[0].rows if len(ports) == 1 else int(self.state.queued(op))
         if quota_tuples is not None:
-            return max(1, min(n, int(math.ceil(quota_tuples))))
-        a = workload(n, self.ratio, self.threshold)
-        if self.whole_batches and a < n and len(ports) == 1:
-            a = ports[0].rows_through(a)
-        return a
+            a = max(1, min(n, int(math.ceil(quota_tuples))))
+        else:
+            a = workload(n, self.ratio, self.threshold)
+            if self.whole_batches and a < n and len(ports) == 1:
+                a = ports[0].rows_through(a)
+        return self._time_cap(op, a, time_left)
+
+    def _time_cap(self, op: str, rows: int, time_left: float | None) -> int:
+        """At most the rows the operator's measured cost lets finish in what is left of the
+        trigger's budget (and of the unit's time quota): one run cannot be interrupted, and a
+        whole queued batch of a costly operator could otherwise overrun the budget many times
+        over (a burst batch of 4,000 rows at 150 µs a row is 0.6 s). Never below the workload
+        threshold, so every pick still makes progress."""
+        if self._deadline is not None:
+            left = self._deadline - self.clock()
+            time_left = left if time_left is None else min(time_left, left)
+        if time_left is None or rows <= self.threshold:
+            return rows
+        c = self.state.cost(op)
+        if not c > 0:
+            return rows
+        return max(self.threshold, min(rows, int(max(time_left, 0.0) / c)))
 
     def _run_unit(self, unit: Unit, report: RunReport) -> None:
         state = self.state
@@ -575,7 +602,7 @@ class Executor:
         start = self.clock()
         left = None if quota_tuples is None else int(math.ceil(quota_tuples))
         while self.state.runnable(op) and (left is None or left > 0):
-            limit = self._limit(op, left)
+            limit = self._limit(op, left, quota_time - (self.clock() - start))
             before = report.rows_consumed
             produced += self._run_op(op, limit, report)
             if left is not None:

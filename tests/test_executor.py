@@ -257,3 +257,20 @@ def test_unit_kinds_all_answer_the_same():
         other = replay(compiled, schedulers.get(name), feeds, [2] * len(feeds))
         for q in compiled.roots:
             assert sorted(other.result(q).to_pylist(), key=str) == sorted(base.result(q).to_pylist(), key=str)
+
+
+def test_a_costly_whole_batch_is_cut_to_the_time_left_in_the_budget():
+    """whole_batches rounds fig 4.1's amount up to whole queued batches, but never beyond what the
+    operator's cost fits in the budget: one 5,000-row batch at 100 µs a row is 0.5 s of work, and
+    a 0.05 s budget runs a slice of it (the rest waits for the next trigger, nothing is lost)."""
+    import pyarrow as pa
+
+    qs = QuerySet()
+    qs.stream("s", pa.schema([("x", pa.int64())])).synthetic(1.0, cost_s=1e-4, seed=1).sink("q")
+    ex = Executor(qs.build(), schedulers.get("fifo"), whole_batches=True)
+    ex.ingest("s", pa.table({"x": list(range(5000))}))
+    report = ex.run(budget_s=0.05)
+    assert 0 < report.rows_consumed <= 1000
+    assert report.seconds < 0.25
+    ex.finish()
+    assert sum(t.num_rows for t in ex.take_outputs().values()) == 5000

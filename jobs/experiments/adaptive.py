@@ -72,7 +72,7 @@ def main(argv=None) -> int:
 
     results, rows = C.run_experiment("adaptive", args, plans, strategies, strategy_params=params, qos=qos,
                                      run_name=lambda p, s: f"{p}-{s.replace(':', '')}")
-    header = ["plan", "run", "QoS (adaptive)", "mean delay ms", "rows/s", "mean queued", "peak queued", "strategy mix"]
+    header = ["plan", "run", "QoS (adaptive)", "mean delay ms", "rows/s", "mean in system", "peak queued", "strategy mix"]
     body, verdicts = [], []
     for p in plans:
         runs = {s: st for pp, s, st in results if pp == p}

@@ -66,13 +66,15 @@ def main(argv=None) -> int:
 
     results, rows = C.run_experiment("path_latency", args, {"paths": paths}, args.strategies.split(","),
                                      rate_profile=profile, run_name=lambda p, s: s)
-    header = ["strategy", "rows out", "throughput rows/s", "mean delay ms", "p99 ms", "mean queued", "peak queued", "peak MB"]
+    header = ["strategy", "rows out", "throughput rows/s", "mean delay ms", "p99 ms", "mean queued", "peak queued",
+              "peak MB", "mean in system", "peak in system"]
     body = []
     for _, s, st in results:
         d = st.all_delays()
-        q = sum(st.system_rows) / max(len(st.system_rows), 1)
+        q = sum(st.queued_rows) / max(len(st.queued_rows), 1)
+        in_system = sum(st.system_rows) / max(len(st.system_rows), 1)
         body.append([s, st.rows_out(), st.rows_out() / max(st.elapsed, 1e-9), C.mean_ms(d), C.p99_ms(d), q,
-                     st.peak_rows, st.peak_bytes / 1e6])
+                     st.peak_rows, st.peak_bytes / 1e6, in_system, st.peak_system])
     table = C.print_table(f"\npath_latency (Jiang §5): {rows} rows, {args.seconds:g}s, load {args.load_from:g}→{args.load_to:g}"
                           f" × {args.load:g} core at {args.rate:g} rows/s", header, body)
     by = {s: st for _, s, st in results}
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
         for s in ("chain", "simplified_segment"):
             if s in mem:
                 verdicts.append(C.verdict(f"{s} queues less than pc", mem[s] < mem["pc"],
-                                          f"mean queued {s} {mem[s]:.0f} vs pc {mem['pc']:.0f} rows"))
+                                          f"mean rows in the system {s} {mem[s]:.0f} vs pc {mem['pc']:.0f}"))
         if "threshold" in mem and "chain" in mem:
             lo, hi = sorted((mem["chain"], mem["pc"]))
             verdicts.append(C.verdict("threshold's memory lies between chain's and pc's",

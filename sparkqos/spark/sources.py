@@ -607,6 +607,10 @@ class PoissonSource(BurstySource):
 # -- replay ----------------------------------------------------------------------------------------
 
 
+#: (path, format, timestamp column) → ((mtime_ns, size), (table, trace µs, in time order)).
+_TRACES: dict[tuple[str, str, str], tuple[tuple[int, int], tuple[pa.Table, np.ndarray, bool]]] = {}
+
+
 class ReplayTrace:
     """A recorded file (CSV or Parquet) with a timestamp column, and its rows by trace-time range.
 
@@ -630,7 +634,28 @@ class ReplayTrace:
         self.format = format
 
     def table(self) -> pa.Table:
-        """The whole file with its timestamp column normalised."""
+        """The whole file with its timestamp column normalised (read once per process while the
+        file is unchanged: every trigger of a replay reads from it)."""
+        return self._cached()[0]
+
+    def _cached(self) -> tuple[pa.Table, np.ndarray, bool]:
+        st = os.stat(self.path)
+        key = (self.path, self.format, self.timestamp_column)
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = _TRACES.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        table = self._read()
+        ts = table.column(self.timestamp_column).cast(pa.int64()).to_numpy()
+        trace = ts - ts.min() if len(ts) else ts
+        ordered = bool(np.all(trace[1:] >= trace[:-1])) if len(trace) > 1 else True
+        _TRACES.pop(key, None)
+        while len(_TRACES) >= 4:  # a few traces per process; the oldest goes first
+            _TRACES.pop(next(iter(_TRACES)))
+        _TRACES[key] = (stamp, (table, trace, ordered))
+        return table, trace, ordered
+
+    def _read(self) -> pa.Table:
         if self.format == "csv":
             from pyarrow import csv
 
@@ -661,15 +686,26 @@ class ReplayTrace:
     def schema(self) -> pa.Schema:
         return self.table().schema
 
-    def trace_us(self, table: pa.Table) -> np.ndarray:
+    def trace_us(self, table: pa.Table | None = None) -> np.ndarray:
+        """Trace time (µs since the earliest timestamp) of every row of ``table`` (default: the file)."""
+        if table is None:
+            return self._cached()[1]
         ts = table.column(self.timestamp_column).cast(pa.int64()).to_numpy()
         return ts - ts.min() if len(ts) else ts
 
     def rows(self, t0_us: int, t1_us: int) -> pa.Table:
         """Rows with trace time in [t0_us, t1_us), in file order."""
-        table = self.table()
-        trace = self.trace_us(table)
-        return table.filter(pa.array((trace >= t0_us) & (trace < t1_us)))
+        return self.range(t0_us, t1_us)[0]
+
+    def range(self, t0_us: int, t1_us: int) -> tuple[pa.Table, np.ndarray]:
+        """Rows with trace time in [t0_us, t1_us), in file order, and their trace times. A file in
+        time order is sliced (binary search), any other is filtered."""
+        table, trace, ordered = self._cached()
+        if ordered:
+            lo, hi = np.searchsorted(trace, [t0_us, t1_us], side="left")
+            return table.slice(int(lo), int(hi - lo)), trace[lo:hi]
+        keep = (trace >= t0_us) & (trace < t1_us)
+        return table.filter(pa.array(keep)), trace[keep]
 
 
 class _ReplayReader(_TimeReader):
@@ -685,7 +721,7 @@ class _ReplayReader(_TimeReader):
         else:
             self.speed = opts.number("speed", 1.0)
         self.retime = opts.boolean("retime", False)
-        trace = self.trace.trace_us(self.trace.table())
+        trace = self.trace.trace_us()
         self.duration_us = int(trace.max()) + 1 if len(trace) else 0
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -695,15 +731,12 @@ class _ReplayReader(_TimeReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value
-        table = self.trace.table()
-        trace = self.trace.trace_us(table)
-        keep = (trace >= p["t0"]) & (trace < p["t1"])
-        rows = table.filter(pa.array(keep))
+        rows, offsets = self.trace.range(p["t0"], p["t1"])
         if self.retime:  # the row's timestamp becomes the moment the replay released it
             if math.isinf(self.speed):
                 at = np.full(rows.num_rows, p["origin"], np.int64)
             else:
-                at = p["origin"] + np.floor(trace[keep] / self.speed).astype(np.int64)
+                at = p["origin"] + np.floor(offsets / self.speed).astype(np.int64)
             i = rows.column_names.index(self.trace.timestamp_column)
             rows = rows.set_column(i, rows.schema.field(i), pa.array(at, pa.int64()).cast(TS_TYPE))
         yield from rows.to_batches()
