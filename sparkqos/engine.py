@@ -587,7 +587,8 @@ class Executor:
             for op in ops[1:]:
                 if produced <= 0 or not state.runnable(op):
                     break
-                produced = self._run_op(op, produced, report)
+                # What the one below produced, within the budget (the rest waits in op's queue).
+                produced = self._run_op(op, self._time_cap(op, produced, None), report)
         else:
             for op in ops:
                 if state.runnable(op):

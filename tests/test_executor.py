@@ -274,3 +274,21 @@ def test_a_costly_whole_batch_is_cut_to_the_time_left_in_the_budget():
     assert report.seconds < 0.25
     ex.finish()
     assert sum(t.num_rows for t in ex.take_outputs().values()) == 5000
+
+
+def test_fifo_carries_a_batch_up_its_path_only_as_far_as_the_budget_lets_it():
+    """fifo's unit runs each operator on what the one below produced; a costly operator above a
+    cheap one is cut to the budget too, and the rest waits in its queue (nothing lost)."""
+    import pyarrow as pa
+
+    qs = QuerySet()
+    (qs.stream("s", pa.schema([("x", pa.int64())])).synthetic(1.0, cost_s=0.0, seed=1)
+       .synthetic(1.0, cost_s=1e-4, seed=2).sink("q"))
+    ex = Executor(qs.build(), schedulers.get("fifo"), whole_batches=True)
+    ex.ingest("s", pa.table({"x": list(range(5000))}))
+    ex.run(budget_s=0.01)  # the costly operator's cost gets measured
+    report = ex.run(budget_s=0.05)
+    assert report.seconds < 0.25
+    assert ex.state.total_queued > 0
+    ex.finish()
+    assert sum(t.num_rows for t in ex.take_outputs().values()) == 5000
