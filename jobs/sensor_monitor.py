@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stop["now"] and time.time() < deadline and query.isActive:
             query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
     finally:
-        query.stop()
+        handle.stop()
     if query.exception() is not None:
         print(f"sensor_monitor: the streaming query failed: {query.exception()}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -219,3 +220,16 @@ def test_time_parameters_are_sized_to_the_trigger(replay_df, tmp_path):
     members = h.scheduler._members
     assert members["cqc"].k == 3.0 and members["cqc"].quantum == pytest.approx(0.05)
     assert members["pc"].quantum == pytest.approx(0.05)
+
+
+def test_stop_waits_for_the_running_trigger(replay_df, tmp_path):
+    h = stream(replay_df(), sensor_queries(), strategy="fifo", trigger_s=0.5, checkpoint=tmp_path / "ckpt",
+               output=tmp_path)
+    h.stop()  # not started: nothing to stop
+    query = h.start()
+    deadline = time.time() + 60
+    while not h.recentProgress and time.time() < deadline:
+        time.sleep(0.1)
+    h.stop()
+    assert not query.isActive and query.exception() is None
+    assert h.recentProgress

@@ -217,12 +217,7 @@ def run_sparkqos(spark, trace: str | Path, compiled, strategy: str, *, out: str 
         while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
             query.awaitTermination(0.5)
     finally:
-        # Stop between triggers: interrupting a trigger inside the Python source's read made the
-        # stream thread die of a StackOverflowError in Spark's own error handling (harmless, noisy).
-        quiet_by = time.time() + 5.0
-        while query.isActive and query.status.get("isTriggerActive") and time.time() < quiet_by:
-            time.sleep(0.05)
-        query.stop()
+        handle.stop()  # between triggers
     if query.exception() is not None:
         raise RuntimeError(f"run {name}: the streaming query failed: {query.exception()}")
     stats.read_all = stats.rows_in >= input_rows

@@ -267,6 +267,19 @@ class QosStream:
         self.query = writer.start()
         return self.query
 
+    def stop(self, wait_s: float = 5.0) -> None:
+        """Stop the streaming query between triggers: wait up to ``wait_s`` for the running
+        trigger to end first. Stopping inside a trigger that is reading a Python data source made
+        Spark's stream thread die of a StackOverflowError in its own error handling (harmless —
+        the trigger is replayed on restart — but a page of stack trace)."""
+        query = self.query
+        if query is None:
+            return
+        by = time.time() + wait_s
+        while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
+            time.sleep(0.05)
+        query.stop()
+
     # -- progress --------------------------------------------------------------------------------
     @property
     def lastProgress(self) -> dict[str, Any] | None:
