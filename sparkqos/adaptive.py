@@ -581,7 +581,7 @@ class Adaptive(Scheduler):
         if self.delay_signal == "little":
             # Σ queued × yield is O(operators): sampled every ⌈n/16⌉ picks it costs O(1) per pick,
             # the value held in between (the window's mean is time-weighted anyway).
-            every = max(1, -(-len(state.plan.names) // 16))
+            every = max(1, -(-len(state.plan) // 16))
             if win["picks"] == 1 or win["picks"] % every == 0:
                 win["last_p"] = self._pending(state)
             win["sum_p"] = win.get("sum_p", 0.0) + win.get("last_p", 0.0)

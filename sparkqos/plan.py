@@ -129,7 +129,10 @@ class Plan:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(op.name for op in self.operators)
+        names = self.__dict__.get("_names")
+        if names is None or len(names) != len(self.operators):
+            names = self.__dict__["_names"] = tuple(op.name for op in self.operators)
+        return names
 
     def consumer(self, name: str) -> str | None:
         """The operator fed by ``name``, or None when ``name`` is a query root."""
