@@ -96,6 +96,7 @@ class Plan:
     ):
         self.streams: tuple[str, ...] = tuple(dict.fromkeys(streams))
         self.operators: tuple[Operator, ...] = tuple(operators)
+        self._names: tuple[str, ...] = tuple(op.name for op in self.operators)
         self._by_name: dict[str, Operator] = {}
         self._validate_operators()
         self._consumer = self._consumers()
@@ -129,10 +130,7 @@ class Plan:
 
     @property
     def names(self) -> tuple[str, ...]:
-        names = self.__dict__.get("_names")
-        if names is None or len(names) != len(self.operators):
-            names = self.__dict__["_names"] = tuple(op.name for op in self.operators)
-        return names
+        return self._names
 
     def consumer(self, name: str) -> str | None:
         """The operator fed by ``name``, or None when ``name`` is a query root."""

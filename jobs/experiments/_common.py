@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkqos.plan import Operator, Plan
+
 US = 1_000_000
 #: Trace origin (epoch µs); replays retime it to the wall clock.
 ORIGIN_US = 1_700_000_000 * US
@@ -143,6 +145,16 @@ class RunStats:
             print(f"  [{self.label} {el:5.1f}/{self.expected_s:.0f}s] batch {p['batchId']:>3} in {p['numInputRows']:>6} "
                   f"out {p['numOutputRows']:>6} queued {p['queuedRows']:>8.0f} rows {p['queuedBytes'] / 1e6:6.2f} MB "
                   f"p99 {p['delayMsP99']:8.0f} ms  {p['strategy']}", flush=True)
+
+    @property
+    def mean_queued(self) -> float:
+        """Mean rows in sparkqos's queues at the end of a trigger (0 without triggers)."""
+        return float(np.mean(self.queued_rows)) if self.queued_rows else 0.0
+
+    @property
+    def mean_in_system(self) -> float:
+        """Mean rows in the system (queued + unread × readers) at the end of a trigger."""
+        return float(np.mean(self.system_rows)) if self.system_rows else 0.0
 
     def query_delays(self, query: str) -> np.ndarray:
         d = self.delays.get(query, [])
@@ -316,10 +328,8 @@ def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list
     rows = []
     for plan_name, strategy, st in runs:
         d = st.all_delays()
-        q = np.array(st.queued_rows) if st.queued_rows else np.zeros(1)
-        sys_rows = np.array(st.system_rows) if st.system_rows else np.zeros(1)
-        rows.append([plan_name, strategy, st.rows_out(), mean_ms(d), p99_ms(d), float(q.mean()), st.peak_rows,
-                     st.peak_bytes / 1e6, float(sys_rows.mean()), st.peak_system])
+        rows.append([plan_name, strategy, st.rows_out(), mean_ms(d), p99_ms(d), st.mean_queued, st.peak_rows,
+                     st.peak_bytes / 1e6, st.mean_in_system, st.peak_system])
     return rows
 
 
@@ -401,6 +411,18 @@ def finish_experiment(args, title: str, table: str, verdicts: list[str]) -> None
         path = render_report(out, title)
         if path:
             print(f"report: {path}", flush=True)
+
+
+def chain_plan(queries: Mapping[str, list[tuple[float, float]]]) -> Plan:
+    """One operator chain per query over stream S: ``{query: [(σ, cost), ...]}`` leaf → root,
+    operators named query + position."""
+    ops = []
+    for q, chain in queries.items():
+        below = "S"
+        for i, (sigma, cost) in enumerate(chain):
+            ops.append(Operator(f"{q}{i}", (below,), sigma, cost, q))
+            below = f"{q}{i}"
+    return Plan(ops, streams=["S"])
 
 
 def cost_unit_for(plan, rate: float, load: float) -> float:

@@ -36,7 +36,7 @@ def measures(st: C.RunStats) -> dict[str, float]:
     d = st.all_delays()
     return {"delay": float(d.mean()) if d.size else math.nan,
             "output_rate": st.rows_out() / max(st.elapsed, 1e-9),
-            "queued": float(np.mean(st.system_rows)) if st.system_rows else 0.0}
+            "queued": st.mean_in_system}
 
 
 def weighted_score(values: dict[str, dict[str, float]], goals) -> dict[str, float]:

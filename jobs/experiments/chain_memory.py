@@ -27,7 +27,6 @@ import _common as C  # noqa: E402
 
 from sparkqos.examples import SENSOR_SCHEMA  # noqa: E402
 from sparkqos.expr import col  # noqa: E402
-from sparkqos.plan import Operator, Plan  # noqa: E402
 from sparkqos.query import QuerySet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,16 +37,6 @@ CHAINS = {
     "four": {"four": [(1.0, 1.0), (0.9, 3.0), (0.2, 3.0), (0.5, 2.0)]},
     "mix": {"q1": [(0.9, 2.0), (0.1, 4.0)], "q2": [(1.0, 1.0), (0.5, 2.0), (0.3, 2.0)], "q3": [(0.2, 1.5), (0.8, 3.0)]},
 }
-
-
-def chain_plan(queries) -> Plan:
-    ops = []
-    for q, chain in queries.items():
-        below = "S"
-        for i, (sigma, cost) in enumerate(chain):
-            ops.append(Operator(f"{q}{i}", (below,), sigma, cost, q))
-            below = f"{q}{i}"
-    return Plan(ops, streams=["S"])
 
 
 def join(unit_s: float) -> QuerySet:
@@ -77,7 +66,7 @@ def plans_for(names, rate: float, load: float) -> dict:
             unit = max(load - 0.07 * rate / 3000.0, 0.05) / (rate * 0.83)
             out[name] = (lambda unit=unit: join(unit))
         elif name in CHAINS:
-            plan = chain_plan(CHAINS[name])
+            plan = C.chain_plan(CHAINS[name])
             unit = C.cost_unit_for(plan, rate, load)
             out[name] = (lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, SENSOR_SCHEMA, classes={}))
         else:
@@ -105,7 +94,7 @@ def main(argv=None) -> int:
         runs = {s: st for pp, s, st in results if pp == p}
         if "chain" not in runs or len(runs) < 2:
             continue
-        mean_q = {s: (sum(st.system_rows) / max(len(st.system_rows), 1)) for s, st in runs.items()}
+        mean_q = {s: st.mean_in_system for s, st in runs.items()}
         best = min(mean_q, key=mean_q.get)
         others = ", ".join(f"{s} {v:.0f}" for s, v in mean_q.items())
         if max(mean_q.values()) == 0:

@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _common as C  # noqa: E402
-import numpy as np  # noqa: E402
 
 from cos_sim import cos_plan  # noqa: E402
 
@@ -50,7 +49,7 @@ def main(argv=None) -> int:
         runs = {s: st for pp, s, st in results if pp == p}
         if not {"cos", "fifo"} <= set(runs):
             continue
-        mem = {s: float(np.mean(st.system_rows)) if st.system_rows else 0.0 for s, st in runs.items()}
+        mem = {s: st.mean_in_system for s, st in runs.items()}
         lat = {s: C.mean_ms(st.all_delays()) for s, st in runs.items()}
         verdicts.append(C.verdict(f"{p}: cos queues less than fifo", mem["cos"] < mem["fifo"],
                                   ", ".join(f"{s} {v:.0f} rows / {lat[s]:.0f} ms" for s, v in mem.items())))

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 from sparkqos.examples import SENSOR_SCHEMA  # noqa: E402
-from sparkqos.plan import Operator, Plan  # noqa: E402
+from sparkqos.plan import Plan  # noqa: E402
 from sparkqos.query import QuerySet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,13 +37,7 @@ PATHS = {
 
 
 def scheduling_plan() -> Plan:
-    ops = []
-    for q, chain in PATHS.items():
-        below = "S"
-        for i, (sigma, cost) in enumerate(chain):
-            ops.append(Operator(f"{q}{i}", (below,), sigma, cost, q))
-            below = f"{q}{i}"
-    return Plan(ops, streams=["S"])
+    return C.chain_plan(PATHS)
 
 
 def main(argv=None) -> int:
@@ -71,10 +65,8 @@ def main(argv=None) -> int:
     body = []
     for _, s, st in results:
         d = st.all_delays()
-        q = sum(st.queued_rows) / max(len(st.queued_rows), 1)
-        in_system = sum(st.system_rows) / max(len(st.system_rows), 1)
-        body.append([s, st.rows_out(), st.rows_out() / max(st.elapsed, 1e-9), C.mean_ms(d), C.p99_ms(d), q,
-                     st.peak_rows, st.peak_bytes / 1e6, in_system, st.peak_system])
+        body.append([s, st.rows_out(), st.rows_out() / max(st.elapsed, 1e-9), C.mean_ms(d), C.p99_ms(d), st.mean_queued,
+                     st.peak_rows, st.peak_bytes / 1e6, st.mean_in_system, st.peak_system])
     table = C.print_table(f"\npath_latency (Jiang §5): {rows} rows, {args.seconds:g}s, load {args.load_from:g}→{args.load_to:g}"
                           f" × {args.load:g} core at {args.rate:g} rows/s", header, body)
     by = {s: st for _, s, st in results}
@@ -83,7 +75,7 @@ def main(argv=None) -> int:
         lat = {s: C.mean_ms(st.all_delays()) for s, st in by.items()}
         verdicts.append(C.verdict("pc has the lowest mean tuple latency", min(lat, key=lat.get) == "pc",
                                   ", ".join(f"{s} {v:.0f} ms" for s, v in lat.items())))
-        mem = {s: sum(st.system_rows) / max(len(st.system_rows), 1) for s, st in by.items()}
+        mem = {s: st.mean_in_system for s, st in by.items()}
         for s in ("chain", "simplified_segment"):
             if s in mem:
                 verdicts.append(C.verdict(f"{s} queues less than pc", mem[s] < mem["pc"],

@@ -646,8 +646,7 @@ class ReplayTrace:
         if hit is not None and hit[0] == stamp:
             return hit[1]
         table = self._read()
-        ts = table.column(self.timestamp_column).cast(pa.int64()).to_numpy()
-        trace = ts - ts.min() if len(ts) else ts
+        trace = self.trace_us(table)
         ordered = bool(np.all(trace[1:] >= trace[:-1])) if len(trace) > 1 else True
         _TRACES.pop(key, None)
         while len(_TRACES) >= 4:  # a few traces per process; the oldest goes first
