@@ -625,8 +625,13 @@ class Executor:
         consumed, out = op.run(ports, limit, final)
         t1 = self.clock()
         state.after_run(name, rows_before, bytes_before)
+        return self._book(name, consumed, out, t0, t1, report)
+
+    def _book(self, name: str, consumed: int, out: list[pa.RecordBatch], t0: float, t1: float,
+              report: RunReport) -> int:
+        """Record one finished run of ``name`` and pass its output on; returns the rows produced."""
         produced = sum(b.num_rows for b in out)
-        state.record_run(name, consumed, produced, t1 - t0)
+        self.state.record_run(name, consumed, produced, t1 - t0)
         report.operator_runs += 1
         report.rows_consumed += consumed
         self._deliver(name, out, t1)
@@ -655,12 +660,7 @@ class Executor:
             state.after_run(name, rows_gone, bytes_gone, delta=True)
             if state.runnable(name):
                 state.notify(name)  # back into its cluster's heap
-            produced = sum(b.num_rows for b in out)
-            state.record_run(name, consumed, produced, t1 - t0)
-            report.operator_runs += 1
-            report.rows_consumed += consumed
-            self._deliver(name, out, t1)
-        return produced
+            return self._book(name, consumed, out, t0, t1, report)
 
     def _deliver(self, name: str, batches: Iterable[pa.RecordBatch], now: float) -> None:
         target = self._next[name]
