@@ -125,8 +125,8 @@ def run_job(trace: Path, out: Path, last: int, fault: str | None = None, kill_af
 def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
     """The sink's union plus what the final checkpoint still holds, finished in-process."""
     from sparkqos import schedulers
-    from sparkqos.engine import EMIT, Executor
-    from sparkqos.expr import INTERNAL
+    from sparkqos.executor.loop import EMIT, Executor
+    from sparkqos.executor.expressions import INTERNAL
     from sparkqos.spark.checkpoint import CheckpointStore
     from sparkqos.spark.runner import _unb64
     from sparkqos.spark.sinks import read_parquet_sink
@@ -151,7 +151,7 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
 
 def oracle(trace: pa.Table, compiled_factory) -> dict[str, pa.Table]:
     from sparkqos import schedulers
-    from sparkqos.engine import replay
+    from sparkqos.executor.loop import replay
 
     ts = trace.column("ts").cast(pa.int64()).to_numpy() / 1e6
     batch = trace.set_column(4, "ts", pa.array(ts)).combine_chunks().to_batches()[0]

@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkqos import schedulers
-from sparkqos.engine import Executor
-from sparkqos.expr import avg, col, count, max_
+from sparkqos.executor.loop import Executor
+from sparkqos.executor.expressions import avg, col, count, max_
 from sparkqos.query import QuerySet
-from sparkqos.queues import stamp
+from sparkqos.executor.queues import stamp
 
 SCHEMA = pa.schema([("id", pa.int64()), ("room", pa.string()), ("temp", pa.float64()), ("ts", pa.float64())])
 BATCH_ROWS = 4096

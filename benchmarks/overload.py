@@ -49,8 +49,8 @@ def readings(rng, n: int, first: int) -> pa.RecordBatch:
 
 def one_run(work_us: float, capacity: float, limit: int | None, shed: bool, phases) -> dict:
     from sparkqos import schedulers
-    from sparkqos.engine import EMIT, Executor
-    from sparkqos.expr import ARRIVAL
+    from sparkqos.executor.loop import EMIT, Executor
+    from sparkqos.executor.expressions import ARRIVAL
     from sparkqos.examples import sensor_queries
 
     compiled = sensor_queries(work_us=work_us, window_s=10.0).build()
@@ -97,7 +97,7 @@ def one_run(work_us: float, capacity: float, limit: int | None, shed: bool, phas
 
 def capacity_rows_per_s(work_us: float) -> float:
     from sparkqos import schedulers
-    from sparkqos.engine import Executor
+    from sparkqos.executor.loop import Executor
     from sparkqos.examples import sensor_queries
 
     ex = Executor(sensor_queries(work_us=work_us).build().fresh(), schedulers.get("chain"), clock=time.time,

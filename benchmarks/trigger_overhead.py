@@ -28,8 +28,8 @@ import pyarrow as pa
 
 def plain_foreach(compiled, sink):
     """The same operators applied in a plain pyarrow loop, same sink, no queues or scheduling."""
-    from sparkqos.expr import INTERNAL
-    from sparkqos.queues import stamp
+    from sparkqos.executor.expressions import INTERNAL
+    from sparkqos.executor.queues import stamp
     from sparkqos.spark.runner import _seconds
 
     c = compiled.fresh()
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import sparkqos
     from sparkqos.examples import sensor_queries, sensor_trace
-    from sparkqos.spark import sources
+    from sparkqos import sources
     from sparkqos.spark.sinks import ParquetSink
 
     spark = SparkSession.builder.appName("trigger_overhead").getOrCreate()

@@ -55,7 +55,7 @@ def _chain_fn(operators, emit_col: str = "emit"):
     def fn(batches):
         import pyarrow as pa
 
-        from sparkqos.queues import stamp
+        from sparkqos.executor.queues import stamp
         from sparkqos.spark.runner import _seconds
 
         for b in batches:

@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 from sparkqos import Operator, Plan, schedulers
-from sparkqos.qos import QosSpec
+from sparkqos.adaptive.qos import QosSpec
 from sparkqos.sim import Simulator, chain_plan
 from sparkqos.sim.arrivals import poisson_shifting
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sparkqos import metrics, schedulers
+from sparkqos import schedulers
+from sparkqos.report import metrics
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import SparkqosError
 from sparkqos.examples import sensor_queries
@@ -90,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         except ValueError:
             raise ConfigError(f"source.speed must be a number > 0 or 'max', got {speed!r}") from None
     if cfg["scheduler"]["strategy"] == "adaptive":
-        from sparkqos.qos import resolve
+        from sparkqos.adaptive.qos import resolve
 
         try:
             resolve(cfg["scheduler"]["qos"])
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     import sparkqos
     from pyspark.sql import SparkSession
 
-    from sparkqos.spark import sources
+    from sparkqos import sources
 
     spark = SparkSession.builder.appName(job["name"]).config("spark.sql.session.timeZone", "UTC").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

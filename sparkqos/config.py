@@ -12,7 +12,7 @@ a choice that is not among the allowed ones.
 >>> load_config(schema, text="[job]\\nduraton_s = 10")
 Traceback (most recent call last):
 ...
-sparkqos.config.ConfigError: <config>: unknown key 'job.duraton_s' (did you mean 'duration_s'?); allowed keys in [job] are: duration_s, mode
+sparkqos.errors.ConfigError: <config>: unknown key 'job.duraton_s' (did you mean 'duration_s'?); allowed keys in [job] are: duration_s, mode
 """
 
 from __future__ import annotations
@@ -25,11 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from sparkqos.errors import SparkqosError
-
-
-class ConfigError(SparkqosError, ValueError):
-    """A configuration file or override is wrong; the message names the key."""
+from sparkqos.errors import ConfigError
 
 
 @dataclass(frozen=True)

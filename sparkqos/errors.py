@@ -57,3 +57,11 @@ class CheckpointError(SparkqosError, ValueError):
 
 class CheckpointCorrupt(CheckpointError):
     """A checkpoint file is torn or damaged (truncated, bad magic, checksum mismatch)."""
+
+
+class ConfigError(SparkqosError, ValueError):
+    """A job configuration (TOML file or --set override) is malformed: unknown key, wrong type, bad value."""
+
+
+class RunnerError(SparkqosError, ValueError):
+    """The streaming runner was configured wrongly."""

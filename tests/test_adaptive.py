@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from sparkqos import Operator, Plan, schedulers
-from sparkqos.adaptive import Adaptive, AdaptiveController
+from sparkqos.adaptive.controller import Adaptive, AdaptiveController
 from sparkqos.errors import QosSpecError, SchedulerError, WorkloadError
-from sparkqos.qos import QosSpec, Window, template
+from sparkqos.adaptive.qos import QosSpec, Window, template
 from sparkqos.schedulers import Scheduler, Unit
 from sparkqos.sim import Simulator, chain_plan
 from sparkqos.sim.workload import parse_workload
@@ -175,8 +175,8 @@ def test_both_engines_count_inputs_and_work():
     assert sim.state.input_total == pytest.approx(6.0)
     assert sim.state.work_total == pytest.approx(3 * 1.0 + 3 * 0.5)
     import pyarrow as pa
-    from sparkqos.engine import Executor
-    from sparkqos.expr import col
+    from sparkqos.executor.loop import Executor
+    from sparkqos.executor.expressions import col
     from sparkqos.query import QuerySet
     qs = QuerySet()
     qs.stream("S", pa.schema([("x", pa.int64())])).where(col("x") > 1).sink("q")

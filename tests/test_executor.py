@@ -11,11 +11,12 @@ import pyarrow as pa
 import pytest
 
 from sparkqos import schedulers
-from sparkqos.engine import Executor, replay
+from sparkqos.executor.loop import Executor, replay
 from sparkqos.errors import SchedulerError, SchemaMismatch
-from sparkqos.expr import avg, col, count, max_, sum_
+from sparkqos.executor.expressions import avg, col, count, max_, sum_
 from sparkqos.query import QuerySet
-from sparkqos.schedulers.base import Scheduler, Unit
+from sparkqos.schedulers.base import Scheduler
+from sparkqos.model.state import Unit
 sys.path.insert(0, str(Path(__file__).parent))  # shared input generators and the Spark oracle
 from test_operators import (  # noqa: E402
     EVENTS, OTHERS, SENSORS, _join_feeds, check_against_spark, interleave, sensor_batches,

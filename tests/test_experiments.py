@@ -73,7 +73,7 @@ def test_rss_tree_counts_this_process():
 def test_fair_pool_query_code_matches_sparkqos_operators(tmp_path):
     """The plain-Spark side runs the same operators: fire (no synthetic step) gives exactly the
     rows sparkqos's executor gives on the same trace."""
-    from sparkqos.engine import replay
+    from sparkqos.executor.loop import replay
     from sparkqos.examples import sensor_queries
 
     bench = _load(ROOT / "benchmarks" / "vs_fair_pools.py", "vs_fair_pools")

@@ -7,7 +7,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from sparkqos.errors import ExpressionError
-from sparkqos.expr import col, count, lit, sum_
+from sparkqos.executor.expressions import col, count, lit, sum_
 from sparkqos.query import QuerySet
 
 BATCH = pa.record_batch({
@@ -83,7 +83,7 @@ def test_aggregates_name_and_type_themselves():
     assert count().name == "count" and sum_("n").name == "sum_n" and sum_("n").alias("total").name == "total"
     assert sum_("n").check(BATCH.schema, "w") == pa.int64() and sum_("temp").check(BATCH.schema, "w") == pa.float64()
     with pytest.raises(ExpressionError, match="unknown aggregate 'median'"):
-        from sparkqos.expr import Agg
+        from sparkqos.executor.expressions import Agg
 
         Agg("median", "n")
 

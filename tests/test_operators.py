@@ -15,10 +15,10 @@ import pytest
 from chispa import assert_df_equality
 
 from sparkqos import schedulers
-from sparkqos.engine import replay
+from sparkqos.executor.loop import replay
 from sparkqos.errors import ExpressionError, PlanError
-from sparkqos.expr import avg, col, count, max_, min_, sum_
-from sparkqos.operators import Synthetic, WindowAggregate, WindowJoin
+from sparkqos.executor.expressions import avg, col, count, max_, min_, sum_
+from sparkqos.executor.operators import Synthetic, WindowAggregate, WindowJoin
 from sparkqos.query import QuerySet
 
 # Strategies that cannot be built without parameters are left out (none at the time of writing;
@@ -208,7 +208,7 @@ def test_synthetic_matches_spark(spark):
 
 def test_window_state_roundtrips_through_ipc():
     op = WindowAggregate(["room"], [count(), sum_("temp")], "ts", size=5.0)
-    from sparkqos.queues import stamp, with_internal
+    from sparkqos.executor.queues import stamp, with_internal
 
     op.bind("q/agg", [with_internal(SENSORS)])
     feeds = sensor_batches(rows=60)
@@ -225,7 +225,7 @@ def test_window_state_roundtrips_through_ipc():
 
 
 def test_tuple_join_state_is_bounded_by_the_window():
-    from sparkqos.queues import BatchQueue, stamp, with_internal
+    from sparkqos.executor.queues import BatchQueue, stamp, with_internal
 
     others = pa.schema([("k", pa.int64()), ("b", pa.int64())])
     op = WindowJoin("k", rows=3)

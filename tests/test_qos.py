@@ -7,10 +7,7 @@ import math
 import pytest
 
 from sparkqos.errors import QosSpecError
-from sparkqos.qos import (
-    CONF_DIR, TEMPLATES, Goal, QosSpec, Window, load_qos, measure, register_statistic, resolve, statistics,
-    template, unregister_statistic,
-)
+from sparkqos.adaptive.qos import CONF_DIR, TEMPLATES, Goal, QosSpec, Window, load_qos, measure, register_statistic, resolve, statistics, template, unregister_statistic
 
 
 def test_weights_must_sum_to_one_within_tolerance():

@@ -4,8 +4,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkqos.expr import ARRIVAL, SEQ
-from sparkqos.queues import BatchQueue, merge, stamp, with_internal, workload
+from sparkqos.executor.expressions import ARRIVAL, SEQ
+from sparkqos.executor.queues import BatchQueue, merge, stamp, with_internal, workload
 
 SCHEMA = with_internal(pa.schema([("v", pa.int64())]))
 

@@ -21,12 +21,12 @@ import pytest
 
 from sparkqos import schedulers
 from sparkqos.config import ConfigError
-from sparkqos.engine import EMIT, Executor
+from sparkqos.executor.loop import EMIT, Executor
 from sparkqos.errors import CheckpointCorrupt, SchemaMismatch
 from sparkqos.examples import SENSOR_SCHEMA, sensor_queries
-from sparkqos.expr import INTERNAL, SEQ, col
+from sparkqos.executor.expressions import INTERNAL, SEQ, col
 from sparkqos.query import QuerySet
-from sparkqos.queues import BatchQueue
+from sparkqos.executor.queues import BatchQueue
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks, read_dead_letters
 from sparkqos.spark.runner import QosStream, RunnerError, parse_faults
 from sparkqos.spark.sinks import read_parquet_sink
@@ -252,7 +252,7 @@ def test_load_shedding_only_when_asked_and_counted_per_query(tmp_path):
 
 
 def test_spilled_queue_checkpoints_whole(tmp_path):
-    from sparkqos.queues import stamp, with_internal
+    from sparkqos.executor.queues import stamp, with_internal
 
     q = BatchQueue(with_internal(pa.schema([("v", pa.int64())])))
     for i in range(5):

@@ -8,7 +8,8 @@ import math
 import pyarrow as pa
 import pytest
 
-from sparkqos import metrics, schedulers
+from sparkqos import schedulers
+from sparkqos.report import metrics
 from sparkqos.cli import main
 from sparkqos.sim import Simulator
 from sparkqos.sim.arrivals import on_off_pareto

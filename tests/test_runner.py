@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
 
-from sparkqos.expr import avg, col, count, max_
+from sparkqos.executor.expressions import avg, col, count, max_
 from sparkqos.query import QuerySet
-from sparkqos.spark import sources
+from sparkqos import sources
 from sparkqos.spark.runner import QosStream, RunnerError, stream
 from sparkqos.spark.sinks import ParquetSink, read_parquet_sink
 from sparkqos.spark.translate import stamped_inputs
@@ -106,7 +106,7 @@ def test_adaptive_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path)
 
 
 def test_progress_and_metrics(chain_run):
-    from sparkqos import metrics
+    from sparkqos.report import metrics
 
     last = chain_run.lastProgress
     assert last["batchId"] == chain_run.last_batch and last["strategy"] == "chain"

@@ -10,18 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkqos.errors import SourceError
-from sparkqos.spark.sources import (
-    US,
-    BurstyGenerator,
-    BurstySource,
-    PoissonGenerator,
-    PoissonSource,
-    ReplaySource,
-    ReplayTrace,
-    payload_table,
-    per_second_counts,
-    register,
-)
+from sparkqos.sources.generators import US, BurstyGenerator, PoissonGenerator, ReplayTrace, payload_table, per_second_counts
+from sparkqos.sources.datasources import BurstySource, PoissonSource, ReplaySource, register
 
 ORIGIN = "2026-01-01T00:00:00Z"
 ORIGIN_US = 1_767_225_600 * US

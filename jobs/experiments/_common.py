@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparkqos.plan import Operator, Plan
+from sparkqos.model.plan import Operator, Plan
 
 US = 1_000_000
 #: Trace origin (epoch µs); replays retime it to the wall clock.
@@ -37,7 +37,7 @@ def write_bursty_trace(path: str | Path, rate: float, seconds: float, seed: int 
     of a trickle (``warmup_rate`` rows/s of ordinary sensor readings: 20 °C, 50 %, never a fire
     or an anomaly) so every query has run its first, slow micro-batches before the bursts come.
     Returns the number of rows."""
-    from sparkqos.spark.sources import BurstyGenerator, payload_table
+    from sparkqos.sources.generators import BurstyGenerator, payload_table
 
     if not seconds > 0:
         raise ValueError(f"seconds must be > 0, got {seconds!r}")
@@ -72,7 +72,7 @@ def write_bursty_trace(path: str | Path, rate: float, seconds: float, seed: int 
 def replay_df(spark, path: str | Path, max_seconds_per_trigger: float | None = None, start: float | None = None):
     """A streaming DataFrame replaying ``path`` at its own pace, timestamps moved to the wall
     clock from ``start`` (epoch seconds; default: when the query starts)."""
-    from sparkqos.spark import sources
+    from sparkqos import sources
 
     sources.register(spark)
     r = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("retime", "true").option("speed", "1")
@@ -178,7 +178,7 @@ def drop_metrics(out: str | Path, run: str) -> None:
     """Delete run ``run``'s metrics files under ``out/metrics`` (a rerun starts clean)."""
     import re
 
-    from sparkqos import metrics
+    from sparkqos.report import metrics
 
     safe = metrics._SAFE.sub("_", run)
     pattern = re.compile(re.escape(f"part-{safe}-") + r"\d{9}\.parquet")

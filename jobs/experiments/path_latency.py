@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 from sparkqos.examples import SENSOR_SCHEMA  # noqa: E402
-from sparkqos.plan import Plan  # noqa: E402
+from sparkqos.model.plan import Plan  # noqa: E402
 from sparkqos.query import QuerySet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

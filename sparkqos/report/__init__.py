@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparkqos import metrics
+from sparkqos.report import metrics
 
 FIGURES = ("queue", "delay", "output_rate", "strategy", "classes")
 

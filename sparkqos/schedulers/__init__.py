@@ -1,4 +1,7 @@
-"""Strategies by name.
+"""Strategies by name (see docs/ARCHITECTURE.md, "Where each strategy lives").
+
+Importing this package registers the built-in strategies; ``sparkqos.adaptive`` registers
+``"adaptive"`` when it is imported (``import sparkqos`` does).
 
 >>> from sparkqos import schedulers
 >>> schedulers.get("chain")
@@ -9,73 +12,16 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
-
-from sparkqos.errors import SchedulerError, UnknownStrategy
-from sparkqos.schedulers.base import EngineState, HeapScheduler, LazyHeap, PriorityScheduler, Scheduler, SchedulerState, Unit
-
-_REGISTRY: dict[str, type[Scheduler]] = {}
-
-S = TypeVar("S", bound=type[Scheduler])
-
-
-def register(name: str, *, replace: bool = False) -> Callable[[S], S]:
-    """Class decorator that makes a strategy available by ``name``.
-
-    >>> @register("lifo_demo")
-    ... class Demo(Fifo):
-    ...     pass
-    >>> get("lifo_demo").name
-    'lifo_demo'
-    >>> unregister("lifo_demo")
-    """
-
-    if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
-        raise SchedulerError(f"strategy names are identifiers such as 'my_chain', got {name!r}")
-
-    def decorate(cls: S) -> S:
-        if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
-            raise SchedulerError(f"register({name!r}) needs a Scheduler subclass, got {cls!r}")
-        if name in _REGISTRY and not replace and _REGISTRY[name] is not cls:
-            raise SchedulerError(f"a strategy named {name!r} is already registered ({_REGISTRY[name].__name__})")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorate
-
-
-def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
-
-
-def available() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def get(name: str, **params: Any) -> Scheduler:
-    """A new instance of the strategy registered as ``name``."""
-    try:
-        cls = _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise UnknownStrategy(str(name), available()) from None
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        allowed = cls._param_names()
-        raise SchedulerError(
-            f"strategy {name!r} takes parameters {allowed or 'none'}; got {sorted(params)} ({exc})"
-        ) from None
-
-
-# Built-in strategies register themselves here so importing this package is enough.
-from sparkqos.schedulers.basic import Fifo, Greedy, MostTuplesInQueue, RoundRobin  # noqa: E402
-from sparkqos.schedulers.chain import Chain  # noqa: E402
-from sparkqos.schedulers.path import PathCapacity, Segment, SimplifiedSegment, Threshold  # noqa: E402
-from sparkqos.schedulers.guards import DynamicPriority, OldestPathGuard  # noqa: E402
-from sparkqos.schedulers.rate import HighestNormalizedRate, HighestRate  # noqa: E402
-from sparkqos.schedulers.cqc import Cqc  # noqa: E402
-from sparkqos.schedulers.cos import Cos  # noqa: E402
+from sparkqos.model.state import EngineState, SchedulerState, Unit
+from sparkqos.schedulers.base import HeapScheduler, LazyHeap, PriorityScheduler, Scheduler
+from sparkqos.schedulers.basic import Fifo, Greedy, MostTuplesInQueue, RoundRobin
+from sparkqos.schedulers.chain import Chain
+from sparkqos.schedulers.cos import Cos
+from sparkqos.schedulers.cqc import Cqc
+from sparkqos.schedulers.guards import DynamicPriority, OldestPathGuard
+from sparkqos.schedulers.path import PathCapacity, Segment, SimplifiedSegment, Threshold
+from sparkqos.schedulers.rate import HighestNormalizedRate, HighestRate
+from sparkqos.schedulers.registry import available, get, register, unregister
 
 register("rr")(RoundRobin)
 register("fifo")(Fifo)
@@ -93,12 +39,9 @@ register("hnr")(HighestNormalizedRate)
 register("cqc")(Cqc)
 register("cos")(Cos)
 
-# Last: the adaptive selector builds its candidates from this registry.
-from sparkqos.adaptive import Adaptive  # noqa: E402
-
-register("adaptive")(Adaptive)
-
 __all__ = [
-    "Chain", "EngineState", "Fifo", "Greedy", "HeapScheduler", "LazyHeap", "MostTuplesInQueue", "PriorityScheduler", "RoundRobin",
-    "Scheduler", "SchedulerState", "Unit", "available", "get", "register", "unregister",
+    "Chain", "Cos", "Cqc", "DynamicPriority", "EngineState", "Fifo", "Greedy", "HeapScheduler", "HighestNormalizedRate",
+    "HighestRate", "LazyHeap", "MostTuplesInQueue", "OldestPathGuard", "PathCapacity", "PriorityScheduler", "RoundRobin",
+    "Scheduler", "SchedulerState", "Segment", "SimplifiedSegment", "Threshold", "Unit", "available", "get", "register",
+    "unregister",
 ]

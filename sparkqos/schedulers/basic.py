@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from sparkqos.plan import Plan
-from sparkqos.schedulers.base import HeapScheduler, PriorityScheduler, Scheduler, SchedulerState, Unit
+from sparkqos.model.plan import Plan
+from sparkqos.schedulers.base import HeapScheduler, PriorityScheduler, Scheduler
+from sparkqos.model.state import SchedulerState, Unit
 
 
 class RoundRobin(Scheduler):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from sparkqos.plan import OperatorPath, Plan
-from sparkqos.schedulers.base import PriorityScheduler, SchedulerState
+from sparkqos.model.plan import OperatorPath, Plan
+from sparkqos.schedulers.base import PriorityScheduler
+from sparkqos.model.state import SchedulerState
 
 
 def progress_chart(

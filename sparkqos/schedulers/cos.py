@@ -19,8 +19,9 @@ import math
 from typing import Any, Callable, Sequence
 
 from sparkqos.errors import SchedulerError
-from sparkqos.plan import Plan
-from sparkqos.schedulers.base import LazyHeap, Scheduler, SchedulerState, Unit
+from sparkqos.model.plan import Plan
+from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.model.state import SchedulerState, Unit
 from sparkqos.schedulers.chain import Chain
 
 Point = tuple[float, float]

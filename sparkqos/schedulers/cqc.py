@@ -14,7 +14,8 @@ import math
 from typing import Any, Mapping
 
 from sparkqos.errors import SchedulerError
-from sparkqos.schedulers.base import LazyHeap, Scheduler, SchedulerState, Unit
+from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.model.state import SchedulerState, Unit
 from sparkqos.schedulers.rate import highest_rate_priorities
 
 #: Credit below this is spent (float error of summed run times).

@@ -10,7 +10,10 @@ import math
 from typing import Any
 
 from sparkqos.errors import SchedulerError
-from sparkqos.schedulers.base import LazyHeap, Scheduler, SchedulerState, Unit
+from sparkqos.schedulers import registry
+from sparkqos.schedulers.path import PathCapacity
+from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.model.state import SchedulerState, Unit
 
 
 def _resolve(inner: str | Scheduler, wrapper: str) -> Scheduler:
@@ -18,9 +21,7 @@ def _resolve(inner: str | Scheduler, wrapper: str) -> Scheduler:
     if isinstance(inner, Scheduler):
         return inner.clone()
     if isinstance(inner, str):
-        from sparkqos.schedulers import get
-
-        return get(inner)
+        return registry.get(inner)
     raise SchedulerError(f"{wrapper}: inner must be a strategy name or a Scheduler, got {inner!r}")
 
 
@@ -37,8 +38,6 @@ def _path_units(state: SchedulerState, inner: Scheduler) -> dict[str, Unit]:
     units = getattr(inner, "units", None)
     if callable(units):
         return units(state)
-    from sparkqos.schedulers.path import PathCapacity
-
     return PathCapacity().units(state)
 
 

@@ -19,8 +19,9 @@ import math
 from typing import Any, Callable, Iterable, Sequence
 
 from sparkqos.errors import SchedulerError
-from sparkqos.plan import Plan
-from sparkqos.schedulers.base import LazyHeap, PriorityScheduler, Scheduler, SchedulerState, Unit
+from sparkqos.model.plan import Plan
+from sparkqos.schedulers.base import LazyHeap, PriorityScheduler, Scheduler
+from sparkqos.model.state import SchedulerState, Unit
 
 Stat = Callable[[str], float]
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from sparkqos.plan import Plan
-from sparkqos.schedulers.base import PriorityScheduler, SchedulerState
+from sparkqos.model.plan import Plan
+from sparkqos.schedulers.base import PriorityScheduler
+from sparkqos.model.state import SchedulerState
 
 
 def fragment_statistics(

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from sparkqos.errors import SchedulerError, WorkloadError
-from sparkqos.plan import Plan
-from sparkqos.schedulers.base import EngineState, Scheduler, Unit
+from sparkqos.model.plan import Plan
+from sparkqos.model.state import EngineState, Unit
+from sparkqos.schedulers.base import Scheduler
 
 #: Parcels smaller than this are gone (fractional tuples accumulate float error).
 EPS = 1e-12
@@ -463,7 +464,7 @@ class Simulator:
 
 def chain_plan(specs: Sequence[tuple[float, float]], stream: str = "S") -> Plan:
     """A single-stream plan O1 → O2 → … from ``[(selectivity, cost), ...]`` (for examples and tests)."""
-    from sparkqos.plan import Operator
+    from sparkqos.model.plan import Operator
 
     ops = []
     prev = stream

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkqos.errors import PlanError, WorkloadError
-from sparkqos.plan import OPERATOR_KINDS, Operator, Plan
+from sparkqos.model.plan import OPERATOR_KINDS, Operator, Plan
 from sparkqos.sim.engine import RUN_RULES
 
 TOP_KEYS = {"run", "slotted", "quantum", "overhead", "classes", "operator", "arrivals", "streams", "description"}

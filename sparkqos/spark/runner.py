@@ -40,11 +40,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkqos import metrics, schedulers
-from sparkqos.engine import EMIT, Executor
-from sparkqos.errors import SchemaMismatch, SparkqosError
-from sparkqos.expr import ARRIVAL, INTERNAL
-from sparkqos.query import CompiledPlan, QuerySet
+from sparkqos import schedulers
+from sparkqos.report import metrics
+from sparkqos.executor.loop import EMIT, Executor
+from sparkqos.errors import RunnerError, SchemaMismatch
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.query.builder import QuerySet
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.checkpoint import CheckpointStore
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
@@ -73,10 +75,6 @@ def parse_faults(text: str | None) -> dict[str, set[int]]:
             raise RunnerError(f"fault {item!r} must be POINT:BATCH_ID with POINT one of {', '.join(FAULT_POINTS)}")
         out.setdefault(point, set()).add(int(batch))
     return out
-
-
-class RunnerError(SparkqosError, ValueError):
-    """The runner was configured wrongly."""
 
 
 def _b64(obj: Any) -> Any:
@@ -145,7 +143,7 @@ class QosStream:
     ):
         if not getattr(df, "isStreaming", False):
             raise RunnerError("sparkqos.stream needs a streaming DataFrame (spark.readStream…); "
-                              "for a static DataFrame run the executor directly (sparkqos.engine.replay)")
+                              "for a static DataFrame run the executor directly (sparkqos.executor.replay)")
         compiled = queries.build() if isinstance(queries, QuerySet) else queries
         if not isinstance(compiled, CompiledPlan):
             raise RunnerError(f"queries must be a QuerySet or a CompiledPlan, got {type(queries).__name__}")

@@ -2,7 +2,7 @@
 
 The only module of the executor side that imports pyspark (DESIGN.md's dependency rule); the
 operators' ``to_spark`` methods import it inside the function. Each function gives, on a finite
-input, the rows the executor's operator gives (sparkqos.operators explains the semantics).
+input, the rows the executor's operator gives (sparkqos.executor.operators explains the semantics).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from sparkqos.expr import ARRIVAL, INTERNAL, SEQ, Agg, Alias, Arith, Col, Compare, Expr, IsIn, IsNull, Lit, Logical, Not
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Agg, Alias, Arith, Col, Compare, Expr, IsIn, IsNull, Lit, Logical, Not
 
 
 def _col(name: str) -> Column:
@@ -151,8 +151,8 @@ def drop_internal(df: DataFrame) -> DataFrame:
 
 def stamped_inputs(spark: SparkSession, feeds, schemas: dict[str, pa.Schema]) -> dict[str, DataFrame]:
     """One DataFrame per stream of ``feeds`` (``[(arrival, stream, batch), ...]``), stamped
-    exactly as :meth:`sparkqos.engine.Executor.ingest` stamps them."""
-    from sparkqos.queues import stamp, with_internal
+    exactly as :meth:`sparkqos.executor.Executor.ingest` stamps them."""
+    from sparkqos.executor.queues import stamp, with_internal
 
     seq = {s: 0 for s in schemas}
     parts: dict[str, list[pa.RecordBatch]] = {s: [] for s in schemas}

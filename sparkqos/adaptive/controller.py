@@ -5,7 +5,7 @@ Thesis (raindrop, Sutherland 2004) ch. 5: eq 5.1–5.2 scoring with decay, §5.3
 Two pieces, kept apart so the Spark runner can drive the controller once per trigger:
 
 * :class:`AdaptiveController` — pure bookkeeping. It is told what one evaluation window measured
-  (a :class:`~sparkqos.qos.Window`), folds it into the smoothed statistics of the strategy that ran
+  (a :class:`~sparkqos.adaptive.qos.Window`), folds it into the smoothed statistics of the strategy that ran
   and of the history H (eq 3.1), re-scores the candidates (eq 5.1–5.2) and chooses the next one
   (round-robin warm-up, then a seeded roulette wheel). Every decision is appended to ``decisions``.
 * :class:`Adaptive` — the ``adaptive`` strategy. It measures windows from the scheduler state
@@ -54,9 +54,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from sparkqos.errors import QosSpecError, SchedulerError
-from sparkqos.qos import QosSpec, Window, measure, resolve
-from sparkqos.schedulers.base import Scheduler, SchedulerState, Unit
-from sparkqos.stats import DEFAULT_WEIGHT, _check_weight, smooth
+from sparkqos.adaptive.qos import QosSpec, Window, measure, resolve
+from sparkqos.schedulers import registry
+from sparkqos.schedulers.base import Scheduler
+from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.model.stats import DEFAULT_WEIGHT, _check_weight, smooth
 
 AGE_UNITS = ("seconds", "picks")
 SPREADS = ("strategies", "windows")
@@ -94,7 +96,7 @@ class AdaptiveController:
 
     The thesis's controller (queue level as the memory signal, a plain proportional wheel):
 
-    >>> from sparkqos.qos import Window, template
+    >>> from sparkqos.adaptive.qos import Window, template
     >>> c = AdaptiveController(["fifo", "chain"], template("low_memory"), seed=1,
     ...                        memory_signal="level", sharpness=1, explore=0)
     >>> c.begin(0.0)
@@ -372,7 +374,7 @@ class AdaptiveController:
 class Adaptive(Scheduler):
     """Runs one of ``candidates`` at a time and re-chooses it every evaluation window (thesis ch. 5).
 
-    Parameters: ``candidates`` (registry names), ``qos`` (a :class:`~sparkqos.qos.QosSpec`, a
+    Parameters: ``candidates`` (registry names), ``qos`` (a :class:`~sparkqos.adaptive.qos.QosSpec`, a
     template name, a TOML path, …; default ``balanced``), ``seed`` of the roulette wheel (None: not
     reproducible), ``decay`` and ``age_unit`` of eq 5.1, the evaluation window — every ``period``
     time units of ``state.now`` and/or every ``period_picks`` picks — the ``starvation`` threshold
@@ -413,7 +415,6 @@ class Adaptive(Scheduler):
         log_limit: int | None = 10_000,
         member_params: Mapping[str, Mapping[str, Any]] | None = None,
     ):
-        from sparkqos import schedulers  # the registry imports this module at its end
 
         self.candidates = candidates
         self.qos = qos
@@ -452,7 +453,7 @@ class Adaptive(Scheduler):
         if strangers:
             raise SchedulerError(f"member_params names {strangers}, which are not candidates {names}")
         self.member_params = {n: dict(v) for n, v in member_params.items()}
-        self._members: dict[str, Scheduler] = {n: schedulers.get(n, **self.member_params.get(n, {})) for n in names}
+        self._members: dict[str, Scheduler] = {n: registry.get(n, **self.member_params.get(n, {})) for n in names}
         self._starved = 0
         self._window: dict[str, float] | None = None
         self._yield: dict[str, float] = {}  # Π σ from each operator to its root

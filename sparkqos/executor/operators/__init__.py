@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError
-from sparkqos.expr import ARRIVAL, INTERNAL, SEQ, Agg, Expr, _kind, as_expr, evaluate_array
-from sparkqos.queues import BatchQueue, merge
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Agg, Expr, _kind, as_expr, evaluate_array
+from sparkqos.executor.queues import BatchQueue, merge
 
 
 def _user_names(schema: pa.Schema) -> list[str]:
@@ -137,8 +137,8 @@ class Select(PhysicalOperator):
     """Rows for which ``predicate`` is true (null counts as false, as in SQL ``WHERE``).
 
     >>> import pyarrow as pa
-    >>> from sparkqos.expr import col
-    >>> from sparkqos.queues import stamp, with_internal
+    >>> from sparkqos.executor.expressions import col
+    >>> from sparkqos.executor.queues import stamp, with_internal
     >>> op = Select(col("v") > 1)
     >>> _ = op.bind("q/where", [with_internal(pa.schema([("v", pa.int64())]))])
     >>> op.process(stamp(pa.record_batch({"v": [1, 2, 3]}), 0.0, 0)).column("v").to_pylist()
@@ -177,8 +177,8 @@ class Project(PhysicalOperator):
     """Computed columns (``select``/``map``); the executor's columns ride along.
 
     >>> import pyarrow as pa
-    >>> from sparkqos.expr import col
-    >>> from sparkqos.queues import stamp, with_internal
+    >>> from sparkqos.executor.expressions import col
+    >>> from sparkqos.executor.queues import stamp, with_internal
     >>> op = Project(["id", (col("v") * 2).alias("v2")])
     >>> op.bind("q/select", [with_internal(pa.schema([("id", pa.string()), ("v", pa.int64())]))]).names
     ['id', 'v2', '__arrival', '__seq']
@@ -286,7 +286,7 @@ class Synthetic(PhysicalOperator):
     that differ only in their seed), keep when h < selectivity·P.
 
     >>> import pyarrow as pa
-    >>> from sparkqos.queues import stamp, with_internal
+    >>> from sparkqos.executor.queues import stamp, with_internal
     >>> op = Synthetic(0.5, cost_s=0.0, seed=1)
     >>> _ = op.bind("q/syn", [with_internal(pa.schema([("v", pa.int64())]))])
     >>> kept = op.process(stamp(pa.record_batch({"v": list(range(10_000))}), 0.0, 0)).num_rows
@@ -362,8 +362,8 @@ class WindowAggregate(PhysicalOperator):
     aggregates; ``__arrival`` / ``__seq`` are the largest of the window's rows.
 
     >>> import pyarrow as pa
-    >>> from sparkqos.expr import count, sum_
-    >>> from sparkqos.queues import stamp, with_internal
+    >>> from sparkqos.executor.expressions import count, sum_
+    >>> from sparkqos.executor.queues import stamp, with_internal
     >>> op = WindowAggregate(["k"], [count(), sum_("v")], "t", size=10.0)
     >>> _ = op.bind("q/agg", [with_internal(pa.schema([("k", pa.string()), ("v", pa.int64()), ("t", pa.float64())]))])
     >>> op.process(stamp(pa.record_batch({"k": ["a", "a", "b"], "v": [1, 2, 3], "t": [1.0, 2.0, 3.0]}), 0.0, 0))
@@ -571,7 +571,7 @@ class WindowJoin(PhysicalOperator):
     arrival time; a ``(left, right)`` pair names a different column on each side). Output: the left columns, then the right columns other than the keys.
 
     >>> import pyarrow as pa
-    >>> from sparkqos.queues import BatchQueue, stamp, with_internal
+    >>> from sparkqos.executor.queues import BatchQueue, stamp, with_internal
     >>> sch = with_internal(pa.schema([("k", pa.int64()), ("a", pa.int64())]))
     >>> sch2 = with_internal(pa.schema([("k", pa.int64()), ("b", pa.int64())]))
     >>> op = WindowJoin("k", rows=1)

@@ -33,7 +33,8 @@ DIRECTIONS = ("maximize", "minimize")
 #: Tolerance on Σ weights = 1.
 WEIGHT_TOLERANCE = 1e-9
 #: Where the shipped TOML templates live (a source checkout; the templates are also built in).
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "qos"
+#: The built-in QoS templates as files (package data, so an installed wheel has them too).
+CONF_DIR = Path(__file__).resolve().parent / "templates"
 
 TOP_KEYS = ("name", "description", "goal")
 GOAL_KEYS = ("statistic", "direction", "weight")
@@ -267,7 +268,7 @@ def load_qos(path: str | Path) -> QosSpec:
 
 _THIRD = 1.0 / 3.0
 
-#: Built-in templates (thesis §5.1); conf/qos/*.toml holds the same specs as files.
+#: Built-in templates (thesis §5.1); templates/*.toml holds the same specs as files.
 TEMPLATES: dict[str, QosSpec] = {
     "balanced": QosSpec.of(
         ("delay", "minimize", _THIRD), ("output_rate", "maximize", _THIRD), ("queued", "minimize", _THIRD),

@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkqos.expr import ARRIVAL, SEQ
+from sparkqos.executor.expressions import ARRIVAL, SEQ
 
 #: Fig 4.1 defaults: a run takes RATIO of the queued rows when that is more than THRESHOLD rows.
 RATIO = 0.3

@@ -3,13 +3,13 @@
 A :class:`QuerySet` holds named input streams and the continuous queries over them. Relations
 are immutable builder nodes (each method returns a new one); ``sink(name, klass=...)`` turns one
 into a query. :meth:`QuerySet.build` type-checks every expression against the stream schemas and
-compiles the whole set into a :class:`CompiledPlan`: a :class:`~sparkqos.plan.Plan` (topology,
+compiles the whole set into a :class:`CompiledPlan`: a :class:`~sparkqos.model.plan.Plan` (topology,
 query, class and initial σ/c estimates) for the strategies, plus the physical operators for the
 executor. Following the Chain paper (§2), a relation used by several queries is copied into
 each of them, so every operator feeds exactly one consumer.
 
 >>> import pyarrow as pa
->>> from sparkqos.expr import col, count
+>>> from sparkqos.executor.expressions import col, count
 >>> qs = QuerySet(classes={"H": 3, "L": 1})
 >>> sensors = qs.stream("sensors", {"id": pa.string(), "temp": pa.float64(), "ts": pa.float64()})
 >>> hot = sensors.where(col("temp") > 50)
@@ -35,10 +35,11 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 
 from sparkqos.errors import PlanError
-from sparkqos.expr import INTERNAL, Agg, Expr
-from sparkqos.operators import PhysicalOperator, Project, Select, Synthetic, Union, WindowAggregate, WindowJoin
-from sparkqos.plan import Operator, Plan
-from sparkqos.queues import with_internal
+from sparkqos.executor.expressions import INTERNAL, Agg, Expr
+from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union, WindowAggregate, WindowJoin
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.model.plan import Operator, Plan
+from sparkqos.executor.queues import with_internal
 
 
 def _as_schema(schema: pa.Schema | Mapping[str, pa.DataType] | Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
@@ -178,54 +179,3 @@ class QuerySet:
             roots[q.name] = compile_node(q.relation)[0]
         plan = Plan(plan_ops, streams=list(self._streams), classes=self._classes)
         return CompiledPlan(plan, ops, dict(self._streams), roots)
-
-
-class CompiledPlan:
-    """A built query set: the scheduling :attr:`plan` and the physical :attr:`operators`."""
-
-    def __init__(self, plan: Plan, operators: dict[str, PhysicalOperator], sources: dict[str, pa.Schema],
-                 roots: dict[str, str]):
-        self.plan = plan
-        self.operators = operators
-        self.sources = sources
-        self.roots = roots
-
-    def __repr__(self) -> str:
-        return f"CompiledPlan({list(self.roots)}, {self.plan!r})"
-
-    def fresh(self) -> CompiledPlan:
-        """The same plan with new, empty operators (window and join state start over)."""
-        ops = {}
-        for name, op in self.operators.items():
-            new = op.copy()
-            new.bind(name, op.input_schemas)
-            ops[name] = new
-        return CompiledPlan(self.plan, ops, self.sources, self.roots)
-
-    def output_schema(self, query: str) -> pa.Schema:
-        """Columns a query delivers (without the executor's columns)."""
-        schema = self.operators[self._root(query)].schema
-        return pa.schema([f for f in schema if f.name not in INTERNAL])
-
-    def _root(self, query: str) -> str:
-        try:
-            return self.roots[query]
-        except KeyError:
-            raise PlanError(f"no query named {query!r}; queries are {sorted(self.roots)}") from None
-
-    def to_spark(self, query: str, inputs: Mapping[str, Any], internal: bool = False):
-        """Run ``query`` on Spark's engine: ``inputs`` maps each stream to a DataFrame holding its
-        rows with the executor's columns (see ``sparkqos.spark.translate.stamped_frame``)."""
-        root = self._root(query)
-
-        def build(name: str):
-            if name in self.sources:
-                if name not in inputs:
-                    raise PlanError(f"query {query!r} reads stream {name!r}, which is not in inputs {sorted(inputs)}")
-                return inputs[name]
-            return self.operators[name].to_spark(*[build(i) for i in self.plan[name].inputs])
-
-        df = build(root)
-        if internal:
-            return df
-        return df.select(*[n for n in df.columns if n not in INTERNAL])

@@ -1,0 +1,259 @@
+"""The Spark data sources (Python Data Source API): ``sparkqos.bursty``, ``sparkqos.poisson``,
+``sparkqos.replay``. The generators behind them (``sparkqos.sources.generators``) are Spark-free."""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from sparkqos.errors import SourceError
+from sparkqos.sources.generators import (
+    _COMMON, PAYLOADS, TS_TYPE, US, BurstyGenerator, PoissonGenerator, ReplayTrace, _bursty_arrivals, _now_us, _Options,
+    payload_table,
+)
+from sparkqos.sim.arrivals import flow_on_rate, flow_periods, shifted_rate
+
+
+def register(spark) -> None:
+    """Register ``sparkqos.bursty``, ``sparkqos.poisson`` and ``sparkqos.replay`` on ``spark``."""
+    for source in (BurstySource, PoissonSource, ReplaySource):
+        spark.dataSource.register(source)
+
+
+# -- option parsing --------------------------------------------------------------------------------
+
+
+class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets ``{"origin_us", "t_us", "seed"}``; available stream time follows the wall clock."""
+
+    speed = 1.0
+
+    def __init__(self, opts: _Options):
+        self.start_us = opts.timestamp_us("start")
+        duration = opts.number("duration", None)
+        self.duration_us = None if duration is None else int(round(duration * US))
+        cap = opts.number("maxSecondsPerTrigger", None)
+        self.cap_us = None if cap is None else max(1, int(round(cap * US)))
+        self.partitions_n = opts.integer("numPartitions", 1)
+        seed = opts.integer("seed", None, low=0)
+        self.seed = seed
+        self._target_wall_us: int | None = None
+
+    def initialOffset(self) -> dict:
+        origin = self.start_us if self.start_us is not None else _now_us()
+        seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
+        return {"origin_us": origin, "t_us": 0, "seed": seed}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target_wall_us = _now_us()
+
+    def _end_us(self, start: dict) -> int | None:
+        """Stream time where the stream ends (None: endless)."""
+        return self.duration_us
+
+    def latestOffset(self, start: dict, limit=None) -> dict:
+        # The engine may pass ReadAllAvailable; maxSecondsPerTrigger is the user's explicit cap and
+        # still applies (under availableNow the query then takes several batches to the target).
+        wall = _now_us() if self._target_wall_us is None else self._target_wall_us
+        end = self._end_us(start)
+        if math.isinf(self.speed):
+            t = end
+        else:
+            t = int(self.speed * (wall - start["origin_us"]))
+            if end is not None:
+                t = min(t, end)
+        if self.cap_us is not None:
+            t = min(t, start["t_us"] + self.cap_us)
+        return {**start, "t_us": max(start["t_us"], t)}
+
+    def _slices(self, start: dict, end: dict) -> list[tuple[int, int]]:
+        t0, t1 = start["t_us"], end["t_us"]
+        if t1 <= t0:
+            return []
+        n = max(1, min(self.partitions_n, t1 - t0))
+        cuts = [t0 + (t1 - t0) * i // n for i in range(n + 1)]
+        return [(cuts[i], cuts[i + 1]) for i in range(n) if cuts[i + 1] > cuts[i]]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class _BurstyReader(_TimeReader):
+    def __init__(self, opts: _Options):
+        super().__init__(opts)
+        self.rate = opts.number("rate", 100.0)
+        self.flows = opts.integer("flows", 64)
+        self.on_scale = opts.number("onScale", 1.0)
+        self.off_scale = opts.number("offScale", 60.0)
+        self.payload = opts.choice("payload", "sensor", tuple(PAYLOADS))
+        self.zones = opts.integer("zones", 8)
+        BurstyGenerator(self.rate, self.flows, self.on_scale, self.off_scale)  # validate now, on the driver
+        self._generators: dict[int, BurstyGenerator] = {}
+
+    def __getstate__(self) -> dict:  # workers need the options, not the driver's period caches
+        return {k: v for k, v in self.__dict__.items() if k != "_generators"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._generators = {}
+
+    def _generator(self, seed: int) -> BurstyGenerator:
+        if seed not in self._generators:
+            self._generators[seed] = BurstyGenerator(self.rate, self.flows, self.on_scale, self.off_scale, seed)
+        return self._generators[seed]
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        gen = self._generator(start["seed"])
+        parts = []
+        for t0, t1 in self._slices(start, end):
+            on = gen.on_periods(float(t0 // US), float(-(-t1 // US)))
+            parts.append(InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"], "seed": start["seed"], "on": on}))
+        return parts
+
+    def commit(self, end: dict) -> None:
+        if end["seed"] in self._generators:
+            self._generators[end["seed"]].prune(end["t_us"] // US - 1)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        p = partition.value
+        on_rate = flow_on_rate(self.rate, self.flows, self.on_scale, self.off_scale)
+        flow, ts = _bursty_arrivals(p["seed"], on_rate, p["on"], p["t0"], p["t1"])
+        table = payload_table(self.payload, p["seed"], flow, ts + p["origin"], self.zones)
+        yield from table.to_batches()
+
+
+class _PoissonReader(_TimeReader):
+    def __init__(self, opts: _Options):
+        super().__init__(opts)
+        self.params = {
+            "rate": opts.number("rate", 100.0),
+            "sensors": opts.integer("sensors", 64),
+            "period": opts.number("period", 5.0),
+            "spread": opts.number("spread", 0.3, strict=False),
+            "burst_probability": opts.number("burstProbability", 0.25, strict=False),
+            "burst_factor": opts.number("burstFactor", 2.0),
+        }
+        self.payload = opts.choice("payload", "sensor", tuple(PAYLOADS))
+        self.zones = opts.integer("zones", 8)
+        PoissonGenerator(**self.params)  # validate now, on the driver
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [
+            InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"], "seed": start["seed"]})
+            for t0, t1 in self._slices(start, end)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        p = partition.value
+        sensor, ts = PoissonGenerator(**self.params, seed=p["seed"]).arrivals(p["t0"], p["t1"])
+        yield from payload_table(self.payload, p["seed"], sensor, ts + p["origin"], self.zones).to_batches()
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+class BurstySource(DataSource):
+    """``spark.readStream.format("sparkqos.bursty")``: self-similar ON/OFF traffic (Jiang §5.1)."""
+
+    _known = _COMMON | {"flows", "onScale", "offScale"}
+
+    @classmethod
+    def name(cls) -> str:
+        return "sparkqos.bursty"
+
+    def _opts(self) -> _Options:
+        return _Options(self.name(), self.options, self._known)
+
+    def schema(self):
+        return _spark_schema(PAYLOADS[self._opts().choice("payload", "sensor", tuple(PAYLOADS))])
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return _BurstyReader(self._opts())
+
+
+class PoissonSource(BurstySource):
+    """``spark.readStream.format("sparkqos.poisson")``: Poisson with a shifting mean (thesis §6.1)."""
+
+    _known = _COMMON | {"sensors", "period", "spread", "burstProbability", "burstFactor"}
+
+    @classmethod
+    def name(cls) -> str:
+        return "sparkqos.poisson"
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return _PoissonReader(self._opts())
+
+
+# -- replay ----------------------------------------------------------------------------------------
+
+
+
+
+class _ReplayReader(_TimeReader):
+    def __init__(self, opts: _Options):
+        super().__init__(opts)
+        path = opts.string("path")
+        if not path:
+            raise SourceError("replay: option path (the recorded CSV or Parquet file) is required")
+        self.trace = ReplayTrace(path, opts.string("timestampColumn", "ts"), opts.string("format"))
+        speed = opts.string("speed", "1")
+        if speed.lower() in ("max", "inf"):
+            self.speed = math.inf
+        else:
+            self.speed = opts.number("speed", 1.0)
+        self.retime = opts.boolean("retime", False)
+        trace = self.trace.trace_us()
+        self.duration_us = int(trace.max()) + 1 if len(trace) else 0
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [
+            InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"]}) for t0, t1 in self._slices(start, end)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        p = partition.value
+        rows, offsets = self.trace.range(p["t0"], p["t1"])
+        if self.retime:  # the row's timestamp becomes the moment the replay released it
+            if math.isinf(self.speed):
+                at = np.full(rows.num_rows, p["origin"], np.int64)
+            else:
+                at = p["origin"] + np.floor(offsets / self.speed).astype(np.int64)
+            i = rows.column_names.index(self.trace.timestamp_column)
+            rows = rows.set_column(i, rows.schema.field(i), pa.array(at, pa.int64()).cast(TS_TYPE))
+        yield from rows.to_batches()
+
+
+class ReplaySource(DataSource):
+    """``spark.readStream.format("sparkqos.replay").option("path", ...)``: a recorded trace at its own pace or scaled."""
+
+    _known = {"path", "format", "timestampColumn", "speed", "retime", "start", "maxSecondsPerTrigger", "numPartitions"}
+
+    @classmethod
+    def name(cls) -> str:
+        return "sparkqos.replay"
+
+    def _opts(self) -> _Options:
+        return _Options(self.name(), self.options, self._known)
+
+    def schema(self):
+        opts = self._opts()
+        path = opts.string("path")
+        if not path:
+            raise SourceError("replay: option path (the recorded CSV or Parquet file) is required")
+        return _spark_schema(ReplayTrace(path, opts.string("timestampColumn", "ts"), opts.string("format")).schema())
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return _ReplayReader(self._opts())
