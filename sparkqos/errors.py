@@ -1,10 +1,52 @@
-"""Error classes. Each message names the offending value and what was expected."""
+"""Error classes, and the one helper that checks arguments.
+
+Every error sparkqos raises on purpose is a :class:`SparkqosError`; one raised about an argument
+carries ``parameter`` (its name), ``value`` (what was given) and ``expected`` (what would have been
+accepted), and its message says all three. :func:`check_number` and :func:`check_choice` are the
+only places such checks are written.
+
+>>> check_number("quantum", 0.5, low=0, low_open=True)
+0.5
+>>> check_number("threshold", -1, integer=True, low=0, error=PlanError)
+Traceback (most recent call last):
+...
+sparkqos.errors.PlanError: threshold must be an integer >= 0, got -1
+>>> try:
+...     check_choice("run", "fast", ("one", "quantum"), where="workload.toml: ")
+... except ArgumentError as exc:
+...     print(exc.parameter, exc.value, exc.expected)
+run fast one of 'one', 'quantum'
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+_MISSING = object()
+
 
 class SparkqosError(Exception):
-    """Base class of every error sparkqos raises on purpose."""
+    """Base class of every error sparkqos raises on purpose.
+
+    ``parameter``, ``value`` and ``expected`` are set when the error is about one argument
+    (None otherwise), so code can react to it without parsing the message.
+    """
+
+    parameter: str | None = None
+    value: Any = None
+    expected: str | None = None
+
+    def __init__(self, *args: Any, parameter: str | None = None, value: Any = _MISSING, expected: str | None = None):
+        super().__init__(*args)
+        self.parameter = parameter
+        self.value = None if value is _MISSING else value
+        self.expected = expected
+
+
+class ArgumentError(SparkqosError, ValueError):
+    """A function or constructor was given a value outside what it accepts."""
 
 
 class PlanError(SparkqosError, ValueError):
@@ -65,3 +107,51 @@ class ConfigError(SparkqosError, ValueError):
 
 class RunnerError(SparkqosError, ValueError):
     """The streaming runner was configured wrongly."""
+
+
+E = TypeVar("E", bound=SparkqosError)
+
+
+def _bound(op: str, x: float) -> str:
+    return f"{op} {x:g}" if isinstance(x, float) else f"{op} {x}"
+
+
+def check_number(parameter: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False, integer: bool = False, finite: bool = True,
+                 none_ok: bool = False, error: type[SparkqosError] = ArgumentError, where: str = "") -> Any:
+    """``value`` if it is a number (an ``int`` with ``integer``; never a bool) within the bounds,
+    else raise ``error`` naming ``parameter`` (prefixed by ``where``), the value and what was
+    expected. ``low_open`` / ``high_open`` exclude the bound itself; ``finite`` rejects NaN and
+    ±inf; ``none_ok`` lets None through."""
+    if value is None and none_ok:
+        return value
+    words = ["an integer" if integer else "a number"]
+    if finite and not integer:
+        words = ["a finite number"]
+    if low is not None:
+        words.append(_bound(">" if low_open else ">=", low))
+    if high is not None:
+        words.append(("and " if low is not None else "") + _bound("<" if high_open else "<=", high))
+    expected = " ".join(words) + (" or None" if none_ok else "")
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+    if ok and not integer:
+        ok = not (finite and not math.isfinite(value)) and not math.isnan(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value,
+                    expected=expected)
+    return value
+
+
+def check_choice(parameter: str, value: Any, choices: Iterable[Any], *, error: type[SparkqosError] = ArgumentError,
+                 where: str = "") -> Any:
+    """``value`` if it is one of ``choices``, else raise ``error`` listing them."""
+    options = list(choices)
+    if value not in options:
+        expected = "one of " + ", ".join(repr(c) for c in options)
+        raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value,
+                    expected=expected)
+    return value
