@@ -11,15 +11,22 @@ import pyarrow as pa
 import pytest
 
 from sparkqos import schedulers
-from sparkqos.executor.loop import Executor, replay
-from sparkqos.errors import SchedulerError, SchemaMismatch
+from sparkqos.errors import ArgumentError, SchedulerError, SchemaMismatch
 from sparkqos.executor.expressions import avg, col, count, max_, sum_
+from sparkqos.executor.loop import Executor, replay
+from sparkqos.model.state import Unit
 from sparkqos.query import QuerySet
 from sparkqos.schedulers.base import Scheduler
-from sparkqos.model.state import Unit
+
 sys.path.insert(0, str(Path(__file__).parent))  # shared input generators and the Spark oracle
 from test_operators import (  # noqa: E402
-    EVENTS, OTHERS, SENSORS, _join_feeds, check_against_spark, interleave, sensor_batches,
+    EVENTS,
+    OTHERS,
+    SENSORS,
+    _join_feeds,
+    check_against_spark,
+    interleave,
+    sensor_batches,
 )
 
 
@@ -35,12 +42,14 @@ def ticking(step: float = 1e-3):
 
 # -- three multi-query plans (issue 5, item 6) ---------------------------------------------------
 
+
 def filter_chain_plan():
     qs = QuerySet(classes={"H": 4, "M": 2, "L": 1})
     s = qs.stream("sensors", SENSORS)
     s.where(col("temp") > 40).where(col("room").isin(["a", "b"])).select("id", "room", "temp").sink("hot", klass="H")
-    s.synthetic(0.6, cost_s=1e-7, seed=3).where(col("d") != 0).select(
-        "id", (col("temp") / col("d")).alias("per_d")).sink("sampled", klass="M")
+    s.synthetic(0.6, cost_s=1e-7, seed=3).where(col("d") != 0).select("id", (col("temp") / col("d")).alias("per_d")).sink(
+        "sampled", klass="M"
+    )
     s.where(col("temp").is_null() | (col("temp") < 10)).synthetic(0.5, cost_s=0.0, seed=9).sink("cold", klass="L")
     return qs.build()
 
@@ -49,8 +58,9 @@ def join_filters_plan():
     qs = QuerySet(classes={"H": 3, "L": 1})
     e = qs.stream("events", EVENTS)
     o = qs.stream("others", OTHERS)
-    e.where(col("a") > 10).join(o.where(col("b") < 80).select("k", "b"), on="k", rows=5).where(
-        (col("a") + col("b")) > 40).sink("pairs", klass="H")
+    e.where(col("a") > 10).join(o.where(col("b") < 80).select("k", "b"), on="k", rows=5).where((col("a") + col("b")) > 40).sink(
+        "pairs", klass="H"
+    )
     e.where(col("k") != 2).select("k", (col("a") * 3).alias("a3")).sink("events_k", klass="L")
     o.join(e.select("k", "a"), on="k", seconds=2.0).where(col("b") > col("a")).sink("recent", klass="L")
     return qs.build()
@@ -60,8 +70,9 @@ def aggregate_plan():
     qs = QuerySet(classes={"H": 2, "L": 1})
     s = qs.stream("sensors", SENSORS)
     s.where(col("temp") > 20).window_agg("room", [count(), avg("temp")], time_col="ts", size=5.0).sink("rooms", klass="H")
-    s.synthetic(0.7, cost_s=0.0, seed=5).window_agg("d", [sum_("id"), max_("temp")], time_col="ts",
-                                                     size=6.0, slide=3.0).sink("by_d", klass="L")
+    s.synthetic(0.7, cost_s=0.0, seed=5).window_agg("d", [sum_("id"), max_("temp")], time_col="ts", size=6.0, slide=3.0).sink(
+        "by_d", klass="L"
+    )
     s.where(col("room") == "a").select("id", "temp").sink("room_a", klass="L")
     return qs.build()
 
@@ -79,6 +90,7 @@ def test_aggregate_plan_matches_spark_under_every_strategy(spark):
 
 
 # -- executor contract, no Spark ------------------------------------------------------------------
+
 
 class Scripted(Scheduler):
     """Returns the given units in order, then None (a test double of a strategy)."""
@@ -115,8 +127,7 @@ def test_workload_rule_fig_4_1_ratio_and_threshold():
     ex = _one_filter(100)
     ex.scheduler.units = [Unit("operator", ("q/1:where",))]
     assert ex.run(max_units=1).rows_consumed == 100
-    ex = Executor(_one_filter(0).compiled, Scripted([Unit("operator", ("q/1:where",))]), clock=ticking(),
-                  ratio=0.5, threshold=10)
+    ex = Executor(_one_filter(0).compiled, Scripted([Unit("operator", ("q/1:where",))]), clock=ticking(), ratio=0.5, threshold=10)
     ex.ingest("s", pa.record_batch({"v": list(range(100))}))
     assert ex.run(max_units=1).rows_consumed == 50
 
@@ -192,6 +203,40 @@ def test_budget_leaves_backlog_and_the_answer_is_unchanged():
     whole = replay(compiled, schedulers.get("fifo"), feeds)
     for q in compiled.roots:
         assert sorted(ex.result(q).to_pylist(), key=str) == sorted(whole.result(q).to_pylist(), key=str)
+
+
+def test_finish_reports_the_time_its_drains_took():
+    feeds = sensor_batches(rows=120, seed=3)
+    ex = Executor(aggregate_plan().fresh(), schedulers.get("chain"), clock=ticking(1e-3))
+    for t, stream, batch in feeds:
+        ex.ingest(stream, batch, arrival=t)
+    report = ex.finish()
+    assert report.idle and report.units > 0 and report.rows_consumed > 0
+    # Every run reads the (fake) clock at least at its start and end, 1 ms apart or more.
+    assert report.seconds >= 1e-3 * report.units
+
+
+@pytest.mark.parametrize(
+    "args, parameter",
+    [
+        ({"ratio": 0.0}, "ratio"),
+        ({"ratio": 1.5}, "ratio"),
+        ({"threshold": -1}, "threshold"),
+        ({"threshold": 2.5}, "threshold"),
+        ({"memory_limit_bytes": -1}, "memory_limit_bytes"),
+        ({"memory_limit_bytes": True}, "memory_limit_bytes"),
+        ({"cluster_threads": -1}, "cluster_threads"),
+        ({"stats_period": 0}, "stats_period"),
+        ({"starvation_limit": 0}, "starvation_limit"),
+        ({"tolerance": -0.1}, "tolerance"),
+    ],
+)
+def test_executor_arguments_are_checked_and_named(args, parameter):
+    with pytest.raises(ArgumentError, match=f"{parameter} must be") as err:
+        Executor(filter_chain_plan(), schedulers.get("fifo"), **args)
+    assert err.value.parameter == parameter and err.value.value == next(iter(args.values()))
+    with pytest.raises(ArgumentError, match="scheduler must be a Scheduler or a registered strategy name"):
+        Executor(filter_chain_plan(), object())
 
 
 def test_statistics_are_published_only_when_they_move():
@@ -283,8 +328,12 @@ def test_fifo_carries_a_batch_up_its_path_only_as_far_as_the_budget_lets_it():
     import pyarrow as pa
 
     qs = QuerySet()
-    (qs.stream("s", pa.schema([("x", pa.int64())])).synthetic(1.0, cost_s=0.0, seed=1)
-       .synthetic(1.0, cost_s=1e-4, seed=2).sink("q"))
+    (
+        qs.stream("s", pa.schema([("x", pa.int64())]))
+        .synthetic(1.0, cost_s=0.0, seed=1)
+        .synthetic(1.0, cost_s=1e-4, seed=2)
+        .sink("q")
+    )
     ex = Executor(qs.build(), schedulers.get("fifo"), whole_batches=True)
     ex.ingest("s", pa.table({"x": list(range(5000))}))
     ex.run(budget_s=0.01)  # the costly operator's cost gets measured

@@ -10,12 +10,14 @@ from sparkqos.errors import ExpressionError
 from sparkqos.executor.expressions import col, count, lit, sum_
 from sparkqos.query import QuerySet
 
-BATCH = pa.record_batch({
-    "temp": pa.array([40.0, 55.5, None, 70.0], pa.float64()),
-    "n": pa.array([1, 0, 3, None], pa.int64()),
-    "room": pa.array(["a", "b", None, "c"]),
-    "ok": pa.array([True, None, False, True]),
-})
+BATCH = pa.record_batch(
+    {
+        "temp": pa.array([40.0, 55.5, None, 70.0], pa.float64()),
+        "n": pa.array([1, 0, 3, None], pa.int64()),
+        "room": pa.array(["a", "b", None, "c"]),
+        "ok": pa.array([True, None, False, True]),
+    }
+)
 
 CASES = [
     (col("temp") > 50, [False, True, None, True]),
@@ -46,17 +48,20 @@ def test_expressions_have_no_truth_value():
     with pytest.raises(ExpressionError, match="combine predicates with & | ~"):
         bool(col("a") > 1)
     with pytest.raises(ExpressionError, match="unsupported literal"):
-        col("a") > [1]
+        _ = col("a") > [1]
 
 
-@pytest.mark.parametrize("expr, message", [
-    (col("room") > 3, "operator 'q/1:where': cannot compare column 'room' (string) with 3 (int64)"),
-    (col("nope") > 3, "operator 'q/1:where': unknown column 'nope'; columns are ['temp', 'n', 'room', 'ok']"),
-    (col("room") + 1 > 0, "operator 'q/1:where': arithmetic '+' needs numbers, got column 'room' (string)"),
-    (col("temp") & col("ok"), "operator 'q/1:where': 'and' needs booleans, got column 'temp' (double)"),
-    (col("n").isin(["x"]), "operator 'q/1:where': column 'n' (int64) cannot be tested against string values ['x']"),
-    (col("temp") + 1, "operator 'q/1:where': the predicate (col('temp') + lit(1)) gives double, not a boolean"),
-])
+@pytest.mark.parametrize(
+    "expr, message",
+    [
+        (col("room") > 3, "operator 'q/1:where': cannot compare column 'room' (string) with 3 (int64)"),
+        (col("nope") > 3, "operator 'q/1:where': unknown column 'nope'; columns are ['temp', 'n', 'room', 'ok']"),
+        (col("room") + 1 > 0, "operator 'q/1:where': arithmetic '+' needs numbers, got column 'room' (string)"),
+        (col("temp") & col("ok"), "operator 'q/1:where': 'and' needs booleans, got column 'temp' (double)"),
+        (col("n").isin(["x"]), "operator 'q/1:where': column 'n' (int64) cannot be tested against string values ['x']"),
+        (col("temp") + 1, "operator 'q/1:where': the predicate (col('temp') + lit(1)) gives double, not a boolean"),
+    ],
+)
 def test_type_errors_are_raised_when_the_plan_is_built(expr, message):
     qs = QuerySet()
     qs.stream("s", BATCH.schema).where(expr).sink("q")

@@ -15,9 +15,9 @@ import pytest
 from chispa import assert_df_equality
 
 from sparkqos import schedulers
-from sparkqos.executor.loop import replay
 from sparkqos.errors import ExpressionError, PlanError
 from sparkqos.executor.expressions import avg, col, count, max_, min_, sum_
+from sparkqos.executor.loop import replay
 from sparkqos.executor.operators import Synthetic, WindowAggregate, WindowJoin
 from sparkqos.query import QuerySet
 
@@ -33,8 +33,7 @@ for _name in schedulers.available():
     else:
         STRATEGIES.append(_name)
 
-SENSORS = pa.schema([("id", pa.int64()), ("room", pa.string()), ("temp", pa.float64()),
-                     ("d", pa.int64()), ("ts", pa.float64())])
+SENSORS = pa.schema([("id", pa.int64()), ("room", pa.string()), ("temp", pa.float64()), ("d", pa.int64()), ("ts", pa.float64())])
 EVENTS = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("ts", pa.float64())])
 OTHERS = pa.schema([("k", pa.int64()), ("b", pa.int64()), ("ts", pa.float64())])
 
@@ -51,8 +50,7 @@ def sensor_batches(rows: int = 240, seed: int = 1, stream: str = "sensors", t0: 
         temp = [None if rng.random() < 0.05 else v for v in temp]
         room = [None if rng.random() < 0.03 else "abcd"[i] for i in rng.integers(0, 4, n)]
         ts = np.sort(rng.uniform(t, t + n * 0.25, n)).round(2)
-        batch = pa.record_batch({"id": ids, "room": room, "temp": temp, "d": rng.integers(0, 4, n),
-                                 "ts": ts}, schema=SENSORS)
+        batch = pa.record_batch({"id": ids, "room": room, "temp": temp, "d": rng.integers(0, 4, n), "ts": ts}, schema=SENSORS)
         feeds.append((t, stream, batch))
         t = float(ts[-1])
         start += n
@@ -65,8 +63,7 @@ def keyed_batches(stream: str, schema: pa.Schema, value: str, rows: int, seed: i
     while start < rows:
         n = int(rng.integers(1, 9))
         ts = np.sort(rng.uniform(t, t + n * 0.5, n)).round(2)
-        batch = pa.record_batch({"k": rng.integers(0, keys, n), value: np.arange(start, start + n), "ts": ts},
-                                schema=schema)
+        batch = pa.record_batch({"k": rng.integers(0, keys, n), value: np.arange(start, start + n), "ts": ts}, schema=schema)
         feeds.append((float(ts[0]), stream, batch))
         t = float(ts[-1])
         start += n
@@ -85,7 +82,7 @@ def units_for(feeds, seed: int = 3):
 
 def check_against_spark(spark, compiled, feeds, units=None):
     """Replay ``feeds`` under every strategy and compare each query with Spark's answer."""
-    from sparkqos.spark.translate import stamped_inputs
+    from sparkqos.spark.translate import plan_to_spark, stamped_inputs
 
     units = units_for(feeds) if units is None else units
     results = {}
@@ -96,12 +93,13 @@ def check_against_spark(spark, compiled, feeds, units=None):
     inputs = stamped_inputs(spark, feeds, compiled.sources)
     names_df = spark.createDataFrame([(n,) for n in STRATEGIES], "strategy string")
     for q in compiled.roots:
-        tables = [t.append_column("strategy", pa.array([n] * t.num_rows, pa.string()))
-                  for n, r in results.items() for t in [r[q]]]
+        tables = [
+            t.append_column("strategy", pa.array([n] * t.num_rows, pa.string())) for n, r in results.items() for t in [r[q]]
+        ]
         actual_table = pa.concat_tables(tables)
         assert actual_table.num_rows > 0, f"query {q} produced nothing; the test input is too small"
         actual = spark.createDataFrame(actual_table)
-        expected = compiled.to_spark(q, inputs).crossJoin(names_df)
+        expected = plan_to_spark(compiled, q, inputs).crossJoin(names_df)
         assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
     return results
 
@@ -113,6 +111,7 @@ def test_strategy_roster():
 
 # -- one operator at a time ---------------------------------------------------------------------
 
+
 def test_select_matches_spark(spark):
     qs = QuerySet()
     s = qs.stream("sensors", SENSORS)
@@ -123,8 +122,13 @@ def test_select_matches_spark(spark):
 def test_project_matches_spark(spark):
     qs = QuerySet()
     s = qs.stream("sensors", SENSORS)
-    s.select("id", (col("temp") * 2 + 1).alias("t2"), (col("temp") / col("d")).alias("ratio"),
-             (col("room") == "a").alias("is_a"), (col("id") - col("d") * 3).alias("n")).sink("q")
+    s.select(
+        "id",
+        (col("temp") * 2 + 1).alias("t2"),
+        (col("temp") / col("d")).alias("ratio"),
+        (col("room") == "a").alias("is_a"),
+        (col("id") - col("d") * 3).alias("n"),
+    ).sink("q")
     check_against_spark(spark, qs.build(), sensor_batches())
 
 
@@ -140,8 +144,12 @@ def test_union_matches_spark(spark):
 def test_tumbling_window_aggregate_matches_spark(spark):
     qs = QuerySet()
     s = qs.stream("sensors", SENSORS)
-    s.window_agg("room", [count(), count("temp").alias("n_temp"), sum_("temp"), avg("temp"), min_("temp"),
-                          max_("id")], time_col="ts", size=5.0).sink("q")
+    s.window_agg(
+        "room",
+        [count(), count("temp").alias("n_temp"), sum_("temp"), avg("temp"), min_("temp"), max_("id")],
+        time_col="ts",
+        size=5.0,
+    ).sink("q")
     check_against_spark(spark, qs.build(), sensor_batches())
 
 
@@ -206,6 +214,7 @@ def test_synthetic_matches_spark(spark):
 
 # -- operator details without Spark ------------------------------------------------------------
 
+
 def test_window_state_roundtrips_through_ipc():
     op = WindowAggregate(["room"], [count(), sum_("temp")], "ts", size=5.0)
     from sparkqos.executor.queues import stamp, with_internal
@@ -250,12 +259,13 @@ def test_synthetic_declares_its_statistics_to_the_plan():
     plan = qs.build().plan
     (op,) = plan.operators
     assert (op.selectivity, op.cost, op.kind) == (0.25, 0.002, "filter")
-    with pytest.raises(PlanError, match="selectivity must be a number in \\[0, 1\\], got 1.5"):
+    with pytest.raises(PlanError, match="synthetic selectivity must be a finite number >= 0 and <= 1, got 1.5") as err:
         Synthetic(1.5)
+    assert (err.value.parameter, err.value.value) == ("selectivity", 1.5)
 
 
 def test_window_and_join_parameters_are_checked():
-    with pytest.raises(PlanError, match="slide must be in"):
+    with pytest.raises(PlanError, match="window slide must be a finite number > 0 and <= 5, got 6"):
         WindowAggregate("k", [count()], "ts", size=5, slide=6)
     with pytest.raises(PlanError, match="exactly one window"):
         WindowJoin("k")
@@ -263,3 +273,31 @@ def test_window_and_join_parameters_are_checked():
     qs.stream("sensors", SENSORS).window_agg("room", [sum_("room")], time_col="ts", size=5).sink("q")
     with pytest.raises(ExpressionError, match="operator 'q/1:window_agg': sum needs a numeric column, got column 'room'"):
         qs.build()
+
+
+def test_translation_reads_public_properties():
+    """What sparkqos.spark.translate needs from an operator is public and read-only."""
+    from sparkqos.executor.queues import with_internal
+
+    syn = Synthetic(0.25, cost_s=0.0, seed=3)
+    assert syn.threshold == int(0.25 * Synthetic.MODULUS)
+    assert WindowAggregate("k", [count()], "ts", size=6.0, slide=2.5).window_copies == 3
+    assert WindowAggregate("k", [count()], "ts", size=5.0).window_copies == 1
+    join = WindowJoin("k", rows=2)
+    with pytest.raises(PlanError, match="not bound"):
+        _ = join.left_columns
+    others = pa.schema([("k", pa.int64()), ("b", pa.int64()), ("tb", pa.float64())])
+    join.bind("q/join", [with_internal(EVENTS), with_internal(others)])
+    assert (join.left_columns, join.right_columns) == (("k", "a", "ts"), ("b", "tb"))
+    with pytest.raises(AttributeError):
+        join.left_columns = ("k",)
+
+
+def test_translation_names_what_it_cannot_translate():
+    from sparkqos.executor.operators import PhysicalOperator
+    from sparkqos.spark.translate import expr_to_column, operator_to_spark
+
+    with pytest.raises(ExpressionError, match="no Spark translation for expression"):
+        expr_to_column(object())
+    with pytest.raises(PlanError, match="no Spark translation for operator"):
+        operator_to_spark(PhysicalOperator())

@@ -4,7 +4,7 @@ Expressions are trees built with Python operators (``col("temp") > 50``, ``&``, 
 ``+ - * /``, :meth:`Expr.isin`, :meth:`Expr.is_null`), never strings. The same tree is evaluated
 on Arrow batches with ``pyarrow.compute`` (:meth:`Expr.evaluate`), compiled to a
 ``pyarrow.compute.Expression`` (:meth:`Expr.to_arrow`), and translated to a Spark ``Column``
-by ``sparkqos.spark.translate`` (:meth:`Expr.to_spark`). :meth:`Expr.check` types an expression
+by ``sparkqos.spark.translate.expr_to_column``. :meth:`Expr.check` types an expression
 against a schema when a plan is built, so a wrong column or a string compared with a number is
 reported before any data flows, naming the operator and the column.
 
@@ -27,7 +27,8 @@ sparkqos.errors.ExpressionError: operator 'alerts/where': cannot compare column 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -135,9 +136,7 @@ class Expr:
         return Arith("-", Lit(0), self)
 
     def __bool__(self) -> bool:
-        raise ExpressionError(
-            f"expression {self!r} has no truth value; combine predicates with & | ~ instead of and/or/not"
-        )
+        raise ExpressionError(f"expression {self!r} has no truth value; combine predicates with & | ~ instead of and/or/not")
 
     def isin(self, values: Iterable[Any]) -> Expr:
         return IsIn(self, tuple(values))
@@ -166,12 +165,6 @@ class Expr:
 
     def to_arrow(self) -> pc.Expression:
         raise NotImplementedError
-
-    def to_spark(self):
-        """The equivalent ``pyspark.sql.Column`` (imports pyspark)."""
-        from sparkqos.spark.translate import expr_to_column
-
-        return expr_to_column(self)
 
 
 def _wrap(value: Any) -> Expr:
@@ -489,7 +482,11 @@ class Agg:
         f = self.fn + ("_" if self.fn in ("sum", "min", "max") else "")
         arg = "" if self.column is None else repr(self.column)
         base = f"{f}({arg})"
-        return base if self.name == (self.fn if self.column is None else f"{self.fn}_{self.column}") else f"{base}.alias({self.name!r})"
+        return (
+            base
+            if self.name == (self.fn if self.column is None else f"{self.fn}_{self.column}")
+            else f"{base}.alias({self.name!r})"
+        )
 
     def check(self, schema: pa.Schema, where: str) -> pa.DataType:
         """Output type of the aggregate, as Spark gives it."""
@@ -532,6 +529,18 @@ def max_(column: str) -> Agg:
 
 
 __all__ = [
-    "ARRIVAL", "Agg", "Expr", "INTERNAL", "SEQ", "as_expr", "avg", "col", "count", "evaluate_array", "lit",
-    "max_", "min_", "sum_",
+    "ARRIVAL",
+    "Agg",
+    "Expr",
+    "INTERNAL",
+    "SEQ",
+    "as_expr",
+    "avg",
+    "col",
+    "count",
+    "evaluate_array",
+    "lit",
+    "max_",
+    "min_",
+    "sum_",
 ]

@@ -24,31 +24,31 @@ view (the :class:`~sparkqos.schedulers.base.SchedulerState` contract) over the r
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkqos.errors import SchedulerError, SchemaMismatch
+from sparkqos.errors import ArgumentError, SchedulerError, SchemaMismatch, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.operators import PhysicalOperator
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.executor.state import ExecutorState
 from sparkqos.executor.queues import RATIO, THRESHOLD, BatchQueue, stamp, workload
-from sparkqos.model.state import EngineState, Unit
-from sparkqos.schedulers.base import Scheduler
+from sparkqos.executor.state import ExecutorState
+from sparkqos.model.state import Unit
 from sparkqos.model.stats import DEFAULT_WEIGHT, StatisticsGatherer
+from sparkqos.schedulers.base import Scheduler
 
 EMIT = "__emit"
+
+#: What a pick returns when it found no work yet: the run loop takes another turn.
+_AGAIN = object()
 
 
 @dataclass
@@ -60,6 +60,32 @@ class RunReport:
     rows_consumed: int = 0
     seconds: float = 0.0
     idle: bool = False
+
+
+class _Crew:
+    """What the cluster threads of one run share; read and written under the executor's lock
+    (``cond``)."""
+
+    __slots__ = ("cond", "report", "busy", "stop", "stuck")
+
+    def __init__(self, cond: threading.Condition, report: RunReport):
+        self.cond = cond
+        self.report = report
+        self.busy = 0  # threads running a unit
+        self.stop = False
+        self.stuck = 0  # turns in a row with work queued and no cluster offering it
+
+    def halt(self, idle: bool = False) -> None:
+        """Stop every thread (the caller holds the lock)."""
+        self.stop = True
+        self.report.idle = self.report.idle or idle
+        self.cond.notify_all()
+
+    def done(self) -> None:
+        """A thread finished its unit: the others may find work now."""
+        with self.cond:
+            self.busy -= 1
+            self.cond.notify_all()
 
 
 class Executor:
@@ -93,29 +119,51 @@ class Executor:
     ``state.shed_rows``. Nothing is dropped unless ``shed`` is set.
     """
 
-    def __init__(self, compiled: CompiledPlan, scheduler: Scheduler | str, clock: Callable[[], float] = time.monotonic,
-                 ratio: float = RATIO, threshold: int = THRESHOLD, w: float = DEFAULT_WEIGHT,
-                 tolerance: float = 0.2, stats_period: float = 1.0, starvation_limit: int = 100,
-                 whole_batches: bool = False, memory_limit_bytes: int | None = None, spill_dir: str | None = None,
-                 shed: bool = False, cluster_threads: int = 0):
+    def __init__(
+        self,
+        compiled: CompiledPlan,
+        scheduler: Scheduler | str,
+        clock: Callable[[], float] = time.monotonic,
+        ratio: float = RATIO,
+        threshold: int = THRESHOLD,
+        w: float = DEFAULT_WEIGHT,
+        tolerance: float = 0.2,
+        stats_period: float = 1.0,
+        starvation_limit: int = 100,
+        whole_batches: bool = False,
+        memory_limit_bytes: int | None = None,
+        spill_dir: str | None = None,
+        shed: bool = False,
+        cluster_threads: int = 0,
+    ):
         if isinstance(scheduler, str):
             from sparkqos import schedulers  # a registry name: its default parameters
+
             scheduler = schedulers.get(scheduler)
         if not isinstance(scheduler, Scheduler):
-            raise ValueError(f"scheduler must be a Scheduler or a registered strategy name, got {scheduler!r}")
-        if memory_limit_bytes is not None and (isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, int)
-                                               or memory_limit_bytes < 0):
-            raise ValueError(f"memory_limit_bytes must be an int >= 0, got {memory_limit_bytes!r}")
+            expected = "a Scheduler or a registered strategy name"
+            raise ArgumentError(
+                f"scheduler must be {expected}, got {scheduler!r}", parameter="scheduler", value=scheduler, expected=expected
+            )
+        check_number("memory_limit_bytes", memory_limit_bytes, integer=True, low=0, none_ok=True)
         if shed and memory_limit_bytes is None:
-            raise ValueError("shed=True needs memory_limit_bytes (what to shed beyond)")
-        if isinstance(cluster_threads, bool) or not isinstance(cluster_threads, int) or cluster_threads < 0:
-            raise ValueError(f"cluster_threads must be an int >= 0, got {cluster_threads!r}")
+            raise ArgumentError(
+                "shed=True needs memory_limit_bytes (what to shed beyond)",
+                parameter="memory_limit_bytes",
+                value=None,
+                expected="an integer >= 0 when shed=True",
+            )
+        check_number("cluster_threads", cluster_threads, integer=True, low=0)
         if cluster_threads and not hasattr(scheduler, "pick_cluster"):
-            raise ValueError(f"cluster_threads needs a strategy with clusters (cos), got {scheduler!r}")
-        if not 0 < ratio <= 1:
-            raise ValueError(f"workload ratio must be in (0, 1], got {ratio!r}")
-        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
-            raise ValueError(f"workload threshold must be an int >= 0 (rows), got {threshold!r}")
+            expected = "a strategy with clusters (cos)"
+            raise ArgumentError(
+                f"cluster_threads needs {expected}, got {scheduler!r}", parameter="scheduler", value=scheduler, expected=expected
+            )
+        check_number("ratio", ratio, low=0, low_open=True, high=1, where="workload ")
+        check_number("threshold", threshold, integer=True, low=0, where="workload ")
+        check_number("tolerance", tolerance, low=0)
+        check_number("stats_period", stats_period, low=0, low_open=True)
+        check_number("starvation_limit", starvation_limit, integer=True, low=1)
         self.compiled = compiled
         self.plan = compiled.plan
         self.scheduler = scheduler
@@ -162,13 +210,17 @@ class Executor:
     def _check_schema(self, stream: str, batch: pa.RecordBatch) -> pa.RecordBatch:
         expected = self.compiled.sources[stream]
         if isinstance(batch, pa.Table):
-            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], schema=batch.schema)
+            batch = (
+                batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], schema=batch.schema)
+            )
         if not isinstance(batch, pa.RecordBatch):
             raise SchemaMismatch(f"stream {stream!r} takes pyarrow RecordBatches, got {type(batch).__name__}")
         for field in expected:
             idx = batch.schema.get_field_index(field.name)
             if idx < 0:
-                raise SchemaMismatch(f"stream {stream!r}: the batch has no column {field.name!r} ({field.type}); it has {batch.schema.names}")
+                raise SchemaMismatch(
+                    f"stream {stream!r}: the batch has no column {field.name!r} ({field.type}); it has {batch.schema.names}"
+                )
             got = batch.schema.field(idx).type
             if got != field.type:
                 raise SchemaMismatch(f"stream {stream!r}: column {field.name!r} is {got}, expected {field.type}")
@@ -179,8 +231,7 @@ class Executor:
             batch = batch.select(expected.names)
         return batch
 
-    def ingest(self, stream: str, batch: pa.RecordBatch | pa.Table,
-               arrival: float | np.ndarray | None = None) -> int:
+    def ingest(self, stream: str, batch: pa.RecordBatch | pa.Table, arrival: float | np.ndarray | None = None) -> int:
         """Queue ``batch`` for every operator reading ``stream`` (each query its own copy),
         stamped with ``arrival``: one time for the batch (default: now) or an array with one per
         row (e.g. the source's event timestamps). A batch whose schema does not match, or
@@ -196,8 +247,10 @@ class Executor:
         if arrival is not None and np.ndim(arrival) == 1:
             t = np.asarray(arrival, dtype=np.float64)
             if t.shape != (n,) or not np.all(np.isfinite(t)):
-                raise SchemaMismatch(f"stream {stream!r}: need {n} finite arrival times, got "
-                                     f"{t.shape[0]} with {int(np.sum(~np.isfinite(t)))} not finite")
+                raise SchemaMismatch(
+                    f"stream {stream!r}: need {n} finite arrival times, got "
+                    f"{t.shape[0]} with {int(np.sum(~np.isfinite(t)))} not finite"
+                )
             oldest, ordered = float(t.min()), bool(np.all(t[1:] >= t[:-1]))
         else:
             t = self.clock() if arrival is None else float(arrival)
@@ -232,103 +285,137 @@ class Executor:
         report = RunReport()
         if self.cluster_threads:
             self._run_clusters(start, budget_s, max_units, report)
-            report.seconds = clock() - start
-            return report
-        starved = 0
+        else:
+            self._loop(start, budget_s, max_units, report, self._serial_pick(report))
+        report.seconds = clock() - start
+        return report
+
+    def _loop(
+        self,
+        start: float,
+        budget_s: float | None,
+        max_units: int | None,
+        report: RunReport,
+        pick: Callable[[], Unit | object | None],
+        crew: _Crew | None = None,
+    ) -> None:
+        """The run loop, in this thread or in each cluster thread (``crew``: what those share).
+
+        Each turn stops once ``max_units`` units ran or ``budget_s`` passed since ``start``,
+        closes the statistics window when due, then ``pick()`` gives the unit to run, None to
+        stop, or :data:`_AGAIN` to take another turn. In cluster threads the turn holds the
+        executor's lock, which is released while the unit runs."""
+        clock, state = self.clock, self.state
+        lock = None if crew is None else crew.cond  # no null context when serial: this runs once per pick
         while True:
-            if max_units is not None and report.units >= max_units:
-                break
-            now = clock()
-            if budget_s is not None and now - start >= budget_s:
-                break
-            if now >= self._next_window:
-                state.stats.close_window(now, state.total_queued)
-                self._next_window = now + self.stats_period
-            unit = self.scheduler.pick(state)
+            if lock is not None:
+                lock.acquire()
+            try:
+                if crew is not None and crew.stop:
+                    return
+                if max_units is not None and report.units >= max_units:
+                    spent = True
+                else:
+                    now = clock()
+                    spent = budget_s is not None and now - start >= budget_s
+                if spent:
+                    if crew is not None:
+                        crew.halt()
+                    return
+                if now >= self._next_window:
+                    state.stats.close_window(now, state.total_queued)
+                    self._next_window = now + self.stats_period
+                unit = pick()
+                if unit is None:
+                    return
+                if unit is _AGAIN:
+                    continue
+                report.units += 1
+            finally:
+                if lock is not None:
+                    lock.release()
+            if crew is None:
+                self._run_unit(unit, report)
+            else:
+                try:
+                    self._run_unit(unit, report)
+                finally:
+                    crew.done()
+
+    def _serial_pick(self, report: RunReport) -> Callable[[], Unit | object | None]:
+        """The serial way to pick: the strategy's next unit; None (and ``report.idle``) when
+        nothing can run; :data:`_AGAIN` after a unit with no work (``starvation_limit`` of those
+        in a row raise)."""
+        state, sched = self.state, self.scheduler
+        starved = 0
+
+        def pick() -> Unit | object | None:
+            nonlocal starved
+            unit = sched.pick(state)
             if unit is None:
                 if state.any_runnable:
-                    raise SchedulerError(f"{self.scheduler!r} returned no unit while {state.runnable_operators()} can run")
+                    raise SchedulerError(f"{sched!r} returned no unit while {state.runnable_operators()} can run")
                 report.idle = True
-                break
+                return None
             if not state.runnable(unit.head):
                 starved += 1
                 self.starved_picks += 1
                 if starved >= self.starvation_limit:
-                    raise SchedulerError(f"{self.scheduler!r} picked units with no work {starved} times in a row")
-                continue
+                    raise SchedulerError(f"{sched!r} picked units with no work {starved} times in a row")
+                return _AGAIN
             starved = 0
-            report.units += 1
-            self._run_unit(unit, report)
-        report.seconds = clock() - start
-        return report
+            return unit
+
+        return pick
 
     def _run_clusters(self, start: float, budget_s: float | None, max_units: int | None, report: RunReport) -> None:
         """COS §4.2: one thread per cluster, each serving its own cluster's Chain order."""
-        state, sched, clock = self.state, self.scheduler, self.clock
+        state, sched = self.state, self.scheduler
         with self._lock:
             sched.pick_cluster(0, state)  # attaches: the clusters exist from here on
             n = max(1, min(len(sched.clusters), self.cluster_threads))
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.cluster_threads, thread_name_prefix="sparkqos-cluster")
         cursor = [0] * n
-        cond = threading.Condition(self._lock)
-        shared = {"busy": 0, "stop": False, "stuck": 0}
+        crew = _Crew(threading.Condition(self._lock), report)
         errors: list[BaseException] = []
 
-        def halt(idle: bool = False) -> None:
-            shared["stop"] = True
-            report.idle = report.idle or idle
-            cond.notify_all()
+        def cluster_pick(i: int) -> Callable[[], Unit | object | None]:
+            def pick() -> Unit | object | None:  # under the executor's lock
+                # Thread i serves clusters i, i + n, ... (their number changes when statistics
+                # move and COS re-clusters), round-robin among them.
+                sched.pick_cluster(0, state)  # re-clusters first if statistics moved
+                mine = list(range(i, len(sched.clusters), n))
+                unit = None
+                for step in range(len(mine)):
+                    k = mine[(cursor[i] + step) % len(mine)]
+                    unit = sched.pick_cluster(k, state)
+                    if unit is not None:
+                        cursor[i] = (cursor[i] + step + 1) % len(mine)
+                        break
+                if unit is not None and state.runnable(unit.head):
+                    crew.busy += 1
+                    crew.stuck = 0
+                    return unit
+                if crew.busy == 0:
+                    if not state.any_runnable:
+                        crew.halt(idle=True)
+                        return None
+                    crew.stuck += 1
+                    if crew.stuck > self.starvation_limit * n:
+                        raise SchedulerError(f"{sched!r}: {state.runnable_operators()} can run but no cluster offers them")
+                crew.cond.wait(0.01)  # another cluster's run may feed this one
+                return _AGAIN
+
+            return pick
 
         def worker(i: int) -> None:
             try:
-                while True:
-                    with cond:
-                        while True:
-                            if shared["stop"]:
-                                return
-                            if max_units is not None and report.units >= max_units:
-                                return halt()
-                            now = clock()
-                            if budget_s is not None and now - start >= budget_s:
-                                return halt()
-                            if now >= self._next_window:
-                                state.stats.close_window(now, state.total_queued)
-                                self._next_window = now + self.stats_period
-                            # Thread i serves clusters i, i + n, ... (their number changes when
-                            # statistics move and COS re-clusters), round-robin among them.
-                            sched.pick_cluster(0, state)  # re-clusters first if statistics moved
-                            mine = list(range(i, len(sched.clusters), n))
-                            unit = None
-                            for step in range(len(mine)):
-                                k = mine[(cursor[i] + step) % len(mine)]
-                                unit = sched.pick_cluster(k, state)
-                                if unit is not None:
-                                    cursor[i] = (cursor[i] + step + 1) % len(mine)
-                                    break
-                            if unit is not None and state.runnable(unit.head):
-                                break
-                            if shared["busy"] == 0:
-                                if not state.any_runnable:
-                                    return halt(idle=True)
-                                shared["stuck"] += 1
-                                if shared["stuck"] > self.starvation_limit * n:
-                                    raise SchedulerError(f"{sched!r}: {state.runnable_operators()} can run but no "
-                                                         f"cluster offers them")
-                            cond.wait(0.01)  # another cluster's run may feed this one
-                        shared["busy"] += 1
-                        shared["stuck"] = 0
-                        report.units += 1
-                    try:
-                        self._run_unit(unit, report)
-                    finally:
-                        with cond:
-                            shared["busy"] -= 1
-                            cond.notify_all()
+                self._loop(start, budget_s, max_units, report, cluster_pick(i), crew)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                with cond:
+                with crew.cond:
                     errors.append(exc)
-                    halt()
+                    crew.halt()
 
         for f in [self._pool.submit(worker, i) for i in range(n)]:
             f.result()
@@ -405,22 +492,27 @@ class Executor:
         return produced
 
     def _run_op(self, name: str, limit: int, report: RunReport) -> int:
+        """Run operator ``name`` once on up to ``limit`` rows and book it; returns the rows produced."""
         if self.cluster_threads:
             return self._run_op_locked(name, limit, report)
         state = self.state
-        op = self._ops[name]
-        ports = state.ports[name]
-        rows_before = sum(q.rows for q in ports)
-        bytes_before = sum(q.nbytes for q in ports)
         final = state._final(name) if name in state._below else state.finished
-        t0 = self.clock()
-        consumed, out = op.run(ports, limit, final)
-        t1 = self.clock()
-        state.after_run(name, rows_before, bytes_before)
+        consumed, out, t0, t1, rows_gone, bytes_gone = self._step(name, limit, final)
+        state.after_run(name, rows_gone, bytes_gone, delta=True)
         return self._book(name, consumed, out, t0, t1, report)
 
-    def _book(self, name: str, consumed: int, out: list[pa.RecordBatch], t0: float, t1: float,
-              report: RunReport) -> int:
+    def _step(self, name: str, limit: int, final: bool) -> tuple[int, list[pa.RecordBatch], float, float, int, int]:
+        """The run itself: (rows consumed, output, start and end time, rows and bytes it took
+        off its queues)."""
+        ports = self.state.ports[name]
+        rows_before = sum(q.rows for q in ports)
+        bytes_before = sum(q.nbytes for q in ports)
+        t0 = self.clock()
+        consumed, out = self._ops[name].run(ports, limit, final)
+        t1 = self.clock()
+        return (consumed, out, t0, t1, rows_before - sum(q.rows for q in ports), bytes_before - sum(q.nbytes for q in ports))
+
+    def _book(self, name: str, consumed: int, out: list[pa.RecordBatch], t0: float, t1: float, report: RunReport) -> int:
         """Record one finished run of ``name`` and pass its output on; returns the rows produced."""
         produced = sum(b.num_rows for b in out)
         self.state.record_run(name, consumed, produced, t1 - t0)
@@ -432,21 +524,13 @@ class Executor:
     def _run_op_locked(self, name: str, limit: int, report: RunReport) -> int:
         """:meth:`_run_op` for cluster threads (see the class docstring for the locking)."""
         state = self.state
-        op = self._ops[name]
-        ports = state.ports[name]
         with self._lock:
             final = state._final(name) if name in state._below else state.finished
             # While it runs its queues change outside the executor's lock: strategies must not
             # offer (or rank) it meanwhile; after_run makes it runnable again if it still is.
             state._runnable.discard(name)
         with state.locks[name]:
-            rows_before = sum(q.rows for q in ports)
-            bytes_before = sum(q.nbytes for q in ports)
-            t0 = self.clock()
-            consumed, out = op.run(ports, limit, final)
-            t1 = self.clock()
-            rows_gone = rows_before - sum(q.rows for q in ports)
-            bytes_gone = bytes_before - sum(q.nbytes for q in ports)
+            consumed, out, t0, t1, rows_gone, bytes_gone = self._step(name, limit, final)
         with self._lock:
             # Deliveries into this operator's queues may have come in since: book only what it took.
             state.after_run(name, rows_gone, bytes_gone, delta=True)
@@ -474,7 +558,8 @@ class Executor:
 
     def finish(self, budget_s: float | None = None) -> RunReport:
         """End of input: drain every queue, let blocking joins finish their inputs and flush
-        window aggregates (bottom-up), so the outputs are the answer on the finite input."""
+        window aggregates (bottom-up), so the outputs are the answer on the finite input. The
+        report adds up the drains' (``seconds``: the time they ran)."""
         state = self.state
         state.finished = True
         for name in self.plan.names:
@@ -487,6 +572,7 @@ class Executor:
             total.units += r.units
             total.operator_runs += r.operator_runs
             total.rows_consumed += r.rows_consumed
+            total.seconds += r.seconds
 
         depth = {name: len(self.plan.upstream_path(name)) for name in self.plan.names}
         drain()
@@ -502,7 +588,7 @@ class Executor:
     def result(self, query: str, internal: bool = False) -> pa.Table:
         """Everything ``query`` delivered so far (with ``__arrival``/``__seq``/``__emit`` when
         ``internal``)."""
-        root = self.compiled._root(query)
+        root = self.compiled.root(query)
         schema = self._ops[root].schema.append(pa.field(EMIT, pa.float64()))
         batches = [b.append_column(EMIT, pa.array(np.full(b.num_rows, t))) for b, t in self._outputs[query]]
         table = pa.Table.from_batches(batches, schema=schema)
@@ -555,6 +641,7 @@ class Executor:
             "seq": dict(self._seq),
             "stats": self.state.stats.to_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "totals": self.state.totals(),
         }
         if queues:
             out["queues"] = {n: [q.to_ipc() for q in ports] for n, ports in self.state.ports.items()}
@@ -571,12 +658,27 @@ class Executor:
             self._ops[name].from_state(s)
         self._seq.update(data["seq"])
         state.stats = StatisticsGatherer.from_dict(data["stats"])
+        if "totals" in data:  # checkpoints written before the totals were kept start them at 0
+            state.load_totals(data["totals"])
         self.scheduler.load_state_dict(data["scheduler"])
+        # A restored strategy state that does not fit this plan (CQC's classes...) must fail here,
+        # where a job catches restore errors, not at the first pick. The strategy itself attaches at
+        # its first pick, once the queues are back (a round-robin ring keeps its place only then),
+        # so a throwaway copy attaches now.
+        probe = self.scheduler.clone()
+        probe.load_state_dict(data["scheduler"])
+        probe.attach(state)
+        probe.detach()
 
 
-def replay(compiled: CompiledPlan, scheduler: Scheduler, feeds: Iterable[tuple[float, str, pa.RecordBatch]],
-           units_between: Iterable[int] | None = None, clock: Callable[[], float] | None = None,
-           **executor_args: Any) -> Executor:
+def replay(
+    compiled: CompiledPlan,
+    scheduler: Scheduler,
+    feeds: Iterable[tuple[float, str, pa.RecordBatch]],
+    units_between: Iterable[int] | None = None,
+    clock: Callable[[], float] | None = None,
+    **executor_args: Any,
+) -> Executor:
     """Run a finite input through a fresh copy of ``compiled`` and finish it.
 
     ``feeds`` is ``[(arrival, stream, batch), ...]`` in arrival order; after each feed the

@@ -41,8 +41,8 @@ import itertools
 import math
 import os
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -195,10 +195,6 @@ class BatchQueue:
     def __bool__(self) -> bool:
         return self.rows > 0
 
-    @property
-    def batch_count(self) -> int:
-        return len(self._batches)
-
     def push(self, batch: pa.RecordBatch, oldest: float | None = None, ordered: bool = False) -> None:
         """Append ``batch``; ``ordered`` promises its arrival column does not decrease, so the
         first row is the oldest (saves a scan per batch and per split)."""
@@ -214,7 +210,12 @@ class BatchQueue:
         self._batches.append([batch, n, size, oldest, ordered])
         self.rows += n
         self.nbytes += size
-        if self._oldest is None or oldest < self._oldest:
+        if self._oldest is None:
+            # None means "not known" once a take() has removed the oldest row: only a queue that
+            # was empty may take this batch's time without a scan (see ``oldest``).
+            if len(self._batches) == 1:
+                self._oldest = oldest
+        elif oldest < self._oldest:
             self._oldest = oldest
 
     @property

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable
-import numpy as np
+
 import pyarrow as pa
-import pyarrow.compute as pc
-from sparkqos.errors import SchedulerError, SchemaMismatch
-from sparkqos.executor.expressions import ARRIVAL, INTERNAL
-from sparkqos.executor.operators import PhysicalOperator
+
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.executor.queues import RATIO, THRESHOLD, BatchQueue, stamp, workload
-from sparkqos.model.state import EngineState, Unit
-from sparkqos.schedulers.base import Scheduler
+from sparkqos.executor.queues import BatchQueue
+from sparkqos.model.state import EngineState
 from sparkqos.model.stats import DEFAULT_WEIGHT, StatisticsGatherer
 
 
@@ -33,9 +25,16 @@ class ExecutorState(EngineState):
     the value last published, so priority strategies do not rebuild after every run.
     """
 
-    def __init__(self, compiled: CompiledPlan, clock: Callable[[], float], w: float = DEFAULT_WEIGHT,
-                 tolerance: float = 0.2, memory_limit_bytes: int | None = None, spill_dir: str | None = None,
-                 shed: bool = False):
+    def __init__(
+        self,
+        compiled: CompiledPlan,
+        clock: Callable[[], float],
+        w: float = DEFAULT_WEIGHT,
+        tolerance: float = 0.2,
+        memory_limit_bytes: int | None = None,
+        spill_dir: str | None = None,
+        shed: bool = False,
+    ):
         super().__init__(compiled.plan)
         self.operators = compiled.operators
         self.clock = clock
@@ -137,9 +136,7 @@ class ExecutorState(EngineState):
         self._runnable.discard(op)
         return False
 
-
-    def enqueue(self, op: str, port: int, batch: pa.RecordBatch, oldest: float | None = None,
-                ordered: bool = False) -> None:
+    def enqueue(self, op: str, port: int, batch: pa.RecordBatch, oldest: float | None = None, ordered: bool = False) -> None:
         q = self.ports[op][port]
         with self._guard(op):
             before = q.nbytes
@@ -159,8 +156,7 @@ class ExecutorState(EngineState):
         excess = mem - self.memory_limit_bytes
         if excess <= 0:
             return
-        queues = sorted(((q.memory_bytes, name, q) for name, ports in self.ports.items() for q in ports),
-                        key=lambda e: -e[0])
+        queues = sorted(((q.memory_bytes, name, q) for name, ports in self.ports.items() for q in ports), key=lambda e: -e[0])
         for held, name, q in queues:
             if excess <= 0 or held <= 0:
                 break

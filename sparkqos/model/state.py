@@ -199,6 +199,20 @@ class EngineState(SchedulerState):
         operator: every query gets its own copy)."""
         self._input_total += amount
 
+    def totals(self) -> dict[str, float]:
+        """The running totals (outputs, their delays, inputs, work), for a checkpoint: a
+        strategy that measures windows by their differences (the adaptive controller) resumes
+        exactly only if they continue where they were."""
+        return {"output": self._output_total, "output_delay": self._output_delay_total,
+                "input": self._input_total, "work": self._work_total}
+
+    def load_totals(self, totals: dict[str, float]) -> None:
+        """Continue the running totals saved by :meth:`totals`."""
+        self._output_total = float(totals["output"])
+        self._output_delay_total = float(totals["output_delay"])
+        self._input_total = float(totals["input"])
+        self._work_total = float(totals["work"])
+
     def record_work(self, seconds: float) -> None:
         """Operators ran for ``seconds`` (busy time, start-up included)."""
         self._work_total += seconds

@@ -1,0 +1,110 @@
+"""PhysicalOperator, the base of the executor's operators, and helpers the operators share (thesis §3.2.2).
+
+An operator is bound to its input schemas when a plan is built (:meth:`PhysicalOperator.bind`,
+which type-checks its expressions and returns the output schema), then runs on the rows the
+executor hands it from its input queues (:meth:`PhysicalOperator.run`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from sparkqos.errors import CheckpointError, PlanError
+from sparkqos.executor.expressions import INTERNAL
+from sparkqos.executor.queues import BatchQueue
+
+
+def user_names(schema: pa.Schema) -> list[str]:
+    """Column names of ``schema`` without the executor's columns."""
+    return [n for n in schema.names if n not in INTERNAL]
+
+
+def table_to_ipc(table: pa.Table) -> bytes:
+    """``table`` as Arrow IPC stream bytes (operator state in checkpoints)."""
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def ipc_to_table(data: bytes) -> pa.Table:
+    """The table :func:`table_to_ipc` wrote."""
+    return pa.ipc.open_stream(data).read_all()
+
+
+class PhysicalOperator:
+    """Base of the executor's operators.
+
+    ``kind`` is the plan kind (``filter``, ``map``, ``union``, ``join``, ``aggregate``);
+    ``selectivity`` / ``cost_s`` are the initial estimates the plan starts from before the
+    statistics gatherer measures them.
+    """
+
+    kind = "filter"
+    arity = 1
+    selectivity = 1.0
+    cost_s = 1e-6
+    #: Output rows keep the order of input rows (so arrival order survives).
+    preserves_order = False
+
+    def __init__(self) -> None:
+        self.name = "?"
+        self.input_schemas: list[pa.Schema] = []
+        self.schema: pa.Schema | None = None
+
+    # -- building ------------------------------------------------------------------------------
+    def bind(self, name: str, input_schemas: Sequence[pa.Schema]) -> pa.Schema:
+        """Type-check against the input schemas (with the executor's columns) and return the
+        output schema. Raises :class:`ExpressionError` / :class:`PlanError` naming ``name``."""
+        if len(input_schemas) != self.arity:
+            raise PlanError(f"operator {name!r} takes {self.arity} input(s), got {len(input_schemas)}")
+        self.name = name
+        self.input_schemas = list(input_schemas)
+        self.schema = self._output_schema()
+        return self.schema
+
+    def _output_schema(self) -> pa.Schema:
+        return self.input_schemas[0]
+
+    def copy(self) -> PhysicalOperator:
+        """A fresh, unbound operator with the same parameters (each query gets its own)."""
+        raise NotImplementedError
+
+    # -- running -------------------------------------------------------------------------------
+    def runnable(self, ports: Sequence[BatchQueue], final: bool) -> bool:
+        """Whether :meth:`run` can consume something; ``final``: no more input can reach the
+        empty ports."""
+        return any(ports)
+
+    def run(self, ports: Sequence[BatchQueue], limit: int, final: bool = False) -> tuple[int, list[pa.RecordBatch]]:
+        """Consume up to ``limit`` rows from the input queues; returns (rows consumed, output)."""
+        taken = ports[0].take(limit)
+        if not taken:
+            return 0, []
+        # One kernel call per run: copying a few slices together is cheaper than calling every
+        # kernel once per slice.
+        batch = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
+        res = self.process(batch)
+        return batch.num_rows, ([] if res is None or res.num_rows == 0 else [res])
+
+    def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
+        raise NotImplementedError
+
+    def flush(self) -> list[pa.RecordBatch]:
+        """End of input: whatever the operator still holds back."""
+        return []
+
+    # -- state ---------------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        return {}
+
+    def from_state(self, state: dict[str, Any]) -> None:
+        if state:
+            raise CheckpointError(f"operator {self.name!r} holds no state, got {sorted(state)}")
+
+    def state_rows(self) -> int:
+        return 0

@@ -1,0 +1,90 @@
+"""Synthetic: the papers' generic operator of declared selectivity and per-row cost (thesis §3.2.2; Chain §6; Jiang §5)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkqos.errors import ExpressionError, PlanError, check_number
+from sparkqos.executor.expressions import SEQ
+from sparkqos.executor.operators.base import PhysicalOperator
+
+
+class Synthetic(PhysicalOperator):
+    """The papers' generic operator: keeps a fraction ``selectivity`` of rows and spends
+    ``cost_s`` seconds of CPU per input row (thesis §3.2.2; Chain §6; Jiang §5).
+
+    Keep/drop is a deterministic hash of the integer column ``key`` (default the sequence
+    number) and ``seed``, so Spark reproduces it with 64-bit integer arithmetic that never
+    overflows: with P = 2³¹ − 1, h = ((|key| mod P)·48271 + seed) mod P, then two squaring
+    rounds h ← (h² + 69621) mod P and h ← (h² + seed) mod P (the squares decorrelate operators
+    that differ only in their seed), keep when h < :attr:`threshold` = selectivity·P.
+
+    >>> import pyarrow as pa
+    >>> from sparkqos.executor.queues import stamp, with_internal
+    >>> op = Synthetic(0.5, cost_s=0.0, seed=1)
+    >>> _ = op.bind("q/syn", [with_internal(pa.schema([("v", pa.int64())]))])
+    >>> kept = op.process(stamp(pa.record_batch({"v": list(range(10_000))}), 0.0, 0)).num_rows
+    >>> 4800 < kept < 5200
+    True
+    """
+
+    kind = "filter"
+    preserves_order = True
+    MODULUS = 2_147_483_647
+    A1, A2 = 48_271, 69_621
+
+    def __init__(self, selectivity: float, cost_s: float = 1e-6, seed: int = 0, key: str = SEQ):
+        super().__init__()
+        check_number("selectivity", selectivity, low=0, high=1, error=PlanError, where="synthetic ")
+        check_number("cost_s", cost_s, low=0, error=PlanError, where="synthetic ")
+        check_number("seed", seed, integer=True, low=0, error=PlanError, where="synthetic ")
+        self.selectivity = float(selectivity)
+        self.cost_s = float(cost_s) if cost_s > 0 else 1e-7
+        self.work_s = float(cost_s)
+        self.seed = seed
+        self.key = key
+        self._threshold = int(self.selectivity * self.MODULUS)
+
+    @property
+    def threshold(self) -> int:
+        """A row is kept when its hash is below this (selectivity · :attr:`MODULUS`)."""
+        return self._threshold
+
+    def copy(self) -> Synthetic:
+        return Synthetic(self.selectivity, self.work_s, self.seed, self.key)
+
+    def _output_schema(self) -> pa.Schema:
+        src = self.input_schemas[0]
+        if src.get_field_index(self.key) < 0:
+            raise ExpressionError(f"operator {self.name!r}: unknown key column {self.key!r}; columns are {src.names}")
+        t = src.field(self.key).type
+        if not pa.types.is_integer(t):
+            raise ExpressionError(f"operator {self.name!r}: key column {self.key!r} must be an integer, got {t}")
+        return src
+
+    def keep_mask(self, keys: pa.Array) -> pa.Array:
+        p = self.MODULUS
+        valid = keys.is_valid()
+        x = np.abs(keys.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)) % p
+        seed = self.seed % p
+        h = (x * self.A1 + seed) % p
+        h = (h * h + self.A2) % p
+        h = (h * h + seed) % p
+        return pc.and_(pa.array(h < self._threshold), valid)
+
+    def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch:
+        if self.work_s > 0:
+            _burn(self.work_s * batch.num_rows)
+        return batch.filter(self.keep_mask(batch.column(self.key)))
+
+
+def _burn(seconds: float) -> None:
+    """Spend ``seconds`` of CPU (the declared per-row cost of a synthetic operator)."""
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
