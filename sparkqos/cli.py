@@ -8,7 +8,7 @@ import sys
 from typing import Any, Sequence
 
 from sparkqos import schedulers
-from sparkqos.errors import SparkqosError
+from sparkqos.errors import SparkqosError, check_number
 
 
 def _param(text: str) -> tuple[str, Any]:
@@ -23,12 +23,9 @@ def _param(text: str) -> tuple[str, Any]:
 
 def _time(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a time, got {text!r}") from None
-    if not (value >= 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite time >= 0, got {text!r}")
-    return value
+        return check_number("time", float(text), low=0)
+    except ValueError:  # not a number, or ArgumentError (a ValueError): argparse wants its own error
+        raise argparse.ArgumentTypeError(f"expected a finite time >= 0, got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from sparkqos.errors import ConfigError
+from sparkqos.errors import ConfigError, check_number
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,8 @@ def _suggest(name: str, options: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _coerce(where: str, key: Key, value: Any) -> Any:
+def _coerce(source: str, name: str, key: Key, value: Any) -> Any:
+    where = f"{source}: {name}"
     if value is None:
         if key.optional:
             return None
@@ -72,17 +72,11 @@ def _coerce(where: str, key: Key, value: Any) -> Any:
                 value = key.type(value)
             except ValueError:
                 raise ConfigError(f"{where} must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        if key.type is int and not float(value).is_integer():
-            raise ConfigError(f"{where} must be a whole number, got {value!r}")
+        if key.type is int and isinstance(value, float) and value.is_integer():
+            value = int(value)  # 3.0 is the whole number 3
+        check_number(name, value, low=key.low, low_open=key.low_open, high=key.high, integer=key.type is int,
+                     error=ConfigError, where=f"{source}: ")
         value = key.type(value)
-        if not math.isfinite(value):
-            raise ConfigError(f"{where} must be finite, got {value!r}")
-        if key.low is not None and (value < key.low or (key.low_open and value == key.low)):
-            raise ConfigError(f"{where} must be {'>' if key.low_open else '>='} {key.low:g}, got {value!r}")
-        if key.high is not None and value > key.high:
-            raise ConfigError(f"{where} must be <= {key.high:g}, got {value!r}")
     elif key.type is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a string, got {value!r}")
@@ -152,7 +146,7 @@ def load_config(
                 raise ConfigError(f"{source}: unknown key '{sec_name}.{name}'{_suggest(name, keys)}; "
                                   f"allowed keys in [{sec_name}] are: {', '.join(keys)}")
         out[sec_name] = {
-            name: _coerce(f"{source}: {sec_name}.{name}", key, given[name]) if name in given else key.default
+            name: _coerce(source, f"{sec_name}.{name}", key, given[name]) if name in given else key.default
             for name, key in keys.items()
         }
     return out

@@ -125,14 +125,6 @@ def check_number(parameter: str, value: Any, *, low: float | None = None, high: 
     ±inf; ``none_ok`` lets None through."""
     if value is None and none_ok:
         return value
-    words = ["an integer" if integer else "a number"]
-    if finite and not integer:
-        words = ["a finite number"]
-    if low is not None:
-        words.append(_bound(">" if low_open else ">=", low))
-    if high is not None:
-        words.append(("and " if low is not None else "") + _bound("<" if high_open else "<=", high))
-    expected = " ".join(words) + (" or None" if none_ok else "")
     ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
     if ok and not integer:
         ok = not (finite and not math.isfinite(value)) and not math.isnan(value)
@@ -140,10 +132,16 @@ def check_number(parameter: str, value: Any, *, low: float | None = None, high: 
         ok = value > low if low_open else value >= low
     if ok and high is not None:
         ok = value < high if high_open else value <= high
-    if not ok:
-        raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value,
-                    expected=expected)
-    return value
+    if ok:  # hot paths call this per operator run: the message is built only on failure
+        return value
+    words = ["an integer" if integer else ("a finite number" if finite else "a number")]
+    if low is not None:
+        words.append(_bound(">" if low_open else ">=", low))
+    if high is not None:
+        words.append(("and " if low is not None else "") + _bound("<" if high_open else "<=", high))
+    expected = " ".join(words) + (" or None" if none_ok else "")
+    raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value,
+                expected=expected)
 
 
 def check_choice(parameter: str, value: Any, choices: Iterable[Any], *, error: type[SparkqosError] = ArgumentError,

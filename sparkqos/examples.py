@@ -8,7 +8,7 @@ Over one stream of sensor readings (the ``sparkqos.bursty`` source's sensor payl
 * ``archive`` (class N): every reading enriched for logging (costly, keeps everything).
 
 ``work_us`` scales the declared per-row CPU work of the two costly steps (synthetic operators,
-DESIGN.md "Operators in the executor"), so the same plan can run near capacity on any machine.
+docs/ARCHITECTURE.md "Operators in the executor"), so the same plan can run near capacity on any machine.
 
 >>> qs = sensor_queries()
 >>> sorted(q.klass for q in qs.build().plan.queries.values())
@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkqos.errors import check_number
 from sparkqos.executor.expressions import avg, col, count, max_
 from sparkqos.query.builder import QuerySet
 
@@ -39,8 +40,7 @@ SENSOR_SCHEMA = pa.schema([
 
 def sensor_queries(work_us: float = 20.0, window_s: float = 10.0, classes: dict[str, float] | None = None) -> QuerySet:
     """The four sensor queries; ``work_us`` µs of declared work per row for the costly steps."""
-    if not work_us >= 0:
-        raise ValueError(f"work_us must be >= 0, got {work_us!r}")
+    check_number("work_us", work_us, low=0)
     qs = QuerySet(classes=classes or SENSOR_CLASSES)
     s = qs.stream("sensors", SENSOR_SCHEMA)
     (s.where((col("temperature") > 55) & (col("humidity") < 25))

@@ -146,7 +146,7 @@ def test_stale_temp_files_from_a_crash_are_removed_on_open(tmp_path):
 @pytest.mark.parametrize("bad", [-1, 1.5, "3", True, None])
 def test_bad_batch_id_is_named(tmp_path, bad):
     store = CheckpointStore(tmp_path)
-    with pytest.raises(CheckpointError, match=f"batch id must be an integer >= 0, got {bad!r}"):
+    with pytest.raises(CheckpointError, match=f"batch_id must be an integer >= 0, got {bad!r}"):
         store.save(bad, {}, {})
 
 

@@ -169,7 +169,7 @@ def single_stream_workloads(draw):
 @settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(single_stream_workloads())
 def test_jiang_theorem_3_segment_peak_memory_within_chain_plus_n(workload):
-    """Jiang Theorem 3 in the non-preemptive form (DESIGN.md): under the `quantum` rule the
+    """Jiang Theorem 3 in the non-preemptive form (docs/ARCHITECTURE.md): under the `quantum` rule the
     segment strategy's peak queued memory is at most Chain's peak + n (n = operator paths)."""
     plan, arrivals = workload
     peak = {s: Simulator(plan, schedulers.get(s), arrivals, run="quantum", starvation_limit=1).run().peak_queued()
@@ -242,10 +242,10 @@ def test_threshold_mode_survives_a_round_trip():
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"gamma": 0.0}, "gamma must be within \\(0, 1\\], got 0.0"),
-    ({"gamma": 1.5}, "gamma must be within \\(0, 1\\], got 1.5"),
-    ({"beta": 0.5}, "beta must be within \\(0.5, 1\\), got 0.5"),
-    ({"beta": 1.0}, "beta must be within \\(0.5, 1\\), got 1.0"),
+    ({"gamma": 0.0}, "gamma must be a finite number > 0 and <= 1, got 0.0"),
+    ({"gamma": 1.5}, "gamma must be a finite number > 0 and <= 1, got 1.5"),
+    ({"beta": 0.5}, "beta must be a finite number > 0.5 and < 1, got 0.5"),
+    ({"beta": 1.0}, "beta must be a finite number > 0.5 and < 1, got 1.0"),
     ({"memory_limit": -3}, "memory_limit must be .* got -3"),
     ({"memory_limit": "lots"}, "memory_limit must be .* got 'lots'"),
     ({"quantum": 0}, "quantum must be .* got 0"),
@@ -256,9 +256,9 @@ def test_threshold_rejects_bad_parameters(params, message):
 
 
 def test_other_bad_parameters_and_states():
-    with pytest.raises(SchedulerError, match="gamma must be within"):
+    with pytest.raises(SchedulerError, match="gamma must be a finite number > 0 and <= 1, got -0.1"):
         schedulers.get("simplified_segment", gamma=-0.1)
-    with pytest.raises(SchedulerError, match="mode must be 'normal' or 'saving', got 'panic'"):
+    with pytest.raises(SchedulerError, match="mode must be one of 'normal', 'saving', got 'panic'"):
         Threshold(memory_limit=5).load_state_dict({"mode": "panic"})
     with pytest.raises(SchedulerError, match="period must be an integer .* got 0"):
         schedulers.get("oldest_guard", period=0)

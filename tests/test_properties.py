@@ -1,7 +1,7 @@
 """Properties on random single-stream plans with every σ ≤ 1 (hypothesis).
 
 * Scheduling never changes the answer: drained, every strategy outputs the same total.
-* Chain paper, Theorem 4.2 in the form that survives non-preemptive dispatch (DESIGN.md): under
+* Chain paper, Theorem 4.2 in the form that survives non-preemptive dispatch (docs/ARCHITECTURE.md): under
   the ``quantum`` rule Chain's peak queued memory is at most any other strategy's peak + n,
   n = the number of operator paths.
 """

@@ -25,12 +25,12 @@ def test_weights_must_sum_to_one_within_tolerance():
     "goal, message",
     [
         (("latency", "minimize", 1.0), r"unknown statistic 'latency'; known statistics are \['delay'"),
-        (("delay", "lower", 1.0), r"direction of 'delay' must be one of \['maximize', 'minimize'\], got 'lower'"),
-        (("delay", "minimize", -0.1), "weight of 'delay' must be a finite number >= 0, got -0.1"),
-        (("delay", "minimize", float("nan")), "weight of 'delay' must be a finite number >= 0, got nan"),
-        (("delay", "minimize", float("inf")), "weight of 'delay' must be a finite number >= 0, got inf"),
-        (("delay", "minimize", True), "weight of 'delay' must be a finite number"),
-        (("delay", "minimize", "1"), "weight of 'delay' must be a finite number"),
+        (("delay", "lower", 1.0), "goal 'delay': direction must be one of 'maximize', 'minimize', got 'lower'"),
+        (("delay", "minimize", -0.1), "goal 'delay': weight must be a finite number >= 0, got -0.1"),
+        (("delay", "minimize", float("nan")), "goal 'delay': weight must be a finite number >= 0, got nan"),
+        (("delay", "minimize", float("inf")), "goal 'delay': weight must be a finite number >= 0, got inf"),
+        (("delay", "minimize", True), "goal 'delay': weight must be a finite number"),
+        (("delay", "minimize", "1"), "goal 'delay': weight must be a finite number"),
         (("delay", "minimize"), r"a goal is \(statistic, direction, weight\), got \('delay', 'minimize'\)"),
     ],
 )

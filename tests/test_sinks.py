@@ -112,9 +112,9 @@ def test_schema_changes_between_batches_are_promoted(tmp_path):
 @pytest.mark.parametrize("sink_factory", [lambda p: ParquetSink(p), lambda p: MemorySink()], ids=["parquet", "memory"])
 def test_bad_input_is_named(tmp_path, sink_factory):
     sink = sink_factory(tmp_path)
-    with pytest.raises(SinkError, match="batch id must be an integer >= 0, got -1"):
+    with pytest.raises(SinkError, match="batch_id must be an integer >= 0, got -1"):
         sink.write(-1, outputs(0))
-    with pytest.raises(SinkError, match="batch id must be an integer >= 0, got True"):
+    with pytest.raises(SinkError, match="batch_id must be an integer >= 0, got True"):
         sink.write(True, outputs(0))
     with pytest.raises(SinkError, match="query name '../etc' cannot name a sink partition"):
         sink.write(0, {"../etc": pa.table({"x": [1]})})

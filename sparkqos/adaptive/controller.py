@@ -48,17 +48,18 @@ candidate alive: a clipped z of 0 would otherwise never be spun again and never 
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from sparkqos.errors import QosSpecError, SchedulerError
+from sparkqos.errors import QosSpecError, SchedulerError, check_choice, check_number
 from sparkqos.adaptive.qos import QosSpec, Window, measure, resolve
 from sparkqos.schedulers import registry
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.model.state import SchedulerState, Unit
-from sparkqos.model.stats import DEFAULT_WEIGHT, _check_weight, smooth
+from sparkqos.model.stats import DEFAULT_WEIGHT, smooth
 
 AGE_UNITS = ("seconds", "picks")
 SPREADS = ("strategies", "windows")
@@ -77,15 +78,6 @@ def _release_signal(window: Window) -> float | None:
         return None
     value = -(window.queued_start + window.inputs - window.queued_end) / window.work
     return value if math.isfinite(value) else None
-
-
-def _fraction(name: str, value: float, *, closed_high: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < value and (
-        value <= 1.0 if closed_high else value < 1.0
-    )
-    if not ok:
-        raise SchedulerError(f"{name} must be in (0, {'1]' if closed_high else '1)'}, got {value!r}")
-    return float(value)
 
 
 class AdaptiveController:
@@ -134,21 +126,13 @@ class AdaptiveController:
             raise SchedulerError(f"candidates must be distinct strategy names, at least one, got {candidates!r}")
         if not isinstance(spec, QosSpec):
             raise QosSpecError(f"spec must be a QosSpec, got {spec!r}")
-        if age_unit not in AGE_UNITS:
-            raise SchedulerError(f"age_unit must be one of {list(AGE_UNITS)}, got {age_unit!r}")
-        if spread not in SPREADS:
-            raise SchedulerError(f"spread must be one of {list(SPREADS)}, got {spread!r}")
-        if delay_signal not in DELAY_SIGNALS:
-            raise SchedulerError(f"delay_signal must be one of {list(DELAY_SIGNALS)}, got {delay_signal!r}")
-        if memory_signal not in MEMORY_SIGNALS:
-            raise SchedulerError(f"memory_signal must be one of {list(MEMORY_SIGNALS)}, got {memory_signal!r}")
-        if isinstance(sharpness, bool) or not isinstance(sharpness, (int, float)) or not (
-                math.isfinite(sharpness) and sharpness > 0):
-            raise SchedulerError(f"sharpness must be a finite number > 0, got {sharpness!r}")
-        if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0.0 <= explore <= 1.0:
-            raise SchedulerError(f"explore must be in [0, 1], got {explore!r}")
-        if log_limit is not None and (isinstance(log_limit, bool) or not isinstance(log_limit, int) or log_limit < 1):
-            raise SchedulerError(f"log_limit must be an integer >= 1 or None, got {log_limit!r}")
+        check_choice("age_unit", age_unit, AGE_UNITS, error=SchedulerError)
+        check_choice("spread", spread, SPREADS, error=SchedulerError)
+        check_choice("delay_signal", delay_signal, DELAY_SIGNALS, error=SchedulerError)
+        check_choice("memory_signal", memory_signal, MEMORY_SIGNALS, error=SchedulerError)
+        check_number("sharpness", sharpness, low=0, low_open=True, error=SchedulerError)
+        check_number("explore", explore, low=0, high=1, error=SchedulerError)
+        check_number("log_limit", log_limit, low=1, integer=True, none_ok=True, error=SchedulerError)
         self.delay_signal = delay_signal
         self.memory_signal = memory_signal
         self.sharpness = float(sharpness)
@@ -156,9 +140,10 @@ class AdaptiveController:
         self.log_limit = log_limit
         self.candidates = candidates
         self.spec = spec
-        self.decay = _fraction("decay", decay, closed_high=True)
+        self.decay = float(check_number("decay", decay, low=0, high=1, low_open=True, error=SchedulerError))
         self.age_unit = age_unit
-        self.w = _check_weight(w)
+        # ArgumentError (a ValueError), as StatisticsGatherer raises for the same weight.
+        self.w = float(check_number("w", w, low=0, high=1, high_open=True, where="smoothing weight "))
         self.spread = spread
         self._rng = np.random.default_rng(seed)
         # Warm-up (§5.3): each candidate once, round robin, the first once more at the end.
@@ -356,19 +341,22 @@ class AdaptiveController:
                 f"adaptive controller state names strategies {strangers or [state['current']]} "
                 f"that are not candidates {self.candidates}"
             )
-        self.current = state["current"]
-        self._warm = int(state["warm"])
-        self._windows = int(state["windows"])
-        self._decision = int(state["decision"])
-        self._mean = {c: dict(state["mean"].get(c, {})) for c in self.candidates}
-        self._history = dict(state["history"])
-        self._low = dict(state["low"])
-        self._high = dict(state["high"])
-        self._rate = state.get("rate")
-        self.scores = {c: state["scores"].get(c) for c in self.candidates}
-        self._scored = {c: state["scored"].get(c) for c in self.candidates}
-        self._ran = {c: state["ran"].get(c) for c in self.candidates}
-        self._rng.bit_generator.state = state["rng"]
+        try:
+            self.current = state["current"]
+            self._warm = int(state["warm"])
+            self._windows = int(state["windows"])
+            self._decision = int(state["decision"])
+            self._mean = {c: dict(state["mean"].get(c, {})) for c in self.candidates}
+            self._history = dict(state["history"])
+            self._low = dict(state["low"])
+            self._high = dict(state["high"])
+            self._rate = state.get("rate")
+            self.scores = {c: state["scores"].get(c) for c in self.candidates}
+            self._scored = {c: state["scored"].get(c) for c in self.candidates}
+            self._ran = {c: state["ran"].get(c) for c in self.candidates}
+            self._rng.bit_generator.state = state["rng"]
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise SchedulerError(f"adaptive controller state does not fit: {type(exc).__name__}: {exc}") from None
 
 
 class Adaptive(Scheduler):
@@ -436,14 +424,9 @@ class Adaptive(Scheduler):
             raise SchedulerError(f"candidates are names of non-adaptive registered strategies, got {candidates!r}")
         if period is None and period_picks is None:
             raise SchedulerError("adaptive needs an evaluation window: period and/or period_picks")
-        if period is not None and (isinstance(period, bool) or not isinstance(period, (int, float))
-                                   or not (period > 0 and math.isfinite(period))):
-            raise SchedulerError(f"period must be a finite time > 0 or None, got {period!r}")
-        if period_picks is not None and (isinstance(period_picks, bool) or not isinstance(period_picks, int)
-                                         or period_picks < 1):
-            raise SchedulerError(f"period_picks must be an integer >= 1 or None, got {period_picks!r}")
-        if isinstance(starvation, bool) or not isinstance(starvation, int) or starvation < 1:
-            raise SchedulerError(f"starvation must be an integer >= 1, got {starvation!r}")
+        check_number("period", period, low=0, low_open=True, none_ok=True, error=SchedulerError)
+        check_number("period_picks", period_picks, low=1, integer=True, none_ok=True, error=SchedulerError)
+        check_number("starvation", starvation, low=1, integer=True, error=SchedulerError)
         self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal,
                                              memory_signal, sharpness, explore, log_limit)
         member_params = {} if member_params is None else member_params
@@ -458,6 +441,26 @@ class Adaptive(Scheduler):
         self._window: dict[str, float] | None = None
         self._yield: dict[str, float] = {}  # Π σ from each operator to its root
         self._yield_version: int | None = None
+
+    @classmethod
+    def sized_params(cls, budget_s: float, period_s: float | None = None, **params: Any) -> dict[str, Any]:
+        """Left unset, the evaluation ``period`` becomes ``period_s`` (the trigger interval), so
+        the controller scores and picks once per trigger; each registered candidate's
+        ``member_params`` are sized by that candidate's own rule (what is set is kept)."""
+        params = super().sized_params(budget_s, period_s, **params)
+        if period_s is not None:
+            params.setdefault("period", period_s)
+        candidates = params.get("candidates", inspect.signature(cls.__init__).parameters["candidates"].default)
+        names = [candidates] if isinstance(candidates, str) else list(candidates)
+        members = {n: dict(v) for n, v in dict(params.get("member_params") or {}).items()}
+        for n in names:
+            if isinstance(n, str) and n in registry.available():
+                sized = type(registry.get(n)).sized_params(budget_s, **members.get(n, {}))
+                if sized:
+                    members[n] = sized
+        if members:
+            params["member_params"] = members
+        return params
 
     @property
     def decisions(self) -> list[dict[str, Any]]:
@@ -632,7 +635,10 @@ class Adaptive(Scheduler):
             raise SchedulerError(f"Adaptive state holds strategies {strangers} that are not candidates {list(self._members)}")
         if "controller" in state:
             self.controller.load_state_dict(state["controller"])
-        self._starved = int(state.get("starved", 0))
-        self._window = None if state.get("window") is None else dict(state["window"])
+        try:
+            self._starved = int(state.get("starved", 0))
+            self._window = None if state.get("window") is None else dict(state["window"])
+        except (TypeError, ValueError) as exc:
+            raise SchedulerError(f"Adaptive state does not fit: {type(exc).__name__}: {exc}") from None
         for name, member_state in members.items():
             self._members[name].load_state_dict(member_state)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from sparkqos.errors import QosSpecError
+from sparkqos.errors import QosSpecError, check_choice, check_number
 
 DIRECTIONS = ("maximize", "minimize")
 #: Tolerance on Σ weights = 1.
@@ -145,13 +145,9 @@ class Goal:
     def __post_init__(self) -> None:
         if self.statistic not in _STATISTICS:
             raise QosSpecError(f"unknown statistic {self.statistic!r}; known statistics are {statistics()}")
-        if self.direction not in DIRECTIONS:
-            raise QosSpecError(
-                f"direction of {self.statistic!r} must be one of {list(DIRECTIONS)}, got {self.direction!r}"
-            )
-        w = self.weight
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or math.isnan(w) or w < 0 or math.isinf(w):
-            raise QosSpecError(f"weight of {self.statistic!r} must be a finite number >= 0, got {w!r}")
+        where = f"goal {self.statistic!r}: "
+        check_choice("direction", self.direction, DIRECTIONS, error=QosSpecError, where=where)
+        w = check_number("weight", self.weight, low=0, error=QosSpecError, where=where)
         object.__setattr__(self, "weight", float(w))
 
     @property

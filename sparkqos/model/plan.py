@@ -10,11 +10,10 @@ the root of its query (Jiang §2).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from sparkqos.errors import PlanError
+from sparkqos.errors import PlanError, check_choice, check_number
 
 DEFAULT_CLASS = "default"
 
@@ -172,17 +171,6 @@ class Plan:
             surviving *= op.selectivity
         return total
 
-    def with_statistics(self, selectivity: Mapping[str, float], cost: Mapping[str, float]) -> Plan:
-        """A copy with some operators' selectivity and cost replaced (measured values)."""
-        ops = [
-            Operator(
-                op.name, op.inputs, selectivity.get(op.name, op.selectivity), cost.get(op.name, op.cost),
-                self._query_of[op.name], self.class_of(op.name), op.kind, op.tuple_size,
-            )
-            for op in self.operators
-        ]
-        return Plan(ops, self.streams, self.classes)
-
     def __repr__(self) -> str:
         return f"Plan({len(self.operators)} operators, {len(self.queries)} queries, {len(self.paths)} paths)"
 
@@ -210,18 +198,11 @@ class Plan:
                         f"operator {op.name!r} reads unknown input {src!r}: "
                         f"not a stream ({sorted(stream_set)}) nor an operator"
                     )
-            if isinstance(op.selectivity, bool) or not isinstance(op.selectivity, (int, float)):
-                raise PlanError(f"operator {op.name!r}: selectivity must be a number, got {op.selectivity!r}")
-            if not math.isfinite(op.selectivity) or op.selectivity < 0:
-                raise PlanError(f"operator {op.name!r}: selectivity must be finite and >= 0, got {op.selectivity!r}")
-            if isinstance(op.cost, bool) or not isinstance(op.cost, (int, float)):
-                raise PlanError(f"operator {op.name!r}: cost must be a number, got {op.cost!r}")
-            if not math.isfinite(op.cost) or op.cost <= 0:
-                raise PlanError(f"operator {op.name!r}: cost must be finite and > 0, got {op.cost!r}")
-            if not math.isfinite(op.tuple_size) or op.tuple_size <= 0:
-                raise PlanError(f"operator {op.name!r}: tuple_size must be finite and > 0, got {op.tuple_size!r}")
-            if op.kind not in OPERATOR_KINDS:
-                raise PlanError(f"operator {op.name!r}: kind {op.kind!r} is not one of {list(OPERATOR_KINDS)}")
+            where = f"operator {op.name!r}: "
+            check_number("selectivity", op.selectivity, low=0, error=PlanError, where=where)
+            check_number("cost", op.cost, low=0, low_open=True, error=PlanError, where=where)
+            check_number("tuple_size", op.tuple_size, low=0, low_open=True, error=PlanError, where=where)
+            check_choice("kind", op.kind, OPERATOR_KINDS, error=PlanError, where=where)
 
     def _consumers(self) -> dict[str, str | None]:
         consumer: dict[str, str | None] = {op.name: None for op in self.operators}
@@ -273,9 +254,8 @@ class Plan:
         used = {q.klass for q in self.queries.values()}
         out: dict[str, float] = {}
         for name, prio in classes.items():
-            if isinstance(prio, bool) or not isinstance(prio, (int, float)) or not math.isfinite(prio) or prio <= 0:
-                raise PlanError(f"class {name!r}: priority must be a finite number > 0, got {prio!r}")
-            out[name] = float(prio)
+            out[name] = float(check_number("priority", prio, low=0, low_open=True, error=PlanError,
+                                           where=f"class {name!r}: "))
         for klass in sorted(used):
             out.setdefault(klass, 1.0)
         return out

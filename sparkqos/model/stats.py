@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from sparkqos.errors import CheckpointError, check_number
+
 DEFAULT_WEIGHT = 0.875
 
 
@@ -24,12 +26,6 @@ def smooth(old: float | None, new: float, w: float = DEFAULT_WEIGHT) -> float:
     (4.0, 5.0)
     """
     return new if old is None or not math.isfinite(old) else old * w + new * (1.0 - w)
-
-
-def _check_weight(w: float) -> float:
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
-        raise ValueError(f"smoothing weight w must be in [0, 1), got {w!r}")
-    return float(w)
 
 
 @dataclass
@@ -82,7 +78,7 @@ class StatisticsGatherer:
     """
 
     def __init__(self, w: float = DEFAULT_WEIGHT, start: float | None = 0.0):
-        self.w = _check_weight(w)
+        self.w = float(check_number("w", w, low=0, high=1, high_open=True, where="smoothing weight "))
         self._ops: dict[str, OperatorStats] = {}
         self.plan = PlanStats()
         self._window_output = 0.0
@@ -101,8 +97,10 @@ class StatisticsGatherer:
 
     def record_run(self, op: str, consumed: float, produced: float, seconds: float) -> None:
         """One run of ``op``: it consumed/produced that many tuples in ``seconds`` of work."""
-        if consumed < 0 or produced < 0 or seconds < 0 or not all(map(math.isfinite, (consumed, produced, seconds))):
-            raise ValueError(f"run statistics of {op!r} must be finite and >= 0, got {consumed}, {produced}, {seconds}")
+        where = f"run statistics of {op!r}: "
+        check_number("consumed", consumed, low=0, where=where)
+        check_number("produced", produced, low=0, where=where)
+        check_number("seconds", seconds, low=0, where=where)
         s = self.operator(op)
         s.runs += 1
         s.consumed += consumed
@@ -152,9 +150,19 @@ class StatisticsGatherer:
 
     @classmethod
     def from_dict(cls, d: dict) -> "StatisticsGatherer":
-        g = cls(d["w"])
-        g._ops = {k: OperatorStats(**v) for k, v in d["operators"].items()}
-        g.plan = PlanStats(**d["plan"])
-        g._window_output, g._window_delay, g._window_start = d["window"]
-        g.version = d["version"]
+        """Restore :meth:`to_dict`; a snapshot that does not fit raises :class:`CheckpointError`
+        naming what does not."""
+        keys = {"w", "operators", "plan", "window", "version"}
+        if not isinstance(d, dict) or set(d) != keys:
+            got = sorted(d) if isinstance(d, dict) else type(d).__name__
+            raise CheckpointError(f"statistics state must have keys {sorted(keys)}, got {got}")
+        where = "statistics state: "
+        g = cls(check_number("w", d["w"], low=0, high=1, high_open=True, error=CheckpointError, where=where))
+        try:
+            g._ops = {k: OperatorStats(**v) for k, v in d["operators"].items()}
+            g.plan = PlanStats(**d["plan"])
+            g._window_output, g._window_delay, g._window_start = d["window"]
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}does not fit this version of sparkqos: {exc}") from None
+        g.version = check_number("version", d["version"], low=0, integer=True, error=CheckpointError, where=where)
         return g

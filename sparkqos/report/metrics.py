@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkqos.atomic import write_atomic
+from sparkqos.errors import ArgumentError
 
 #: ``query`` value of the row that sums the whole plan.
 PLAN_ROW = "*"
@@ -142,7 +143,7 @@ def row(**values: Any) -> dict[str, Any]:
             v = json.dumps(v, sort_keys=True)
         out[field.name] = v
     if values:
-        raise ValueError(f"unknown metrics columns {sorted(values)}; the table has {SCHEMA.names}")
+        raise ArgumentError(f"unknown metrics columns {sorted(values)}; the table has {SCHEMA.names}")
     return out
 
 

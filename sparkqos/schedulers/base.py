@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable
 
+from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState, Unit
 
@@ -57,6 +58,32 @@ class Scheduler(ABC):
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({args})"
 
+    # -- sizing to an engine's time unit ----------------------------------------------------
+    @classmethod
+    def sized_params(cls, budget_s: float, period_s: float | None = None, **params: Any) -> dict[str, Any]:
+        """``params`` with the time parameters left unset sized to a trigger of ``budget_s``
+        seconds of executor time (``period_s``: the trigger interval, None when there is none).
+
+        Strategies state time in the papers' units; on Spark a unit is a second of executor time,
+        so defaults such as a quantum of 1 would let one unit overrun a short trigger. Each
+        strategy declares its own rule here, so engines never need to know which strategy has
+        which time parameter. Default: a ``quantum`` (the longest unit of work) whose default
+        is not None becomes a tenth of the budget. What ``params`` sets is kept.
+        """
+        check_number("budget_s", budget_s, low=0, low_open=True, error=SchedulerError, where=f"{cls.__name__}: ")
+        check_number("period_s", period_s, low=0, low_open=True, none_ok=True, error=SchedulerError,
+                     where=f"{cls.__name__}: ")
+        out = dict(params)
+        quantum = inspect.signature(cls.__init__).parameters.get("quantum")
+        if quantum is not None and quantum.default not in (None, inspect.Parameter.empty) and "quantum" not in out:
+            out["quantum"] = budget_s / 10
+        return out
+
+    @classmethod
+    def sized_for(cls, budget_s: float, period_s: float | None = None, **params: Any) -> Scheduler:
+        """A new instance with :meth:`sized_params` (override that, not this)."""
+        return cls(**cls.sized_params(budget_s, period_s, **params))
+
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Serialisable mutable state (empty for stateless strategies)."""
@@ -65,7 +92,7 @@ class Scheduler(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; takes effect at the next attach."""
         if state:
-            raise ValueError(f"{type(self).__name__} holds no state, got {sorted(state)}")
+            raise SchedulerError(f"{type(self).__name__} holds no state, got {sorted(state)}")
 
     # -- engine protocol --------------------------------------------------------------------
     def attach(self, state: SchedulerState) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
+from sparkqos.errors import SchedulerError
 from sparkqos.model.plan import Plan
 from sparkqos.schedulers.base import HeapScheduler, PriorityScheduler, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
@@ -73,8 +74,11 @@ class RoundRobin(Scheduler):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unknown = set(state) - {"ring"}
         if unknown:
-            raise ValueError(f"RoundRobin state has unknown keys {sorted(unknown)}")
-        self._restored = list(state.get("ring", []))
+            raise SchedulerError(f"RoundRobin state has unknown keys {sorted(unknown)}; expected ['ring']")
+        ring = state.get("ring", [])
+        if not isinstance(ring, list) or not all(isinstance(op, str) for op in ring):
+            raise SchedulerError(f"RoundRobin state: ring must be a list of operator names, got {ring!r}")
+        self._restored = list(ring)
         if self._state is not None:
             self._rebuild(self._state)
 

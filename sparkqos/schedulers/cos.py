@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from sparkqos.errors import SchedulerError
+from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
@@ -141,10 +141,8 @@ class Cos(Scheduler):
     """
 
     def __init__(self, T: float = 0.3, width: float = 0.25):
-        if isinstance(T, bool) or not isinstance(T, (int, float)) or not 0 <= T <= 1:
-            raise SchedulerError(f"Cos: T must be a number within [0, 1], got {T!r}")
-        if isinstance(width, bool) or not isinstance(width, (int, float)) or not (width > 0 and math.isfinite(width)):
-            raise SchedulerError(f"Cos: width must be a finite number > 0, got {width!r}")
+        check_number("T", T, low=0, high=1, error=SchedulerError, where="Cos: ")
+        check_number("width", width, low=0, low_open=True, error=SchedulerError, where="Cos: ")
         self.T = T
         self.width = width
         self._clusters: list[tuple[str, ...]] = []
@@ -216,10 +214,8 @@ class Cos(Scheduler):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unknown = set(state) - {"cursor"}
         if unknown:
-            raise ValueError(f"Cos state has unknown keys {sorted(unknown)}; expected ['cursor']")
-        cursor = state.get("cursor", 0)
-        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
-            raise ValueError(f"Cos state: cursor must be an integer >= 0, got {cursor!r}")
-        self._cursor = cursor
+            raise SchedulerError(f"Cos state has unknown keys {sorted(unknown)}; expected ['cursor']")
+        self._cursor = check_number("cursor", state.get("cursor", 0), low=0, integer=True, error=SchedulerError,
+                                    where="Cos state: ")
         if self._heaps:
             self._cursor %= len(self._heaps)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from sparkqos.errors import SchedulerError
+from sparkqos.errors import SchedulerError, check_number
 from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
 from sparkqos.schedulers.rate import highest_rate_priorities
@@ -78,9 +78,8 @@ class Cqc(Scheduler):
     """
 
     def __init__(self, k: float = 20.0, quantum: float = 1.0):
-        for name, value in (("k", k), ("quantum", quantum)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-                raise SchedulerError(f"Cqc: {name} must be a finite number > 0, got {value!r}")
+        check_number("k", k, low=0, low_open=True, error=SchedulerError, where="Cqc: ")
+        check_number("quantum", quantum, low=0, low_open=True, error=SchedulerError, where="Cqc: ")
         self.k = k
         self.quantum = quantum
         self._order: list[str] = []
@@ -94,6 +93,19 @@ class Cqc(Scheduler):
         self._sources: dict[str, LazyHeap] = {}
         self._units: dict[str, Unit] = {}
         self._restored: dict[str, Any] | None = None
+
+    @classmethod
+    def sized_params(cls, budget_s: float, period_s: float | None = None, **params: Any) -> dict[str, Any]:
+        """Left unset, the round ``k`` becomes the trigger's budget, so a round (every class's
+        share) fits in one trigger; the quantum becomes a tenth of it, as for every strategy.
+
+        >>> Cqc.sized_for(2.0)
+        Cqc(k=2.0, quantum=0.2)
+        >>> Cqc.sized_for(2.0, k=5.0)
+        Cqc(k=5.0, quantum=0.2)
+        """
+        params.setdefault("k", budget_s)
+        return super().sized_params(budget_s, period_s, **params)
 
     # -- derived structures -------------------------------------------------------------------
     def _rebuild(self, state: SchedulerState) -> None:
@@ -206,10 +218,10 @@ class Cqc(Scheduler):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unknown = set(state) - self._STATE_KEYS
         if unknown:
-            raise ValueError(f"Cqc state has unknown keys {sorted(unknown)}; expected {sorted(self._STATE_KEYS)}")
+            raise SchedulerError(f"Cqc state has unknown keys {sorted(unknown)}; expected {sorted(self._STATE_KEYS)}")
         credit = state.get("credit", {})
         if not isinstance(credit, dict) or not all(isinstance(v, (int, float)) for v in credit.values()):
-            raise ValueError(f"Cqc state: credit must map class names to numbers, got {credit!r}")
+            raise SchedulerError(f"Cqc state: credit must map class names to numbers, got {credit!r}")
         self._restored = dict(state)
         if self._state is not None:
             self._rebuild(self._state)
@@ -219,10 +231,10 @@ class Cqc(Scheduler):
         if not credit:  # saved before this strategy first ran (e.g. an idle adaptive candidate)
             return
         if set(credit) != set(self._order):
-            raise ValueError(f"Cqc state names classes {sorted(credit)}; the plan has {sorted(self._order)}")
+            raise SchedulerError(f"Cqc state names classes {sorted(credit)}; the plan has {sorted(self._order)}")
         current = saved.get("current")
         if current is not None and current not in credit:
-            raise ValueError(f"Cqc state: current class {current!r} is not one of {sorted(credit)}")
+            raise SchedulerError(f"Cqc state: current class {current!r} is not one of {sorted(credit)}")
         self._credit = credit
         self._current = current
         self._used = float(saved.get("used", 0.0))

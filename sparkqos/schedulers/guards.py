@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sparkqos.errors import SchedulerError
+from sparkqos.errors import SchedulerError, check_number
 from sparkqos.schedulers import registry
 from sparkqos.schedulers.path import PathCapacity
 from sparkqos.schedulers.base import LazyHeap, Scheduler
@@ -23,12 +23,6 @@ def _resolve(inner: str | Scheduler, wrapper: str) -> Scheduler:
     if isinstance(inner, str):
         return registry.get(inner)
     raise SchedulerError(f"{wrapper}: inner must be a strategy name or a Scheduler, got {inner!r}")
-
-
-def _check_period(period: int, wrapper: str) -> int:
-    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
-        raise SchedulerError(f"{wrapper}: period must be an integer number of picks >= 1, got {period!r}")
-    return period
 
 
 def _path_units(state: SchedulerState, inner: Scheduler) -> dict[str, Unit]:
@@ -70,7 +64,7 @@ class OldestPathGuard(Scheduler):
 
     def __init__(self, inner: str | Scheduler = "pc", period: int = 10):
         self.inner = inner
-        self.period = _check_period(period, "oldest_guard")
+        self.period = check_number("period", period, low=1, integer=True, error=SchedulerError, where="oldest_guard: ")
         self._inner = _resolve(inner, "oldest_guard")
         self._count = 0
         self._heap: LazyHeap | None = None
@@ -107,10 +101,8 @@ class OldestPathGuard(Scheduler):
         unknown = set(state) - {"count", "inner"}
         if unknown:
             raise SchedulerError(f"OldestPathGuard state has unknown keys {sorted(unknown)}")
-        count = state.get("count", 0)
-        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < self.period:
-            raise SchedulerError(f"OldestPathGuard count must be an integer in [0, {self.period}), got {count!r}")
-        self._count = count
+        self._count = check_number("count", state.get("count", 0), low=0, high=self.period, high_open=True,
+                                   integer=True, error=SchedulerError, where="OldestPathGuard state: ")
         self._inner.load_state_dict(state.get("inner", {}))
 
 
@@ -143,7 +135,8 @@ class DynamicPriority(Scheduler):
 
     def __init__(self, inner: str | Scheduler = "pc", period: int = 10):
         self.inner = inner
-        self.period = _check_period(period, "dynamic_priority")
+        self.period = check_number("period", period, low=1, integer=True, error=SchedulerError,
+                                   where="dynamic_priority: ")
         self._inner = _resolve(inner, "dynamic_priority")
         if not callable(getattr(self._inner, "priorities", None)):
             raise SchedulerError(
@@ -219,9 +212,8 @@ class DynamicPriority(Scheduler):
         unknown = set(state) - {"count", "dynamic"}
         if unknown:
             raise SchedulerError(f"DynamicPriority state has unknown keys {sorted(unknown)}")
-        count = state.get("count", 0)
-        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < self.period:
-            raise SchedulerError(f"DynamicPriority count must be an integer in [0, {self.period}), got {count!r}")
+        count = check_number("count", state.get("count", 0), low=0, high=self.period, high_open=True, integer=True,
+                             error=SchedulerError, where="DynamicPriority state: ")
         dynamic = state.get("dynamic", {})
         if not isinstance(dynamic, dict) or not all(
             isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) for k, v in dynamic.items()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, Sequence
 
-from sparkqos.errors import SchedulerError
+from sparkqos.errors import SchedulerError, check_choice, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.schedulers.base import LazyHeap, PriorityScheduler, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
@@ -197,21 +197,6 @@ def segment_suffixes(plan: Plan, segments: Iterable[tuple[str, ...]]) -> dict[st
 
 
 # -- strategies ----------------------------------------------------------------------------------
-def _check_quantum(quantum: float | None) -> float | None:
-    if quantum is None:
-        return None
-    number = isinstance(quantum, (int, float)) and not isinstance(quantum, bool)
-    if not number or not (math.isfinite(quantum) and quantum > 0):
-        raise SchedulerError(f"quantum must be a finite number of time units > 0 (or None), got {quantum!r}")
-    return float(quantum)
-
-
-def _check_gamma(gamma: float) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not (0 < gamma <= 1):
-        raise SchedulerError(f"similarity factor gamma must be within (0, 1], got {gamma!r}")
-    return float(gamma)
-
-
 class _ChainUnits(PriorityScheduler):
     """Static priority per unit head; the unit is a carry chain (path, segment or their rest).
     Subclasses give :meth:`chains` (head → operators) and :meth:`chain_priority`."""
@@ -220,7 +205,8 @@ class _ChainUnits(PriorityScheduler):
 
     def __init__(self, quantum: float | None = 1.0):
         super().__init__()
-        self.quantum = _check_quantum(quantum)
+        check_number("quantum", quantum, low=0, low_open=True, none_ok=True, error=SchedulerError)
+        self.quantum = None if quantum is None else float(quantum)
 
     def chains(self, state: SchedulerState) -> dict[str, tuple[str, ...]]:
         raise NotImplementedError
@@ -351,7 +337,8 @@ class SimplifiedSegment(Segment):
 
     def __init__(self, gamma: float = 0.75, quantum: float | None = 1.0):
         super().__init__(quantum)
-        self.gamma = _check_gamma(gamma)
+        self.gamma = float(check_number("gamma", gamma, low=0, high=1, low_open=True, error=SchedulerError,
+                                        where="similarity factor "))
 
     @property
     def _gamma(self) -> float:  # type: ignore[override]
@@ -399,20 +386,16 @@ class Threshold(Scheduler):
 
     def __init__(self, memory_limit: float | None = None, beta: float = 0.9, gamma: float = 0.75,
                  quantum: float | None = 1.0):
-        if memory_limit is not None and (
-            isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, float))
-            or not (math.isfinite(memory_limit) and memory_limit > 0)
-        ):
-            raise SchedulerError(
-                f"memory_limit must be the queue memory available (a finite number > 0, in the engine's "
-                f"memory units), or None for no limit; got {memory_limit!r}"
-            )
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0.5 < beta < 1):
-            raise SchedulerError(f"safety factor beta must be within (0.5, 1), got {beta!r}")
+        # memory_limit: the queue memory available, in the engine's memory units (None: no limit).
+        check_number("memory_limit", memory_limit, low=0, low_open=True, none_ok=True, error=SchedulerError)
+        check_number("beta", beta, low=0.5, high=1, low_open=True, high_open=True, error=SchedulerError,
+                     where="safety factor ")
+        check_number("gamma", gamma, low=0, high=1, low_open=True, error=SchedulerError, where="similarity factor ")
+        check_number("quantum", quantum, low=0, low_open=True, none_ok=True, error=SchedulerError)
         self.memory_limit = memory_limit
         self.beta = float(beta)
-        self.gamma = _check_gamma(gamma)
-        self.quantum = _check_quantum(quantum)
+        self.gamma = float(gamma)
+        self.quantum = None if quantum is None else float(quantum)
         self._normal = PathCapacity(quantum)
         self._saving = SimplifiedSegment(gamma, quantum)
         self.mode = NORMAL
@@ -472,20 +455,14 @@ class Threshold(Scheduler):
             raise SchedulerError(
                 f"Threshold state has unknown keys {sorted(unknown)}; expected {list(self._STATE_KEYS)}"
             )
-        mode = state.get("mode", NORMAL)
-        if mode not in (NORMAL, SAVING):
-            raise SchedulerError(f"Threshold mode must be {NORMAL!r} or {SAVING!r}, got {mode!r}")
+        where = "Threshold state: "
+        mode = check_choice("mode", state.get("mode", NORMAL), (NORMAL, SAVING), error=SchedulerError, where=where)
         values = {}
         for key in self._STATE_KEYS[1:]:
             v = state.get(key, None if key == "start" else 0.0)
-            if v is None and key == "start":
-                values[key] = None
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
-                key in ("queued_area", "last_queued") and v < 0
-            ):
-                raise SchedulerError(f"Threshold {key} must be a finite number (>= 0 for memory), got {v!r}")
-            values[key] = float(v)
+            memory = key in ("queued_area", "last_queued")
+            check_number(key, v, low=0 if memory else None, none_ok=key == "start", error=SchedulerError, where=where)
+            values[key] = None if v is None else float(v)
         self.mode = mode
         self._area, self._start = values["queued_area"], values["start"]
         self._last_time, self._last_queued = values["last_time"], values["last_queued"]

@@ -14,19 +14,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from sparkqos.errors import WorkloadError
+from sparkqos.errors import WorkloadError, check_number
 
 #: Pareto shapes of the ON and OFF periods (Jiang §5.1).
 ON_SHAPE = 1.4
 OFF_SHAPE = 1.2
-
-
-def _check(name: str, value: float, low: float = 0.0, strict: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise WorkloadError(f"{name} must be a finite number, got {value!r}")
-    if value < low or (strict and value == low):
-        raise WorkloadError(f"{name} must be {'>' if strict else '>='} {low}, got {value!r}")
-    return float(value)
 
 
 def flow_periods(
@@ -133,12 +125,10 @@ def on_off_pareto(
     >>> a[:2]
     [(0.0, 8.0), (1.0, 14.0)]
     """
-    mean_rate = _check("mean_rate", mean_rate)
-    until = _check("until", until)
-    resolution = _check("resolution", resolution)
-    on_scale = _check("on_scale", on_scale)
-    if not isinstance(flows, int) or flows < 1:
-        raise WorkloadError(f"flows must be an integer >= 1, got {flows!r}")
+    for name, value in (("mean_rate", mean_rate), ("until", until), ("resolution", resolution), ("on_scale", on_scale)):
+        check_number(name, value, low=0, low_open=True, error=WorkloadError)
+    check_number("flows", flows, low=1, integer=True, error=WorkloadError)
+    mean_rate, until, resolution, on_scale = float(mean_rate), float(until), float(resolution), float(on_scale)
     rng = np.random.default_rng(seed)
     rate = flow_on_rate(mean_rate, flows, on_scale)
     chunks = []
@@ -174,16 +164,13 @@ def poisson_shifting(
     >>> len(a), a[0][0]
     (20, 0.0)
     """
-    mean_rate = _check("mean_rate", mean_rate)
-    until = _check("until", until)
-    period = _check("period", period)
-    resolution = _check("resolution", resolution)
-    spread = _check("spread", spread, 0.0, strict=False)
-    burst_factor = _check("burst_factor", burst_factor)
-    if not 0 <= burst_probability <= 1:
-        raise WorkloadError(f"burst_probability must be within [0, 1], got {burst_probability!r}")
-    if spread >= 1:
-        raise WorkloadError(f"spread must be < 1, got {spread!r}")
+    for name, value in (("mean_rate", mean_rate), ("until", until), ("period", period), ("resolution", resolution),
+                        ("burst_factor", burst_factor)):
+        check_number(name, value, low=0, low_open=True, error=WorkloadError)
+    check_number("spread", spread, low=0, high=1, high_open=True, error=WorkloadError)
+    check_number("burst_probability", burst_probability, low=0, high=1, error=WorkloadError)
+    mean_rate, until, period, resolution = float(mean_rate), float(until), float(period), float(resolution)
+    spread, burst_factor = float(spread), float(burst_factor)
     rng = np.random.default_rng(seed)
     out: list[tuple[float, float]] = []
     n_bins = int(math.ceil(until / resolution - 1e-9))

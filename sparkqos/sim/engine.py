@@ -1,6 +1,6 @@
 """A deterministic discrete-event model of one processor serving an operator plan.
 
-Semantics (DESIGN.md, "The simulator's semantics"): continuous virtual time; queues hold parcels
+Semantics (docs/ARCHITECTURE.md, "The scheduler contract"): continuous virtual time; queues hold parcels
 (amount, original arrival time); a run removes what it will process from its queue when it
 starts and delivers σ × that downstream when it ends. Queue snapshots are taken at integer times,
 after the completions and arrivals of that instant and before its dispatch, so work in flight is
@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from sparkqos.errors import SchedulerError, WorkloadError
+from sparkqos.errors import SchedulerError, WorkloadError, check_choice, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import EngineState, Unit
 from sparkqos.schedulers.base import Scheduler
@@ -235,13 +235,9 @@ class Simulator:
         starvation_limit: int = 100,
         overhead: float = 0.0,
     ):
-        if run not in RUN_RULES:
-            raise WorkloadError(f"run rule must be one of {list(RUN_RULES)}, got {run!r}")
-        if not isinstance(quantum, (int, float)) or isinstance(quantum, bool) or not (quantum > 0 and math.isfinite(quantum)):
-            raise WorkloadError(f"quantum must be a finite number > 0, got {quantum!r}")
-        if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not (
-                overhead >= 0 and math.isfinite(overhead)):
-            raise WorkloadError(f"overhead must be a finite time >= 0 per operator run, got {overhead!r}")
+        check_choice("run", run, RUN_RULES, error=WorkloadError)
+        check_number("quantum", quantum, low=0, low_open=True, error=WorkloadError)
+        check_number("overhead", overhead, low=0, error=WorkloadError)  # time per operator run
         self.overhead = float(overhead)
         self.plan = plan
         self.scheduler = scheduler
@@ -289,10 +285,9 @@ class Simulator:
                     t, amount = float(t), float(amount)
                 except (TypeError, ValueError):
                     raise WorkloadError(f"arrival {k} of stream {stream!r} must be [time, amount], got {item!r}") from None
-                if not math.isfinite(t) or t < 0:
-                    raise WorkloadError(f"arrival {k} of stream {stream!r}: time must be finite and >= 0, got {t!r}")
-                if not math.isfinite(amount) or amount <= 0:
-                    raise WorkloadError(f"arrival {k} of stream {stream!r}: amount must be finite and > 0, got {amount!r}")
+                where = f"arrival {k} of stream {stream!r}: "
+                check_number("time", t, low=0, error=WorkloadError, where=where)
+                check_number("amount", amount, low=0, low_open=True, error=WorkloadError, where=where)
                 merged.append((_snap(t), order, stream, amount))
         merged.sort(key=lambda a: (a[0], a[1]))
         return merged
@@ -300,8 +295,7 @@ class Simulator:
     # -- the loop ----------------------------------------------------------------------------
     def run(self, until: float | None = None) -> SimResult:
         """Advance to time ``until`` (inclusive), or until everything has drained when None."""
-        if until is not None and (not isinstance(until, (int, float)) or not math.isfinite(until) or until < 0):
-            raise WorkloadError(f"until must be a finite time >= 0, got {until!r}")
+        check_number("until", until, low=0, none_ok=True, error=WorkloadError)
         state = self.state
         arrivals = self._arrivals
         t = self._time

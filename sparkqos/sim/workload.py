@@ -22,13 +22,12 @@
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkqos.errors import PlanError, WorkloadError
+from sparkqos.errors import PlanError, WorkloadError, check_choice, check_number
 from sparkqos.model.plan import OPERATOR_KINDS, Operator, Plan
 from sparkqos.sim.engine import RUN_RULES
 
@@ -55,31 +54,19 @@ class Workload:
                          quantum=self.quantum, overhead=self.overhead, **kwargs)
 
 
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise WorkloadError(f"{where} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise WorkloadError(f"{where} must be finite, got {value!r}")
-    return float(value)
-
-
 def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     """Build a :class:`Workload` from a parsed TOML document, naming any key that is wrong."""
     unknown = set(doc) - TOP_KEYS
     if unknown:
         raise WorkloadError(f"{source}: unknown key(s) {sorted(unknown)}; allowed keys are {sorted(TOP_KEYS)}")
-    run = doc.get("run", "quantum")
-    if run not in RUN_RULES:
-        raise WorkloadError(f"{source}: run = {run!r}; allowed values are {list(RUN_RULES)}")
+    top = f"{source}: "
+    run = check_choice("run", doc.get("run", "quantum"), RUN_RULES, error=WorkloadError, where=top)
     slotted = doc.get("slotted", False)
     if not isinstance(slotted, bool):
         raise WorkloadError(f"{source}: slotted must be true or false, got {slotted!r}")
-    quantum = _number(doc.get("quantum", 1.0), f"{source}: quantum")
-    if quantum <= 0:
-        raise WorkloadError(f"{source}: quantum must be > 0, got {quantum!r}")
-    overhead = _number(doc.get("overhead", 0.0), f"{source}: overhead")
-    if overhead < 0:
-        raise WorkloadError(f"{source}: overhead must be >= 0, got {overhead!r}")
+    quantum = float(check_number("quantum", doc.get("quantum", 1.0), low=0, low_open=True, error=WorkloadError,
+                                 where=top))
+    overhead = float(check_number("overhead", doc.get("overhead", 0.0), low=0, error=WorkloadError, where=top))
 
     raw_ops = doc.get("operator")
     if not isinstance(raw_ops, list) or not raw_ops:
@@ -103,21 +90,22 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
             inputs = [inputs]
         if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
             raise WorkloadError(f"{where}: input must be a name or a list of names, got {raw['input']!r}")
-        kind = raw.get("kind", "filter")
-        if kind not in OPERATOR_KINDS:
-            raise WorkloadError(f"{where}: kind = {kind!r}; allowed values are {list(OPERATOR_KINDS)}")
+        kind = check_choice("kind", raw.get("kind", "filter"), OPERATOR_KINDS, error=WorkloadError, where=f"{where}: ")
         for key in ("query", "class"):
             if key in raw and not isinstance(raw[key], str):
                 raise WorkloadError(f"{where}: {key} must be a string, got {raw[key]!r}")
+        # Finite numbers here; their bounds are the plan's to check (a PlanError).
+        number = {key: float(check_number(key, raw.get(key, 1.0), error=WorkloadError, where=f"{where}: "))
+                  for key in ("selectivity", "cost", "tuple_size")}
         ops.append(Operator(
             name=name,
             inputs=tuple(inputs),
-            selectivity=_number(raw["selectivity"], f"{where}: selectivity"),
-            cost=_number(raw["cost"], f"{where}: cost"),
+            selectivity=number["selectivity"],
+            cost=number["cost"],
             query=raw.get("query"),
             klass=raw.get("class"),
             kind=kind,
-            tuple_size=_number(raw.get("tuple_size", 1.0), f"{where}: tuple_size"),
+            tuple_size=number["tuple_size"],
         ))
 
     raw_arrivals = doc.get("arrivals", {})
@@ -134,11 +122,10 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
         for k, item in enumerate(items):
             if not isinstance(item, list) or len(item) != 2:
                 raise WorkloadError(f"{source}: arrivals.{stream}[{k}] must be [time, amount], got {item!r}")
-            t = _number(item[0], f"{source}: arrivals.{stream}[{k}] time")
-            amount = _number(item[1], f"{source}: arrivals.{stream}[{k}] amount")
-            if t < 0 or amount <= 0:
-                raise WorkloadError(f"{source}: arrivals.{stream}[{k}] needs time >= 0 and amount > 0, got {item!r}")
-            parsed.append((t, amount))
+            at = f"{source}: arrivals.{stream}[{k}] "
+            t = check_number("time", item[0], low=0, error=WorkloadError, where=at)
+            amount = check_number("amount", item[1], low=0, low_open=True, error=WorkloadError, where=at)
+            parsed.append((float(t), float(amount)))
         arrivals[stream] = parsed
 
     classes = doc.get("classes", {})
@@ -147,7 +134,7 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     try:
         plan = Plan(ops, streams=[*raw_arrivals, *extra_streams], classes=classes)
     except PlanError as exc:
-        raise PlanError(f"{source}: {exc}") from None
+        raise PlanError(f"{source}: {exc}", parameter=exc.parameter, value=exc.value, expected=exc.expected) from None
     description = doc.get("description", "")
     return Workload(plan, arrivals, run, slotted, quantum, str(description), source, overhead)
 

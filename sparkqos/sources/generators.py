@@ -65,7 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkqos.errors import SourceError
+from sparkqos.errors import SourceError, check_choice, check_number
 from sparkqos.sim.arrivals import flow_on_rate, flow_periods, shifted_rate
 
 __all__ = ["BurstyGenerator", "PoissonGenerator", "ReplayTrace", "payload_table", "per_second_counts"]
@@ -113,9 +113,7 @@ class _Options:
             value = float(raw)
         except ValueError:
             raise SourceError(f"{self.source}: option {key} must be a number, got {raw!r}") from None
-        if not math.isfinite(value) or value < low or (strict and value == low):
-            raise SourceError(f"{self.source}: option {key} must be {'>' if strict else '>='} {low:g}, got {raw!r}")
-        return value
+        return check_number(key, value, low=low, low_open=strict, error=SourceError, where=f"{self.source}: option ")
 
     def integer(self, key: str, default: int | None, low: int = 1) -> int | None:
         raw = self._raw(key)
@@ -125,17 +123,13 @@ class _Options:
             value = int(raw)
         except ValueError:
             raise SourceError(f"{self.source}: option {key} must be an integer, got {raw!r}") from None
-        if value < low:
-            raise SourceError(f"{self.source}: option {key} must be >= {low}, got {raw!r}")
-        return value
+        return check_number(key, value, low=low, integer=True, error=SourceError, where=f"{self.source}: option ")
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
         raw = self._raw(key)
         if raw is None:
             return default
-        if raw.lower() not in choices:
-            raise SourceError(f"{self.source}: option {key} must be one of {list(choices)}, got {raw!r}")
-        return raw.lower()
+        return check_choice(key, raw.lower(), choices, error=SourceError, where=f"{self.source}: option ")
 
     def boolean(self, key: str, default: bool) -> bool:
         raw = self._raw(key)
@@ -276,12 +270,10 @@ class BurstyGenerator:
     def __init__(
         self, rate: float = 100.0, flows: int = 64, on_scale: float = 1.0, off_scale: float = 60.0, seed: int = 0
     ):
-        if not rate > 0 or not math.isfinite(rate):
-            raise SourceError(f"bursty: rate must be > 0, got {rate!r}")
-        if isinstance(flows, bool) or not isinstance(flows, int) or flows < 1:
-            raise SourceError(f"bursty: flows must be an integer >= 1, got {flows!r}")
-        if not on_scale > 0 or not off_scale > 0:
-            raise SourceError(f"bursty: onScale and offScale must be > 0, got {on_scale!r}, {off_scale!r}")
+        # Parameters are named as the source's options are.
+        for name, value in (("rate", rate), ("onScale", on_scale), ("offScale", off_scale)):
+            check_number(name, value, low=0, low_open=True, error=SourceError, where="bursty: ")
+        check_number("flows", flows, low=1, integer=True, error=SourceError, where="bursty: ")
         self.rate, self.flows, self.seed = float(rate), flows, int(seed)
         self.on_scale, self.off_scale = float(on_scale), float(off_scale)
         self.on_rate = flow_on_rate(self.rate, flows, self.on_scale, self.off_scale)
@@ -386,16 +378,13 @@ class PoissonGenerator:
         burst_factor: float = 2.0,
         seed: int = 0,
     ):
-        if not rate > 0 or not math.isfinite(rate):
-            raise SourceError(f"poisson: rate must be > 0, got {rate!r}")
-        if not 0 <= spread < 1:
-            raise SourceError(f"poisson: spread must be within [0, 1), got {spread!r}")
-        if not 0 <= burst_probability <= 1:
-            raise SourceError(f"poisson: burstProbability must be within [0, 1], got {burst_probability!r}")
-        if not burst_factor > 0 or not period > 0:
-            raise SourceError(f"poisson: burstFactor and period must be > 0, got {burst_factor!r}, {period!r}")
-        if isinstance(sensors, bool) or not isinstance(sensors, int) or sensors < 1:
-            raise SourceError(f"poisson: sensors must be an integer >= 1, got {sensors!r}")
+        # Parameters are named as the source's options are.
+        where = "poisson: "
+        for name, value in (("rate", rate), ("burstFactor", burst_factor), ("period", period)):
+            check_number(name, value, low=0, low_open=True, error=SourceError, where=where)
+        check_number("spread", spread, low=0, high=1, high_open=True, error=SourceError, where=where)
+        check_number("burstProbability", burst_probability, low=0, high=1, error=SourceError, where=where)
+        check_number("sensors", sensors, low=1, integer=True, error=SourceError, where=where)
         self.rate, self.sensors, self.period = float(rate), sensors, float(period)
         self.spread, self.burst_probability, self.burst_factor = spread, burst_probability, burst_factor
         self.seed = int(seed)
@@ -442,8 +431,7 @@ class ReplayTrace:
             format = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}.get(ext)
             if format is None:
                 raise SourceError(f"replay: cannot tell the format of {self.path!r} from its extension; set option format")
-        if format not in ("csv", "parquet"):
-            raise SourceError(f"replay: format must be csv or parquet, got {format!r}")
+        check_choice("format", format, ("csv", "parquet"), error=SourceError, where="replay: ")
         if not Path(self.path).is_file():
             raise SourceError(f"replay: file {self.path!r} does not exist")
         self.format = format

@@ -1,4 +1,4 @@
-"""Checkpoint store for leftover queues and scheduler/controller state (DESIGN.md, Spark integration).
+"""Checkpoint store for leftover queues and scheduler/controller state (docs/ARCHITECTURE.md, "One trigger on Spark").
 
 One file per micro-batch, written to a temporary name, fsynced and renamed into place, so a
 reader sees either the whole checkpoint or the previous one; a torn or damaged file raises
@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.atomic import write_atomic
-from sparkqos.errors import CheckpointCorrupt, CheckpointError
+from sparkqos.errors import CheckpointCorrupt, CheckpointError, check_number
 
 __all__ = ["Checkpoint", "CheckpointStore"]
 
@@ -70,8 +70,7 @@ class CheckpointStore:
     """
 
     def __init__(self, path: str | os.PathLike, keep: int = 3, fsync: bool = True):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise CheckpointError(f"keep must be an integer >= 1, got {keep!r}")
+        check_number("keep", keep, low=1, integer=True, error=CheckpointError)
         self.path = Path(path)
         self.keep = keep
         self.fsync = fsync
@@ -90,7 +89,7 @@ class CheckpointStore:
 
     def save(self, batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any]) -> Path:
         """Write the checkpoint of ``batch_id`` atomically (replacing one of the same id), prune old ones."""
-        batch_id = _check_batch_id(batch_id)
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=CheckpointError)
         if not isinstance(queues, Mapping):
             raise CheckpointError(f"queues must be a mapping of name to pyarrow.Table, got {type(queues).__name__}")
         if not isinstance(state, Mapping):
@@ -142,7 +141,7 @@ class CheckpointStore:
 
     def load(self, batch_id: int) -> Checkpoint:
         """The checkpoint of ``batch_id``; ``CheckpointError`` if there is none, ``CheckpointCorrupt`` if damaged."""
-        batch_id = _check_batch_id(batch_id)
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=CheckpointError)
         file = self.path / f"{batch_id:020d}.ckpt"
         try:
             data = file.read_bytes()
@@ -160,15 +159,9 @@ class CheckpointStore:
         """
         ids = self.batches()
         if before is not None:
-            before = _check_batch_id(before)
+            before = check_number("before", before, low=0, integer=True, error=CheckpointError)
             ids = [b for b in ids if b < before]
         return self.load(ids[-1]) if ids else None
-
-
-def _check_batch_id(batch_id: Any) -> int:
-    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-        raise CheckpointError(f"batch id must be an integer >= 0, got {batch_id!r}")
-    return batch_id
 
 
 def _ipc_bytes(table: pa.Table | pa.RecordBatch) -> pa.Buffer:

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparkqos.atomic import write_atomic
-from sparkqos.errors import SinkError
+from sparkqos.errors import SinkError, check_number
 
 __all__ = ["DEAD_LETTER_SCHEMA", "RowChecks", "DeadLetterSink", "read_dead_letters"]
 
@@ -81,10 +81,10 @@ class RowChecks:
         self.ranges = dict(ranges or {})
         for name, bounds in self.ranges.items():
             if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
-                raise ValueError(f"ranges[{name!r}] must be (low, high), got {bounds!r}")
+                raise SinkError(f"ranges[{name!r}] must be (low, high), got {bounds!r}")
             low, high = bounds
             if low is not None and high is not None and low > high:
-                raise ValueError(f"ranges[{name!r}]: low {low!r} is above high {high!r}")
+                raise SinkError(f"ranges[{name!r}]: low {low!r} is above high {high!r}")
         self.finite = bool(finite)
 
     def __repr__(self) -> str:
@@ -93,10 +93,10 @@ class RowChecks:
     def _check_names(self, schema: pa.Schema) -> None:
         for name in (self.required or ()):
             if name not in schema.names:
-                raise ValueError(f"required column {name!r} is not in the stream's schema {schema.names}")
+                raise SinkError(f"required column {name!r} is not in the stream's schema {schema.names}")
         for name in self.ranges:
             if name not in schema.names:
-                raise ValueError(f"range for column {name!r}, which is not in the stream's schema {schema.names}")
+                raise SinkError(f"range for column {name!r}, which is not in the stream's schema {schema.names}")
 
     def split(self, table: pa.Table, schema: pa.Schema, batch_id: int = 0) -> tuple[pa.Table, pa.Table]:
         """(rows conforming to ``schema``, dead-letter rows with their reasons). Each rejected row
@@ -218,8 +218,7 @@ class DeadLetterSink:
         """Store batch ``batch_id``'s dead letters (None or an empty table: there were none)."""
         if dead is None:
             dead = DEAD_LETTER_SCHEMA.empty_table()
-        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-            raise SinkError(f"batch id must be an integer >= 0, got {batch_id!r}")
+        check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         if not isinstance(dead, pa.Table) or dead.schema != DEAD_LETTER_SCHEMA:
             raise SinkError(f"dead letters must be a pyarrow.Table with schema {DEAD_LETTER_SCHEMA}")
         final = self.path / f"batch={batch_id}.parquet"

@@ -1,6 +1,6 @@
 """Sinks for the outputs of a trigger: one call per trigger for all queries, idempotent per batch.
 
-DESIGN.md (Spark integration) measured a Spark write at ~0.44 s fixed cost, so the default sink
+docs/ARCHITECTURE.md ("One trigger on Spark") measured a Spark write at ~0.44 s fixed cost, so the default sink
 writes Parquet straight with pyarrow — ``out/query=NAME/batch=ID.parquet`` via a temporary file and
 an atomic rename — and a replayed batch id rewrites the same files instead of adding rows. The
 layout is Hive-partitioned, so ``spark.read.parquet(out)`` sees a ``query`` column too.
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkqos.atomic import fsync_dir, write_atomic
-from sparkqos.errors import SinkError
+from sparkqos.errors import SinkError, check_number
 
 if TYPE_CHECKING:  # pyspark is imported lazily so the file sink works without a JVM
     from pyspark.sql import DataFrame, SparkSession
@@ -43,12 +43,6 @@ __all__ = [
 
 _QUERY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _BATCH_FILE = re.compile(r"^batch=(\d+)\.parquet$")
-
-
-def check_batch_id(batch_id: Any) -> int:
-    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-        raise SinkError(f"batch id must be an integer >= 0, got {batch_id!r}")
-    return batch_id
 
 
 def check_outputs(outputs: Any) -> dict[str, pa.Table]:
@@ -102,7 +96,7 @@ class ParquetSink(Sink):
         return f"ParquetSink({str(self.path)!r}, compression={self.compression!r}, fsync={self.fsync})"
 
     def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
-        batch_id = check_batch_id(batch_id)
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         outputs = check_outputs(outputs)
         name = f"batch={batch_id}.parquet"
         written = set()
@@ -171,7 +165,7 @@ class MemorySink(Sink):
         return "MemorySink()"
 
     def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
-        batch_id = check_batch_id(batch_id)
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         outputs = check_outputs(outputs)
         for per_query in self._batches.values():
             per_query.pop(batch_id, None)
@@ -223,7 +217,7 @@ class DataFrameSink(Sink):
     """Any DataFrame writer: ``fn(df, batch_id)`` gets every query's rows of a trigger in one DataFrame.
 
     ``df`` has columns ``batch_id``, ``query`` and the union of the queries' output columns, so the
-    writer runs one Spark job per trigger (DESIGN.md). Idempotency is ``fn``'s: use
+    writer runs one Spark job per trigger (docs/ARCHITECTURE.md). Idempotency is ``fn``'s: use
     ``partitioned_writer(path)`` or a writer keyed on ``batch_id``. Triggers with no rows call nothing.
     """
 
@@ -237,7 +231,7 @@ class DataFrameSink(Sink):
         return f"DataFrameSink(spark, fn={getattr(self.fn, '__name__', self.fn)!r})"
 
     def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
-        batch_id = check_batch_id(batch_id)
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         table = union_outputs(batch_id, check_outputs(outputs))
         if table is not None:
             self.fn(self.spark.createDataFrame(table), batch_id)
