@@ -7,7 +7,7 @@ A replayable trace (Parquet) is fed to ``jobs/sensor_monitor.py`` (replay source
 stream time per micro-batch, so the trace takes ``seconds / 2`` batches). First one uninterrupted
 run; then one run per crash, each restarted from the same output and checkpoint folders:
 
-* five injected points of a trigger (``SPARKQOS_FAULT``, the runner SIGKILLs its own process):
+* five injected points of a trigger (the job's ``--fault``; the trigger loop SIGKILLs its own process):
   at the start of foreachBatch, after the executor's run, between the sink write and our
   checkpoint, after our checkpoint (before Spark commits the batch), at the end of foreachBatch;
 * two SIGKILLs of the whole process group (driver and JVM) at seeded random moments;
@@ -77,12 +77,11 @@ def run_job(trace: Path, out: Path, last: int, fault: str | None = None, kill_af
     checkpointed, killed by its own fault, or SIGKILLed (group) ``kill_after`` s after its first batch."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                PYTHONPATH=str(ROOT))
-    env.pop("SPARKQOS_FAULT", None)
-    if fault:
-        env["SPARKQOS_FAULT"] = fault
+    env.pop("SPARKQOS_FAULT", None)  # the job's default for --fault: only the fault asked for here may fire
+    argv = job_args(trace, out) + (["--fault", fault] if fault else [])
     before = checkpointed(out)
     log = open(out.parent / f"{out.name}.log", "ab")
-    proc = subprocess.Popen([sys.executable, __file__, "--child", "--", *job_args(trace, out)], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, __file__, "--child", "--", *argv], cwd=ROOT, env=env,
                             stdout=log, stderr=log, start_new_session=True)
     t0, first = time.time(), None
     how = None
@@ -128,13 +127,13 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
     from sparkqos.executor.loop import EMIT, Executor
     from sparkqos.executor.expressions import INTERNAL
     from sparkqos.spark.checkpoint import CheckpointStore
-    from sparkqos.spark.runner import _unb64
+    from sparkqos.spark.trigger import decode_state
     from sparkqos.spark.sinks import read_parquet_sink
 
     sink = read_parquet_sink(out / "outputs")
     ckpt = CheckpointStore(out / "_checkpoint" / "sparkqos").load_latest()
     compiled = compiled_factory()
-    state = _unb64(ckpt.state["executor"])
+    state = decode_state(ckpt.state["executor"])
     state["scheduler"] = {}
     ex = Executor(compiled.fresh(), schedulers.get("fifo"))
     ex.load_state(state)
@@ -214,7 +213,7 @@ def main() -> int:
         target = min((done[-1] if done else -1) + 2, last)
         fault = f"{arg}:{target}" if kind == "fault" else None
         r = run_job(trace_path, crashed, last, fault=fault, kill_after=arg if kind == "kill" else None)
-        tried = f"SPARKQOS_FAULT={fault}" if kind == "fault" else f"SIGKILL process group at +{arg}s"
+        tried = f"--fault {fault}" if kind == "fault" else f"SIGKILL process group at +{arg}s"
         attempts.append((tried, r))
         print(f"  {tried:<38} -> {r['how']}; our checkpoint batch {r['checkpoint_before']} -> {r['checkpoint_after']}", flush=True)
     final = run_job(trace_path, crashed, last)

@@ -30,7 +30,7 @@ def plain_foreach(compiled, sink):
     """The same operators applied in a plain pyarrow loop, same sink, no queues or scheduling."""
     from sparkqos.executor.expressions import INTERNAL
     from sparkqos.executor.queues import stamp
-    from sparkqos.spark.runner import _seconds
+    from sparkqos.spark.trigger import epoch_seconds
 
     c = compiled.fresh()
     plan = c.plan
@@ -43,10 +43,10 @@ def plain_foreach(compiled, sink):
         table = batch_df.toArrow()
         outputs: dict[str, list] = {q: [] for q in plan.queries}
         if table.num_rows:
-            cols = [pa.array(_seconds(table.column(f.name)), pa.float64()) if f.name == "ts" else table.column(f.name)
+            cols = [pa.array(epoch_seconds(table.column(f.name)), pa.float64()) if f.name == "ts" else table.column(f.name)
                     for f in schema]
             batch = pa.table(cols, names=schema.names).combine_chunks().to_batches()[0]
-            stamped = stamp(batch, _seconds(table.column("ts")), seq[0])
+            stamped = stamp(batch, epoch_seconds(table.column("ts")), seq[0])
             seq[0] += batch.num_rows
             for query, chain in chains:
                 cur = stamped

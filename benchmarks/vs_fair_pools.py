@@ -56,12 +56,12 @@ def _chain_fn(operators, emit_col: str = "emit"):
         import pyarrow as pa
 
         from sparkqos.executor.queues import stamp
-        from sparkqos.spark.runner import _seconds
+        from sparkqos.spark.trigger import epoch_seconds
 
         for b in batches:
             if b.num_rows == 0:
                 continue
-            ts = _seconds(b.column(b.schema.get_field_index("ts")))
+            ts = epoch_seconds(b.column(b.schema.get_field_index("ts")))
             cols = [pa.array(ts) if name == "ts" else b.column(i) for i, name in enumerate(b.schema.names)]
             plain = pa.RecordBatch.from_arrays(cols, names=b.schema.names)
             # a per-row key for the synthetic operators' keep/drop hash (sparkqos uses its own
@@ -178,9 +178,9 @@ def run_fair(args, out: Path) -> dict:
 
 
 def C_seconds(column) -> np.ndarray:
-    from sparkqos.spark.runner import _seconds
+    from sparkqos.spark.trigger import epoch_seconds
 
-    return _seconds(column)
+    return epoch_seconds(column)
 
 
 def _ddl(t) -> str:

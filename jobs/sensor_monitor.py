@@ -1,6 +1,6 @@
 """The main job: a sensor network monitored under sparkqos scheduling on Spark Structured Streaming.
 
-    ./spark-submit.sh jobs/sensor_monitor.py [--duration 60] [--set section.key=value ...]
+    ./spark-submit.sh jobs/sensor_monitor.py [--duration 60] [--set section.key=value ...] [--fault POINT:BATCH]
 
 Four continuous queries over one bursty stream of sensor readings (sparkqos.examples): fire
 detection (class H), anomaly scoring (class C), zone statistics and an archive (class N). The
@@ -8,12 +8,17 @@ adaptive controller picks among the configured strategies once per trigger to me
 template. Prints one line per trigger and a summary table per class at the end; outputs, metrics
 and an HTML report go under the output folder, leftover queues and state under the checkpoint
 (a second run with the same folders continues where the first stopped).
+
+Crash tests (benchmarks/crash_restart.py) inject faults with ``--fault after_sink:3`` (or the
+environment variable ``SPARKQOS_FAULT``, read here and nowhere else): the job SIGKILLs itself at
+that point of batch 3 (points: sparkqos.spark.config.FAULT_POINTS).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import signal
 import sys
@@ -25,8 +30,9 @@ import numpy as np
 from sparkqos import schedulers
 from sparkqos.report import metrics
 from sparkqos.config import ConfigError, Key, describe, load_config
-from sparkqos.errors import SparkqosError
+from sparkqos.errors import RunnerError, SparkqosError
 from sparkqos.examples import sensor_queries
+from sparkqos.spark.config import parse_faults
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +81,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     parser.add_argument("--checkpoint", help="shortcut for --set job.checkpoint=…")
     parser.add_argument("--fresh", action="store_true", help="delete the output and checkpoint folders first")
     parser.add_argument("--quiet", action="store_true", help="no per-trigger lines")
+    parser.add_argument("--fault", default=os.environ.get("SPARKQOS_FAULT", ""), metavar="POINT:BATCH[,...]",
+                        help="crash tests: SIGKILL this process at that point of that batch (default: $SPARKQOS_FAULT)")
     args = parser.parse_args(argv)
+    try:
+        parse_faults(args.fault)
+    except RunnerError as exc:
+        raise ConfigError(f"--fault: {exc}") from None
     overrides = list(args.overrides)
     for flag, key in (("duration", "job.duration_s"), ("output", "job.output"), ("checkpoint", "job.checkpoint")):
         if getattr(args, flag) is not None:
@@ -174,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         qos=sched["qos"] if sched["strategy"] == "adaptive" else None,
         trigger_s=job["trigger_s"], budget_s=job["budget_s"] or None,
         checkpoint=checkpoint, output=output, name=job["name"],
-        on_progress=on_progress, on_delays=on_delays,
+        on_progress=on_progress, on_delays=on_delays, fault=args.fault,
     )
     try:
         resumed = handle.restore()

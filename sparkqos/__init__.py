@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 def stream(df, queries, **kwargs):
     """Serve ``queries`` over the streaming DataFrame ``df`` with a sparkqos strategy; ``.start()``
-    gives the StreamingQuery. See :class:`sparkqos.spark.runner.QosStream` for the options."""
+    gives the StreamingQuery. The options are :class:`sparkqos.spark.config.RunConfig`'s fields."""
     from sparkqos.spark.runner import stream as _stream  # Spark-side code loads only when used
 
     return _stream(df, queries, **kwargs)

@@ -147,7 +147,7 @@ def job_config(tmp_path: Path, toml: str | None = None, overrides: tuple[str, ..
 
 @pytest.mark.parametrize("toml, overrides, message", [
     (None, ("scheduler.strategy=chian",), r"scheduler.strategy = 'chian' is not allowed \(did you mean 'chain'\?\); allowed values are: .*fifo"),
-    (None, ("job.budget_s=-1",), r"job.budget_s must be >= 0, got -1"),
+    (None, ("job.budget_s=-1",), r"job.budget_s must be a finite number >= 0, got -1"),
     ("[scheduler]\nstratgy = 'chain'\n", (), r"unknown key 'scheduler.stratgy' \(did you mean 'strategy'\?\); allowed keys in \[scheduler\] are: strategy"),
     ("[job]\nduration_s = = 3\n", (), r"not valid TOML"),
     (None, ("scheduler.candidates=fifo,nope",), r"scheduler.candidates = 'nope' is not allowed.*allowed values are: "),

@@ -21,7 +21,7 @@ from sparkqos.query import QuerySet
 from sparkqos import sources
 from sparkqos.spark.runner import QosStream, RunnerError, stream
 from sparkqos.spark.sinks import ParquetSink, read_parquet_sink
-from sparkqos.spark.translate import stamped_inputs
+from sparkqos.spark.translate import plan_to_spark, stamped_inputs
 
 SENSOR_PLAN_SCHEMA = {"sensor_id": pa.int32(), "location": pa.string(), "temperature": pa.float64(),
                       "humidity": pa.float64(), "ts": pa.float64()}
@@ -74,7 +74,7 @@ def expected_outputs(spark, trace_table: pa.Table) -> dict:
     compiled = sensor_queries().build()
     batch = trace_table.set_column(4, "ts", pa.array(trace_table.column("ts").cast(pa.int64()).to_numpy() / 1e6))
     inputs = stamped_inputs(spark, [(0.0, "sensors", batch.combine_chunks().to_batches()[0])], compiled.sources)
-    return {q: compiled.to_spark(q, inputs) for q in compiled.roots}
+    return {q: plan_to_spark(compiled, q, inputs) for q in compiled.roots}
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Spark integration: the only package that imports pyspark (DESIGN.md, dependency direction).
+"""Spark integration: the only package that imports pyspark (docs/ARCHITECTURE.md, "Dependency rules").
 
 ``sparkqos.spark.translate`` compiles the executor's expressions and operators into Spark
 DataFrame code, so the same logical query runs on Spark's own engine (the tests' oracle).

@@ -1,0 +1,181 @@
+"""The runner's options: one frozen, validated :class:`RunConfig` per streaming query set.
+
+Every keyword of :func:`sparkqos.stream` is a field here, checked once when the config is made, so
+a bad option fails before any Spark query starts and names the key. What depends on the query set
+(``stream``, ``arrival_col``) is checked by :class:`~sparkqos.spark.trigger.TriggerLoop`, which
+sees the plan.
+
+Fault injection for crash tests: ``fault="after_sink:3"`` SIGKILLs the process at that point of
+batch 3; points are :data:`FAULT_POINTS`, several may be given comma-separated. The job decides
+where the string comes from (``jobs/sensor_monitor.py``: ``--fault`` or ``SPARKQOS_FAULT``).
+
+>>> cfg = RunConfig(checkpoint="/tmp/ckpt", strategy="cqc", trigger_s=1.0, budget_s=0.5)
+>>> cfg.interval_s, cfg.effective_budget_s
+(1.0, 0.5)
+>>> cfg.make_scheduler()
+Cqc(k=0.5, quantum=0.05)
+>>> RunConfig(checkpoint="/tmp/ckpt", trigger_s=0)
+Traceback (most recent call last):
+...
+sparkqos.errors.RunnerError: trigger_s must be a finite number > 0 or 'available_now', got 0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sparkqos import schedulers
+from sparkqos.errors import RunnerError, SparkqosError, UnknownStrategy, check_choice, check_number
+from sparkqos.schedulers.base import Scheduler
+from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
+from sparkqos.spark.sinks import Sink
+
+__all__ = ["AVAILABLE_NOW", "FAULT_POINTS", "RunConfig", "parse_faults"]
+
+#: ``trigger_s`` value that runs whatever input is available now, then stops.
+AVAILABLE_NOW = "available_now"
+
+#: Where a crash can be injected, in the order a trigger passes them.
+FAULT_POINTS = ("before_ingest", "after_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress")
+
+
+def parse_faults(text: str | None) -> dict[str, set[int]]:
+    """``"after_sink:3,before_ingest:5"`` → ``{"after_sink": {3}, "before_ingest": {5}}``.
+
+    >>> parse_faults("after_sink:3, after_sink:4")
+    {'after_sink': {3, 4}}
+    """
+    out: dict[str, set[int]] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        point, _, batch = item.partition(":")
+        if point not in FAULT_POINTS or not batch.strip().isdigit():
+            expected = f"POINT:BATCH_ID with POINT one of {', '.join(FAULT_POINTS)}"
+            raise RunnerError(f"fault {item!r} must be {expected}", parameter="fault", value=item, expected=expected)
+        out.setdefault(point, set()).add(int(batch))
+    return out
+
+
+def _strategies_taking(parameter: str) -> list[str]:
+    """Registered strategies whose constructor takes ``parameter`` (for error messages)."""
+    names = []
+    for name in schedulers.available():
+        with contextlib.suppress(SparkqosError):
+            if parameter in type(schedulers.get(name))._param_names():
+                names.append(name)
+    return names
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Every option of one sparkqos streaming run (see :func:`sparkqos.stream`).
+
+    ``strategy`` is a registry name (its time parameters are sized to the trigger by the strategy's
+    own :meth:`~sparkqos.schedulers.base.Scheduler.sized_params`) or a ready :class:`Scheduler`
+    (used as given); ``strategy_params`` and ``qos`` go with a name. ``trigger_s`` is the
+    micro-batch interval or ``"available_now"``; ``budget_s`` the executor seconds per trigger
+    (default: the interval, 1 s with ``available_now``). ``checkpoint`` holds our state
+    (``<checkpoint>/sparkqos``, the newest ``keep_checkpoints``) and Spark's (``<checkpoint>/spark``);
+    ``output`` gets ``outputs/``, ``deadletter/`` and ``metrics/`` unless ``sink`` / ``dead_letter``
+    say otherwise. ``arrival_col`` names the event-time column (default ``ts`` when the stream
+    has one). ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called
+    after every trigger; ``executor_args`` go to the :class:`~sparkqos.executor.loop.Executor`;
+    ``checks`` decide which rows are dead letters; ``fault`` injects crashes (:func:`parse_faults`).
+    """
+
+    checkpoint: str | Path
+    stream: str | None = None
+    strategy: str | Scheduler = "adaptive"
+    strategy_params: Mapping[str, Any] | None = None
+    qos: Any = None
+    trigger_s: float | str = 2.0
+    budget_s: float | None = None
+    sink: Sink | None = None
+    output: str | Path | None = None
+    arrival_col: str | None = None
+    name: str = "sparkqos"
+    keep_checkpoints: int = 3
+    whole_batches: bool = True
+    on_progress: Callable[[dict[str, Any]], None] | None = None
+    on_delays: Callable[[int, dict[str, np.ndarray]], None] | None = None
+    executor_args: Mapping[str, Any] | None = None
+    checks: RowChecks | None = None
+    dead_letter: DeadLetterSink | str | Path | None = None
+    fault: str | None = None
+    #: ``fault`` parsed: injection point → batch ids.
+    faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
+    _strategy_class: type[Scheduler] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        def set_(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)  # frozen: normalise once, here
+
+        if self.trigger_s != AVAILABLE_NOW:
+            try:
+                check_number("trigger_s", self.trigger_s, low=0, low_open=True, error=RunnerError)
+            except RunnerError as exc:  # the one non-number it accepts belongs in what is expected
+                expected = f"{exc.expected} or {AVAILABLE_NOW!r}"
+                raise RunnerError(f"trigger_s must be {expected}, got {self.trigger_s!r}", parameter="trigger_s",
+                                  value=self.trigger_s, expected=expected) from None
+            set_("trigger_s", float(self.trigger_s))
+        check_number("budget_s", self.budget_s, low=0, low_open=True, none_ok=True, error=RunnerError)
+        if self.budget_s is not None:
+            set_("budget_s", float(self.budget_s))
+        check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
+        check_choice("whole_batches", self.whole_batches, (True, False), error=RunnerError)
+        set_("checkpoint", Path(self.checkpoint))
+        if self.output is not None:
+            set_("output", Path(self.output))
+        set_("strategy_params", types.MappingProxyType(dict(self.strategy_params or {})))
+        set_("executor_args", types.MappingProxyType(dict(self.executor_args or {})))
+        set_("faults", types.MappingProxyType({p: frozenset(b) for p, b in parse_faults(self.fault).items()}))
+        set_("_strategy_class", self._resolve_strategy())
+
+    def _resolve_strategy(self) -> type[Scheduler]:
+        if isinstance(self.strategy, Scheduler):
+            if self.strategy_params or self.qos is not None:
+                raise RunnerError("give strategy_params/qos with a strategy name, not with a Scheduler instance",
+                                  parameter="strategy", value=self.strategy, expected="a strategy name")
+            return type(self.strategy)
+        try:
+            cls = type(schedulers.get(self.strategy))
+        except UnknownStrategy as exc:
+            exc.parameter, exc.value, exc.expected = "strategy", self.strategy, f"one of {', '.join(exc.available)}"
+            raise
+        if self.qos is not None and "qos" not in cls._param_names():
+            takers = " or ".join(repr(n) for n in _strategies_taking("qos")) or "no registered"
+            raise RunnerError(f"qos applies to the {takers} strategy, not to {self.strategy!r}", parameter="qos",
+                              value=self.qos, expected=f"None with strategy {self.strategy!r}")
+        return cls
+
+    # -- derived -------------------------------------------------------------------------------------
+    @property
+    def interval_s(self) -> float | None:
+        """The micro-batch interval in seconds; None with ``available_now``."""
+        return None if self.trigger_s == AVAILABLE_NOW else self.trigger_s
+
+    @property
+    def effective_budget_s(self) -> float:
+        """Executor seconds per trigger: ``budget_s``, else the interval, else 1."""
+        return self.budget_s if self.budget_s is not None else (self.interval_s or 1.0)
+
+    def make_scheduler(self) -> Scheduler:
+        """The strategy to run: the given instance, or a new one of the named strategy with its time
+        parameters sized to the trigger (its ``qos`` defaulting to ``qos``). Built through the
+        registry, so a wrong parameter name is reported as the registry reports it."""
+        if isinstance(self.strategy, Scheduler):
+            return self.strategy
+        params = dict(self.strategy_params)
+        if self.qos is not None:
+            params.setdefault("qos", self.qos)
+        sized = self._strategy_class.sized_params(self.effective_budget_s, self.interval_s, **params)
+        return schedulers.get(self.strategy, **sized)

@@ -1,0 +1,251 @@
+"""The trigger loop: one micro-batch (an Arrow table) in, the strategy's share of work, outputs and a checkpoint out.
+
+Each trigger (docs/ARCHITECTURE.md, "One trigger on Spark"):
+
+1. each row's arrival is the source's event timestamp column when there is one (``ts`` by
+   default), else the trigger's start;
+2. the rows are queued at the leaves of every query that reads the stream (each query its copy);
+3. the executor serves units the strategy picks for the trigger's budget (default: the trigger
+   interval); what is left stays queued — that backlog is what the strategies manage;
+4. the trigger's outputs of all queries go to the sink in one call, idempotent per batch id;
+5. leftover queues, operator state and strategy/controller state are checkpointed atomically
+   before :meth:`TriggerLoop.process` returns, then the progress record is reported.
+
+Exactly-once: a batch replayed after a crash either was checkpointed by us (it is skipped: its
+outputs are in the sink, its effect in our state) or was not (the checkpoint of the batch before
+it is restored and it runs again; the sink replaces whatever an earlier attempt wrote).
+Bad input never stops the loop: rows that do not fit the stream's schema or break its ``checks``
+(:class:`~sparkqos.spark.deadletter.RowChecks`) go to the dead-letter table with their reason, in
+the same trigger, replaced like outputs on replay; the progress counts them (``numInputRows`` =
+``processedRows`` + ``deadLetteredRows``).
+
+This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` feeds it
+``batch_df.toArrow()``, tests and tools feed it Arrow tables directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkqos.errors import RunnerError, SchemaMismatch
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL
+from sparkqos.executor.loop import EMIT, Executor
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.query.builder import QuerySet
+from sparkqos.schedulers.base import Scheduler
+from sparkqos.spark.checkpoint import CheckpointStore
+from sparkqos.spark.config import RunConfig
+from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
+from sparkqos.spark.progress import ProgressReporter
+from sparkqos.spark.sinks import MemorySink, ParquetSink
+
+__all__ = ["DEFAULT_ARRIVAL_COLUMN", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
+
+#: Arrival column looked for when none is named.
+DEFAULT_ARRIVAL_COLUMN = "ts"
+
+
+def encode_state(obj: Any) -> Any:
+    """JSON-able copy of executor state: bytes become ``{"b64": ...}``.
+
+    >>> encode_state({"q": b"\\x00\\x01", "n": [1, b"a"]})
+    {'q': {'b64': 'AAE='}, 'n': [1, {'b64': 'YQ=='}]}
+    >>> decode_state(encode_state({"q": b"\\x00\\x01"}))
+    {'q': b'\\x00\\x01'}
+    """
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return {"b64": base64.b64encode(bytes(obj)).decode("ascii")}
+    if isinstance(obj, dict):
+        return {k: encode_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [encode_state(v) for v in obj]
+    return obj
+
+
+def decode_state(obj: Any) -> Any:
+    """The executor state :func:`encode_state` encoded."""
+    if isinstance(obj, dict):
+        if set(obj) == {"b64"}:
+            return base64.b64decode(obj["b64"])
+        return {k: decode_state(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [decode_state(v) for v in obj]
+    return obj
+
+
+def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A timestamp or numeric column as float seconds since the epoch (dividing as Spark's
+    ``cast(ts as double)`` does, so both engines see the same numbers)."""
+    if pa.types.is_timestamp(column.type):
+        per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[column.type.unit]
+        return pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64) / per_second
+    return pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+
+
+class TriggerLoop:
+    """The work of every trigger of one query set on one stream, on Arrow tables.
+
+    Holds the compiled plan, the :class:`~sparkqos.executor.loop.Executor` (with the strategy the
+    config names), the checkpoint store, the output sink, the dead-letter sink and row checks, and
+    the :class:`~sparkqos.spark.progress.ProgressReporter`. :meth:`process` runs one trigger,
+    :meth:`finish` drains what is left at the end of a finite input, :meth:`restore` loads the
+    newest checkpoint (both call it first).
+    """
+
+    def __init__(self, queries: QuerySet | CompiledPlan, config: RunConfig):
+        compiled = queries.build() if isinstance(queries, QuerySet) else queries
+        if not isinstance(compiled, CompiledPlan):
+            raise RunnerError(f"queries must be a QuerySet or a CompiledPlan, got {type(queries).__name__}",
+                              parameter="queries", value=queries, expected="a QuerySet or a CompiledPlan")
+        streams = list(compiled.sources)
+        stream = config.stream
+        if stream is None:
+            if len(streams) != 1:
+                raise RunnerError(f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
+                                  parameter="stream", value=None, expected=f"one of {streams}")
+            stream = streams[0]
+        elif stream not in compiled.sources:
+            raise RunnerError(f"stream {stream!r} is not read by the query set; it reads {streams}", parameter="stream",
+                              value=stream, expected=f"one of {streams}")
+        schema = compiled.sources[stream]
+        arrival_col = config.arrival_col
+        if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
+            arrival_col = DEFAULT_ARRIVAL_COLUMN
+        elif arrival_col is not None and arrival_col not in schema.names:
+            raise RunnerError(f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
+                              parameter="arrival_col", value=arrival_col, expected=f"one of {schema.names}")
+        self.config = config
+        self.compiled = compiled
+        self.stream = stream
+        self.arrival_col = arrival_col
+        self.budget_s = config.effective_budget_s
+        self.scheduler: Scheduler = config.make_scheduler()
+        self.store = CheckpointStore(config.checkpoint / "sparkqos", keep=config.keep_checkpoints)
+        output = config.output
+        self.sink = config.sink if config.sink is not None else (ParquetSink(output / "outputs") if output else MemorySink())
+        self.checks = config.checks if config.checks is not None else RowChecks()
+        dead_letter = config.dead_letter
+        if dead_letter is None and output is not None:
+            dead_letter = output / "deadletter"
+        if dead_letter is not None and not isinstance(dead_letter, DeadLetterSink):
+            dead_letter = DeadLetterSink(dead_letter)
+        self.dead_letter: DeadLetterSink | None = dead_letter
+        self.dead_lettered_total = 0
+        self.executor = Executor(compiled.fresh(), self.scheduler, clock=time.time, whole_batches=config.whole_batches,
+                                 **config.executor_args)
+        self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
+        self.last_batch = -1
+        self._restored = False
+
+    # -- checkpoint ------------------------------------------------------------------------------
+    def restore(self) -> int:
+        """Load the newest checkpoint (if any) into the executor; returns its batch id or -1.
+        A torn or corrupt checkpoint raises CheckpointCorrupt instead of starting empty."""
+        if self._restored:
+            return self.last_batch
+        ckpt = self.store.load_latest()
+        if ckpt is not None:
+            self.executor.load_state(decode_state(ckpt.state["executor"]))
+            self.executor.load_queue_tables(ckpt.queues)
+            self.last_batch = ckpt.batch_id
+            self.dead_lettered_total = int(ckpt.state.get("dead_lettered_total", 0))
+        self._restored = True
+        return self.last_batch
+
+    # -- the trigger -----------------------------------------------------------------------------
+    def process(self, table: pa.Table, batch_id: int) -> dict[str, Any] | None:
+        """One trigger on an Arrow table; its progress record, or None for a batch already
+        checkpointed (replayed after a crash)."""
+        started = time.time()
+        self.restore()
+        if batch_id <= self.last_batch:
+            return None  # replayed after a crash: checkpointed already, its outputs are in the sink
+        self._fault("before_ingest", batch_id)
+        rows_in = table.num_rows
+        dead = None
+        if rows_in:
+            schema = self.compiled.sources[self.stream]
+            good, dead = self.checks.split(self._conform(table), schema, batch_id)
+            if dead.num_rows and self.dead_letter is None:
+                raise SchemaMismatch(f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
+                                     f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)")
+            if good.num_rows:
+                self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
+        self._fault("after_ingest", batch_id)
+        report = self.executor.run(self.budget_s)
+        self._fault("after_run", batch_id)
+        return self._commit(batch_id, started, rows_in, report.rows_consumed, dead)
+
+    def finish(self, budget_s: float | None = None) -> dict[str, Any]:
+        """End of a finite input: drain every queue, flush windows and joins, and write the last
+        outputs as batch ``last + 1``."""
+        self.restore()
+        started = time.time()
+        report = self.executor.finish(budget_s)
+        return self._commit(self.last_batch + 1, started, 0, report.rows_consumed)
+
+    def _arrivals(self, table: pa.Table, started: float) -> np.ndarray | float:
+        if self.arrival_col is None or table.num_rows == 0:
+            return started
+        t = epoch_seconds(table.column(self.arrival_col))
+        bad = ~np.isfinite(t)
+        if bad.any():
+            t = t.copy()
+            t[bad] = started  # a missing event time is stamped at ingestion
+        return t
+
+    def _conform(self, table: pa.Table) -> pa.Table:
+        """Timestamps become float seconds where the plan declares numbers (the executor's
+        windows run on numeric seconds). Other columns stay as they came: the checks cast them,
+        and a dead letter keeps the whole original row."""
+        schema = self.compiled.sources[self.stream]
+        for field in schema:
+            if field.name in table.column_names:
+                i = table.column_names.index(field.name)
+                col = table.column(i)
+                if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
+                    table = table.set_column(i, field.name, pa.array(epoch_seconds(col), pa.float64()))
+        return table
+
+    def _fault(self, point: str, batch_id: int) -> None:
+        if batch_id in self.config.faults.get(point, ()):
+            self._kill(point, batch_id)
+
+    def _kill(self, point: str, batch_id: int) -> None:
+        """The injected crash: SIGKILL, so nothing after this point runs, not even ``finally``."""
+        print(f"sparkqos: fault injection: SIGKILL at {point} of batch {batch_id}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _commit(self, batch_id: int, started: float, rows_in: int, consumed: int,
+                dead: pa.Table | None = None) -> dict[str, Any]:
+        outputs = self.executor.take_outputs()
+        delays = {q: pc.subtract(t.column(EMIT), t.column(ARRIVAL)).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
+                  for q, t in outputs.items()}
+        if self.config.on_delays is not None:
+            self.config.on_delays(batch_id, delays)
+        dead_rows = 0 if dead is None else dead.num_rows
+        if self.dead_letter is not None:
+            self.dead_letter.write(batch_id, dead)
+        self.sink.write(batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT])
+                                   for q, t in outputs.items()})
+        self._fault("after_sink", batch_id)
+        self.store.save(batch_id, self.executor.queue_tables(),
+                        {"executor": encode_state(self.executor.to_state(queues=False)), "batch_id": batch_id,
+                         "dead_lettered_total": self.dead_lettered_total + dead_rows})
+        self._fault("after_checkpoint", batch_id)
+        self.last_batch = batch_id
+        self.dead_lettered_total += dead_rows
+        progress = self.progress.report(batch_id, started, rows_in=rows_in, dead_rows=dead_rows, consumed=consumed,
+                                        rows_out={q: t.num_rows for q, t in outputs.items()}, delays=delays,
+                                        state=self.executor.state, scheduler=self.scheduler)
+        self._fault("after_progress", batch_id)
+        return progress

@@ -1,0 +1,103 @@
+"""Strategies size their own time parameters to a trigger's budget (``Scheduler.sized_params``).
+
+On Spark a time unit is a second of executor time: left unset, CQC's round ``k`` becomes the
+budget, every non-None ``quantum`` a tenth of it, adaptive's evaluation period the trigger
+interval and its candidates are sized by their own rules; whatever the caller sets is kept. The
+runner builds its scheduler from these declarations only, and gets the parameters it got when it
+named the strategies itself (checked against that rule, kept here as ``named_by_hand``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkqos import schedulers
+from sparkqos.adaptive.controller import Adaptive
+from sparkqos.errors import SchedulerError
+from sparkqos.schedulers import Cqc, Fifo, PathCapacity, RoundRobin
+from sparkqos.spark.config import RunConfig
+
+
+def test_cqc_round_is_the_budget_unless_given():
+    cqc = Cqc.sized_for(0.4)
+    assert cqc.k == pytest.approx(0.4) and cqc.quantum == pytest.approx(0.04)
+    cqc = Cqc.sized_for(1.0, k=2.0)
+    assert cqc.k == 2.0 and cqc.quantum == pytest.approx(0.1)
+    assert Cqc.sized_for(1.0, quantum=0.5).quantum == 0.5
+
+
+def test_quantum_is_a_tenth_of_the_budget_when_it_has_a_default():
+    assert PathCapacity.sized_for(0.5).quantum == pytest.approx(0.05)
+    assert PathCapacity.sized_params(0.5, quantum=None) == {"quantum": None}  # set: kept, even None
+    assert RoundRobin.sized_params(0.5) == {}  # default None (no quantum): nothing to size
+    assert Fifo.sized_params(0.5, 2.0) == {}  # no time parameter at all
+
+
+def test_adaptive_period_is_the_trigger_and_members_are_sized():
+    params = Adaptive.sized_params(0.5, 2.0, candidates=["fifo", "pc", "cqc"], member_params={"cqc": {"k": 3.0}})
+    assert params["period"] == 2.0
+    assert params["member_params"] == {"pc": {"quantum": 0.05}, "cqc": {"k": 3.0, "quantum": 0.05}}
+    adaptive = Adaptive.sized_for(0.5, 2.0, candidates=["fifo", "pc", "cqc"], member_params={"cqc": {"k": 3.0}})
+    members = adaptive._members
+    assert members["cqc"].k == 3.0 and members["cqc"].quantum == pytest.approx(0.05)
+    assert members["pc"].quantum == pytest.approx(0.05) and adaptive.period == 2.0
+    assert Adaptive.sized_params(0.5, 2.0, period=7.0)["period"] == 7.0
+    assert "period" not in Adaptive.sized_params(0.5)  # no trigger interval (available_now): its default
+    # default candidates (fifo, rr, mtiq, chain) have no time parameter set by default
+    assert Adaptive.sized_params(0.5) == {}
+
+
+def test_sizing_rejects_a_budget_that_is_not_a_time():
+    with pytest.raises(SchedulerError, match="Cqc: budget_s must be a finite number > 0, got 0"):
+        Cqc.sized_for(0)
+    with pytest.raises(SchedulerError, match="period_s must be"):
+        PathCapacity.sized_params(1.0, float("nan"))
+
+
+def named_by_hand(name: str, params: dict, qos, trigger_s, budget_s: float) -> dict:
+    """The runner's rule before strategies declared it (QosStream._make_scheduler/_time_params)."""
+
+    def time_params(n: str, p: dict) -> dict:
+        instance = schedulers.get(n)
+        defaults = instance.params()
+        out = dict(p)
+        if isinstance(instance, Cqc) and "k" not in out:
+            out["k"] = budget_s
+        if "quantum" in defaults and defaults["quantum"] is not None and "quantum" not in out:
+            out["quantum"] = budget_s / 10
+        return out
+
+    params = dict(params)
+    if name == "adaptive":
+        if qos is not None:
+            params.setdefault("qos", qos)
+        if trigger_s is not None:
+            params.setdefault("period", trigger_s)
+        candidates = params.get("candidates", schedulers.get("adaptive").candidates)
+        names = [candidates] if isinstance(candidates, str) else list(candidates)
+        members = {n: dict(v) for n, v in dict(params.get("member_params") or {}).items()}
+        for n in names:
+            if isinstance(n, str) and n in schedulers.available():
+                sized = time_params(n, members.get(n, {}))
+                if sized:
+                    members[n] = sized
+        if members:
+            params["member_params"] = members
+        return params
+    return time_params(name, params)
+
+
+@pytest.mark.parametrize("trigger_s, budget_s", [(2.0, None), (0.5, 0.2), ("available_now", None), ("available_now", 3.0)])
+@pytest.mark.parametrize("name, params, qos", [
+    *[(n, {}, None) for n in schedulers.available()],
+    ("cqc", {"k": 2.0}, None),
+    ("pc", {"quantum": 0.3}, None),
+    ("adaptive", {"candidates": ["fifo", "pc", "cqc", "segment"], "member_params": {"cqc": {"k": 3.0}}}, "low_latency"),
+    ("adaptive", {"candidates": "cqc", "period": 5.0}, None),
+])
+def test_the_runner_builds_the_same_schedulers_as_before(tmp_path, name, params, qos, trigger_s, budget_s):
+    config = RunConfig(checkpoint=tmp_path, strategy=name, strategy_params=params, qos=qos, trigger_s=trigger_s,
+                       budget_s=budget_s)
+    interval = None if trigger_s == "available_now" else trigger_s
+    want = schedulers.get(name, **named_by_hand(name, params, qos, interval, config.effective_budget_s))
+    assert repr(config.make_scheduler()) == repr(want)
