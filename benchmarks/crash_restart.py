@@ -60,10 +60,31 @@ def child(argv: list[str]) -> int:
 
 
 def job_args(trace: Path, out: Path) -> list[str]:
-    return ["--output", str(out), "--checkpoint", str(out / "_checkpoint"), "--duration", "0", "--quiet",
-            "--set", "source.format=replay", "--set", "source.retime=false", "--set", f"source.path={trace}", "--set", "source.speed=max",
-            "--set", f"source.max_seconds_per_trigger={CAP_S}", "--set", "job.trigger_s=0.5",
-            "--set", "job.report=false", "--set", "scheduler.strategy=adaptive"]
+    return [
+        "--output",
+        str(out),
+        "--checkpoint",
+        str(out / "_checkpoint"),
+        "--duration",
+        "0",
+        "--quiet",
+        "--set",
+        "source.format=replay",
+        "--set",
+        "source.retime=false",
+        "--set",
+        f"source.path={trace}",
+        "--set",
+        "source.speed=max",
+        "--set",
+        f"source.max_seconds_per_trigger={CAP_S}",
+        "--set",
+        "job.trigger_s=0.5",
+        "--set",
+        "job.report=false",
+        "--set",
+        "scheduler.strategy=adaptive",
+    ]
 
 
 def checkpointed(out: Path) -> list[int]:
@@ -71,18 +92,19 @@ def checkpointed(out: Path) -> list[int]:
     return sorted(int(p.name[:20]) for p in folder.glob("*.ckpt")) if folder.is_dir() else []
 
 
-def run_job(trace: Path, out: Path, last: int, fault: str | None = None, kill_after: float | None = None,
-            timeout: float = 300) -> dict:
+def run_job(
+    trace: Path, out: Path, last: int, fault: str | None = None, kill_after: float | None = None, timeout: float = 300
+) -> dict:
     """One run of the job; returns how it ended. It is stopped (SIGTERM) once batch ``last`` is
     checkpointed, killed by its own fault, or SIGKILLed (group) ``kill_after`` s after its first batch."""
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("SPARKQOS_FAULT", None)  # the job's default for --fault: only the fault asked for here may fire
     argv = job_args(trace, out) + (["--fault", fault] if fault else [])
     before = checkpointed(out)
     log = open(out.parent / f"{out.name}.log", "ab")
-    proc = subprocess.Popen([sys.executable, __file__, "--child", "--", *argv], cwd=ROOT, env=env,
-                            stdout=log, stderr=log, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", "--", *argv], cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True
+    )
     t0, first = time.time(), None
     how = None
     try:
@@ -117,18 +139,22 @@ def run_job(trace: Path, out: Path, last: int, fault: str | None = None, kill_af
             pass
         log.close()
     after = checkpointed(out)
-    return {"how": how, "seconds": time.time() - t0, "checkpoint_before": before[-1] if before else -1,
-            "checkpoint_after": after[-1] if after else -1}
+    return {
+        "how": how,
+        "seconds": time.time() - t0,
+        "checkpoint_before": before[-1] if before else -1,
+        "checkpoint_after": after[-1] if after else -1,
+    }
 
 
 def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
     """The sink's union plus what the final checkpoint still holds, finished in-process."""
     from sparkqos import schedulers
-    from sparkqos.executor.loop import EMIT, Executor
     from sparkqos.executor.expressions import INTERNAL
+    from sparkqos.executor.loop import EMIT, Executor
     from sparkqos.spark.checkpoint import CheckpointStore
-    from sparkqos.spark.trigger import decode_state
     from sparkqos.spark.sinks import read_parquet_sink
+    from sparkqos.spark.trigger import decode_state
 
     sink = read_parquet_sink(out / "outputs")
     ckpt = CheckpointStore(out / "_checkpoint" / "sparkqos").load_latest()
@@ -169,8 +195,12 @@ def compare(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> dict[str, di
     for q in sorted(set(got) | set(want)):
         g = rows_of(got[q]) if q in got else Counter()
         w = rows_of(want[q]) if q in want else Counter()
-        out[q] = {"rows": sum(w.values()), "lost": sum((w - g).values()), "extra": sum((g - w).values()),
-                  "duplicated": sum(v - 1 for v in g.values() if v > 1) - sum(v - 1 for v in w.values() if v > 1)}
+        out[q] = {
+            "rows": sum(w.values()),
+            "lost": sum((w - g).values()),
+            "extra": sum((g - w).values()),
+            "duplicated": sum(v - 1 for v in g.values() if v > 1) - sum(v - 1 for v in w.values() if v > 1),
+        }
     return out
 
 
@@ -198,7 +228,9 @@ def main() -> int:
     print(f"trace: {args.rows} rows over {args.seconds:g}s, {CAP_S:g}s of stream time per batch -> batches 0..{last}", flush=True)
 
     baseline = run_job(trace_path, work / "baseline", last)
-    print(f"uninterrupted run: {baseline['how']} at batch {baseline['checkpoint_after']} ({baseline['seconds']:.0f}s)", flush=True)
+    print(
+        f"uninterrupted run: {baseline['how']} at batch {baseline['checkpoint_after']} ({baseline['seconds']:.0f}s)", flush=True
+    )
 
     crashed = work / "crashed"
     # Each injected fault aims at the second batch after the last checkpoint, so it always fires.
@@ -215,10 +247,15 @@ def main() -> int:
         r = run_job(trace_path, crashed, last, fault=fault, kill_after=arg if kind == "kill" else None)
         tried = f"--fault {fault}" if kind == "fault" else f"SIGKILL process group at +{arg}s"
         attempts.append((tried, r))
-        print(f"  {tried:<38} -> {r['how']}; our checkpoint batch {r['checkpoint_before']} -> {r['checkpoint_after']}", flush=True)
+        print(
+            f"  {tried:<38} -> {r['how']}; our checkpoint batch {r['checkpoint_before']} -> {r['checkpoint_after']}", flush=True
+        )
     final = run_job(trace_path, crashed, last)
     attempts.append(("restart, run to the end", final))
-    print(f"  {'restart, run to the end':<38} -> {final['how']}; checkpoint batch {final['checkpoint_before']} -> {final['checkpoint_after']}")
+    print(
+        f"  {'restart, run to the end':<38} -> {final['how']}; "
+        f"checkpoint batch {final['checkpoint_before']} -> {final['checkpoint_after']}"
+    )
 
     want = oracle(trace, factory)
     base = final_outputs(work / "baseline", factory)
@@ -240,14 +277,24 @@ def main() -> int:
     newest.write_bytes(data[: len(data) // 2])
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("SPARKQOS_FAULT", None)
-    torn = subprocess.run([sys.executable, __file__, "--child", "--", *job_args(trace_path, crashed)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    torn = subprocess.run(
+        [sys.executable, __file__, "--child", "--", *job_args(trace_path, crashed)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     message = next((l for l in torn.stderr.splitlines() if "corrupt" in l), torn.stderr.strip().splitlines()[-1:])
     refused = torn.returncode != 0 and "is corrupt" in torn.stderr
     print(f"torn checkpoint {newest.name} (cut to {len(data) // 2} of {len(data)} bytes): exit {torn.returncode}; {message}")
     ok &= refused and fired == len(plan)
-    summary = {"attempts": [{"tried": t, **r} for t, r in attempts], "vs_uninterrupted": vs_base, "vs_replay": vs_oracle,
-               "torn_checkpoint_refused": refused}
+    summary = {
+        "attempts": [{"tried": t, **r} for t, r in attempts],
+        "vs_uninterrupted": vs_base,
+        "vs_replay": vs_oracle,
+        "torn_checkpoint_refused": refused,
+    }
     (work / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"{'PASS' if ok else 'FAIL'}: folders in {work}")
     return 0 if ok else 1

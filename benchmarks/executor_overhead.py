@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkqos import schedulers
-from sparkqos.executor.loop import Executor
 from sparkqos.executor.expressions import avg, col, count, max_
-from sparkqos.query import QuerySet
+from sparkqos.executor.loop import Executor
 from sparkqos.executor.queues import stamp
+from sparkqos.query import QuerySet
 
 SCHEMA = pa.schema([("id", pa.int64()), ("room", pa.string()), ("temp", pa.float64()), ("ts", pa.float64())])
 BATCH_ROWS = 4096
@@ -37,8 +37,9 @@ def build():
     s.where(col("temp") > 60).select("id", "room", (col("temp") * 1.8 + 32).alias("f")).sink("alerts", klass="H")
     s.synthetic(0.5, cost_s=0.0, seed=1).where(col("room").isin(["a", "b"])).sink("sampled", klass="L")
     s.where((col("temp") < 20) | col("room").is_null()).select("id", "ts").sink("cold", klass="L")
-    s.where(col("temp") > 10).window_agg("room", [count(), avg("temp"), max_("temp")], time_col="ts",
-                                         size=10.0).sink("rooms", klass="H")
+    s.where(col("temp") > 10).window_agg("room", [count(), avg("temp"), max_("temp")], time_col="ts", size=10.0).sink(
+        "rooms", klass="H"
+    )
     return qs.build()
 
 
@@ -47,12 +48,17 @@ def make_batches(n: int, seed: int = 0) -> list[pa.RecordBatch]:
     out = []
     for i in range(n):
         ts = np.sort(rng.uniform(i, i + 1, BATCH_ROWS))
-        out.append(pa.record_batch({
-            "id": np.arange(i * BATCH_ROWS, (i + 1) * BATCH_ROWS),
-            "room": rng.choice(["a", "b", "c", "d"], BATCH_ROWS),
-            "temp": rng.uniform(0, 100, BATCH_ROWS).round(1),
-            "ts": ts,
-        }, schema=SCHEMA))
+        out.append(
+            pa.record_batch(
+                {
+                    "id": np.arange(i * BATCH_ROWS, (i + 1) * BATCH_ROWS),
+                    "room": rng.choice(["a", "b", "c", "d"], BATCH_ROWS),
+                    "temp": rng.uniform(0, 100, BATCH_ROWS).round(1),
+                    "ts": ts,
+                },
+                schema=SCHEMA,
+            )
+        )
     return out
 
 
@@ -60,7 +66,7 @@ def run_executor(compiled, strategy: str, batches, per_trigger: int, whole_batch
     ex = Executor(compiled.fresh(), schedulers.get(strategy), whole_batches=whole_batches)
     t0 = time.perf_counter()
     for i in range(0, len(batches), per_trigger):
-        for b in batches[i:i + per_trigger]:
+        for b in batches[i : i + per_trigger]:
             ex.ingest("sensors", b)
         ex.run()
     ex.finish()
@@ -79,7 +85,7 @@ def run_plain(compiled, batches, per_trigger: int) -> tuple[float, int]:
     t0 = time.perf_counter()
     for i in range(0, len(batches), per_trigger):
         now = time.monotonic()
-        for b in batches[i:i + per_trigger]:
+        for b in batches[i : i + per_trigger]:
             stamped = stamp(b, now, seq)
             seq += b.num_rows
             for chain in chains:
@@ -94,7 +100,7 @@ def run_plain(compiled, batches, per_trigger: int) -> tuple[float, int]:
         for k, name in enumerate(chain):
             for out in ops[name].flush():
                 cur = out
-                for above in chain[k + 1:]:
+                for above in chain[k + 1 :]:
                     cur = ops[above].process(cur)
                 produced += cur.num_rows
     return time.perf_counter() - t0, produced
@@ -116,7 +122,7 @@ def main() -> None:
     outputs: dict[str, int] = {}
     run_plain(compiled, batches[:2], 2)  # warm-up
     for rep in range(args.reps):
-        for name in (runs if rep % 2 == 0 else runs[::-1]):
+        for name in runs if rep % 2 == 0 else runs[::-1]:
             if name == "plain":
                 t, n = run_plain(compiled, batches, args.per_trigger)
             else:
@@ -127,16 +133,20 @@ def main() -> None:
     if len(set(outputs.values())) != 1:
         raise SystemExit(f"the runs disagree on output rows: {outputs}")
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"plan: 4 queries, {len(compiled.plan)} operators; input {args.batches} × {BATCH_ROWS} = {rows:,} rows, "
-          f"{args.per_trigger} batches per trigger; {args.reps} interleaved repetitions; output rows {outputs['plain']:,}")
+    print(
+        f"plan: 4 queries, {len(compiled.plan)} operators; input {args.batches} × {BATCH_ROWS} = {rows:,} rows, "
+        f"{args.per_trigger} batches per trigger; {args.reps} interleaved repetitions; output rows {outputs['plain']:,}"
+    )
     print(f"{'run':<8}{'median s':>10}{'min s':>10}{'ratio':>9}{'rows/s/core':>14}")
     for k in runs:
         print(f"{k:<8}{med[k]:>10.4f}{min(times[k]):>10.4f}{med[k] / med['plain']:>9.3f}{rows / med[k]:>14,.0f}")
     print("wb = whole_batches=True (fig 4.1's amount rounded up to whole queued batches)")
     for label, keys in (("exact fig 4.1 rule", ("fifo", "chain")), ("whole batches", ("fifo/wb", "chain/wb"))):
         worst = max(med[k] for k in keys) / med["plain"]
-        print(f"executor / plain loop, worst of fifo and chain, {label}: {worst:.3f} "
-              f"(target <= 1.10: {'met' if worst <= 1.10 else 'NOT met'})")
+        print(
+            f"executor / plain loop, worst of fifo and chain, {label}: {worst:.3f} "
+            f"(target <= 1.10: {'met' if worst <= 1.10 else 'NOT met'})"
+        )
 
 
 if __name__ == "__main__":

@@ -40,9 +40,22 @@ def jiang_like_plan(n_ops: int, seed: int = 1) -> Plan:
         made = 0
         if size >= 4 and rng.random() < 0.35:
             a, b = rng.choice(len(streams), size=2, replace=False)
-            ops.append(Operator(f"{name}_l", (streams[a],), float(rng.uniform(0.1, 1.0)), float(rng.uniform(0.02, 0.3)), klass=klass))
-            ops.append(Operator(f"{name}_r", (streams[b],), float(rng.uniform(0.1, 1.0)), float(rng.uniform(0.02, 0.3)), klass=klass))
-            ops.append(Operator(f"{name}_j", (f"{name}_l", f"{name}_r"), float(rng.uniform(0.3, 1.6)), float(rng.uniform(0.1, 1.0)), kind="join", klass=klass))
+            ops.append(
+                Operator(f"{name}_l", (streams[a],), float(rng.uniform(0.1, 1.0)), float(rng.uniform(0.02, 0.3)), klass=klass)
+            )
+            ops.append(
+                Operator(f"{name}_r", (streams[b],), float(rng.uniform(0.1, 1.0)), float(rng.uniform(0.02, 0.3)), klass=klass)
+            )
+            ops.append(
+                Operator(
+                    f"{name}_j",
+                    (f"{name}_l", f"{name}_r"),
+                    float(rng.uniform(0.3, 1.6)),
+                    float(rng.uniform(0.1, 1.0)),
+                    kind="join",
+                    klass=klass,
+                )
+            )
             prev, made = f"{name}_j", 3
         else:
             prev = streams[int(rng.integers(len(streams)))]

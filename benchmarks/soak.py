@@ -45,8 +45,19 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="sparkqos-soak-"))
-    cmd = [sys.executable, str(ROOT / "jobs" / "sensor_monitor.py"), "--output", str(out), "--quiet",
-           "--duration", str(args.minutes * 60), "--set", f"source.rate={args.rate}", "--set", "job.report=false"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "jobs" / "sensor_monitor.py"),
+        "--output",
+        str(out),
+        "--quiet",
+        "--duration",
+        str(args.minutes * 60),
+        "--set",
+        f"source.rate={args.rate}",
+        "--set",
+        "job.report=false",
+    ]
     for o in args.overrides:
         cmd += ["--set", o]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
@@ -75,9 +86,11 @@ def main() -> int:
     slope, intercept = np.polyfit(t[keep], m[keep], 1)
     start, end = intercept + slope * t[keep][0], intercept + slope * t[keep][-1]
     growth = (end - start) / start * 100
-    print(f"job exit {proc.returncode}; {len(samples)} samples; after {args.warmup:g}s warm-up: RSS "
-          f"{m[keep].min():.1f}-{m[keep].max():.1f} MB, slope {slope * 60:+.2f} MB/min, fitted growth "
-          f"{growth:+.1f}% over {t[keep][-1] - t[keep][0]:.0f}s -> {'PASS' if growth <= 10 else 'FAIL'} (target <= 10%)")
+    print(
+        f"job exit {proc.returncode}; {len(samples)} samples; after {args.warmup:g}s warm-up: RSS "
+        f"{m[keep].min():.1f}-{m[keep].max():.1f} MB, slope {slope * 60:+.2f} MB/min, fitted growth "
+        f"{growth:+.1f}% over {t[keep][-1] - t[keep][0]:.0f}s -> {'PASS' if growth <= 10 else 'FAIL'} (target <= 10%)"
+    )
     print(f"job output and log: {out}")
     return 0 if growth <= 10 and proc.returncode == 0 else 1
 

@@ -43,8 +43,10 @@ def plain_foreach(compiled, sink):
         table = batch_df.toArrow()
         outputs: dict[str, list] = {q: [] for q in plan.queries}
         if table.num_rows:
-            cols = [pa.array(epoch_seconds(table.column(f.name)), pa.float64()) if f.name == "ts" else table.column(f.name)
-                    for f in schema]
+            cols = [
+                pa.array(epoch_seconds(table.column(f.name)), pa.float64()) if f.name == "ts" else table.column(f.name)
+                for f in schema
+            ]
             batch = pa.table(cols, names=schema.names).combine_chunks().to_batches()[0]
             stamped = stamp(batch, epoch_seconds(table.column("ts")), seq[0])
             seq[0] += batch.num_rows
@@ -62,8 +64,7 @@ def plain_foreach(compiled, sink):
 
 
 def trigger_times(query) -> list[float]:
-    return [p["durationMs"]["triggerExecution"] / 1000.0 for p in query.recentProgress
-            if p["numInputRows"] > 0]
+    return [p["durationMs"]["triggerExecution"] / 1000.0 for p in query.recentProgress if p["numInputRows"] > 0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     import sparkqos
-    from sparkqos.examples import sensor_queries, sensor_trace
     from sparkqos import sources
+    from sparkqos.examples import sensor_queries, sensor_trace
     from sparkqos.spark.sinks import ParquetSink
 
     spark = SparkSession.builder.appName("trigger_overhead").getOrCreate()
@@ -92,12 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     strategies = [s for s in args.strategies.split(",") if s]
     per_kind: dict[str, list[float]] = {"plain": [], **{s: [] for s in strategies}}
     expected_triggers = int(np.ceil(args.seconds / 2.0))
-    print(f"trace: {args.rows} rows over {args.seconds:g}s of stream time, ~{expected_triggers} triggers per run, "
-          f"{args.rounds} rounds × {1 + len(strategies)} runs", flush=True)
+    print(
+        f"trace: {args.rows} rows over {args.seconds:g}s of stream time, ~{expected_triggers} triggers per run, "
+        f"{args.rounds} rounds × {1 + len(strategies)} runs",
+        flush=True,
+    )
 
     def source():
-        return (spark.readStream.format("sparkqos.replay").option("path", str(trace)).option("speed", "max")
-                .option("maxSecondsPerTrigger", "2").load())
+        return (
+            spark.readStream.format("sparkqos.replay")
+            .option("path", str(trace))
+            .option("speed", "max")
+            .option("maxSecondsPerTrigger", "2")
+            .load()
+        )
 
     try:
         for r in range(args.rounds):
@@ -106,19 +115,35 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.time()
                 if kind == "plain":
                     sink = ParquetSink(run_dir / "outputs")
-                    query = (source().writeStream.foreachBatch(plain_foreach(compiled, sink))
-                             .option("checkpointLocation", str(run_dir / "ckpt")).trigger(availableNow=True).start())
+                    query = (
+                        source()
+                        .writeStream.foreachBatch(plain_foreach(compiled, sink))
+                        .option("checkpointLocation", str(run_dir / "ckpt"))
+                        .trigger(availableNow=True)
+                        .start()
+                    )
                     query.awaitTermination()
                 else:
-                    handle = sparkqos.stream(source(), compiled, strategy=kind, trigger_s="available_now",
-                                             budget_s=600.0, checkpoint=run_dir / "ckpt", output=run_dir, name=kind)
+                    handle = sparkqos.stream(
+                        source(),
+                        compiled,
+                        strategy=kind,
+                        trigger_s="available_now",
+                        budget_s=600.0,
+                        checkpoint=run_dir / "ckpt",
+                        output=run_dir,
+                        name=kind,
+                    )
                     query = handle.start()
                     query.awaitTermination()
                 times = trigger_times(query)
                 per_kind[kind].extend(times)
                 out_rows = sum(t.num_rows for t in ParquetSink(run_dir / "outputs").read().values())
-                print(f"round {r + 1} {kind:<9} {len(times)} triggers, median {statistics.median(times) * 1000:7.1f} ms, "
-                      f"{out_rows} output rows, {time.time() - started:5.1f}s", flush=True)
+                print(
+                    f"round {r + 1} {kind:<9} {len(times)} triggers, median {statistics.median(times) * 1000:7.1f} ms, "
+                    f"{out_rows} output rows, {time.time() - started:5.1f}s",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
@@ -130,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(times)
         p90 = statistics.quantiles(times, n=10)[-1] if len(times) > 2 else med
         print(f"{kind:<10} {len(times):>9} {med * 1000:>10.1f} {p90 * 1000:>8.1f} {med / base:>7.2f}")
-    print("target: sparkqos / plain ≤ 1.30 (window aggregates hold back rows until their window closes in "
-          "both; outputs are equal in total once the trace ends)")
+    print(
+        "target: sparkqos / plain ≤ 1.30 (window aggregates hold back rows until their window closes in "
+        "both; outputs are equal in total once the trace ends)"
+    )
     return 0
 
 

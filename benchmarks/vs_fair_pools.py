@@ -19,8 +19,9 @@ aggregate: the newest ``ts`` in the window); for fair, results.json also keeps "
 wall time the row reached the foreachBatch code minus ``ts``). Every query replays the trace from
 the same instant, ``--lead`` seconds after start-up, with Python workers already warm, and the
 trace opens with ``--warmup`` seconds of a quiet trickle (no class-H or class-C rows) so the slow
-first micro-batches of every query are over before the bursts. Rows still queued when the input ends are drained (sparkqos ``finish()``),
-so every row is counted. Goal (issue 7): class-H p99 delay ≥ 2× lower than fair, no lost output.
+first micro-batches of every query are over before the bursts. Rows still queued when the input
+ends are drained (sparkqos ``finish()``), so every row is counted. Goal (issue 7): class-H p99
+delay ≥ 2× lower than fair, no lost output.
 """
 
 from __future__ import annotations
@@ -77,14 +78,14 @@ def _chain_fn(operators, emit_col: str = "emit"):
                 now = time.time()
                 keep = [n for n in cur.schema.names if not n.startswith("__")]
                 out = cur.select(keep)
-                yield pa.RecordBatch.from_arrays(list(out.columns) + [pa.array(np.full(out.num_rows, now))],
-                                                 names=keep + [emit_col])
+                yield pa.RecordBatch.from_arrays(
+                    list(out.columns) + [pa.array(np.full(out.num_rows, now))], names=keep + [emit_col]
+                )
 
     return fn
 
 
 def run_fair(args, out: Path) -> dict:
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
@@ -118,8 +119,11 @@ def run_fair(args, out: Path) -> dict:
                 pq.write_table(t, folder / f"batch-{batch_id}.parquet")
             el = now - started
             if not args.quiet:
-                print(f"  [fair {el:5.1f}/{args.lead + args.seconds + 2 * args.trigger:.0f}s] {query:<10} batch {batch_id:>3} "
-                      f"out {t.num_rows:>6}", flush=True)
+                print(
+                    f"  [fair {el:5.1f}/{args.lead + args.seconds + 2 * args.trigger:.0f}s] {query:<10} batch {batch_id:>3} "
+                    f"out {t.num_rows:>6}",
+                    flush=True,
+                )
 
         return write
 
@@ -132,14 +136,25 @@ def run_fair(args, out: Path) -> dict:
         df = C.replay_df(spark, args.trace, start=replay_start)
         if q == "zone_stats":
             op = compiled.operators[path.operators[0]]
-            agg = (df.withWatermark("ts", "0 seconds")
-                     .groupBy(F.window("ts", f"{int(op.size)} seconds"), "location")
-                     .agg(F.count(F.lit(1)).alias("count"), F.avg("temperature").alias("avg_temperature"),
-                          F.max("humidity").alias("max_humidity"), F.max("ts").alias("last_ts")))
-            stream_df = agg.select(F.col("window.start").cast("double").alias("window_start"),
-                                   F.col("window.end").cast("double").alias("window_end"),
-                                   "location", "count", "avg_temperature", "max_humidity",
-                                   F.col("last_ts").cast("double").alias("last_ts"))
+            agg = (
+                df.withWatermark("ts", "0 seconds")
+                .groupBy(F.window("ts", f"{int(op.size)} seconds"), "location")
+                .agg(
+                    F.count(F.lit(1)).alias("count"),
+                    F.avg("temperature").alias("avg_temperature"),
+                    F.max("humidity").alias("max_humidity"),
+                    F.max("ts").alias("last_ts"),
+                )
+            )
+            stream_df = agg.select(
+                F.col("window.start").cast("double").alias("window_start"),
+                F.col("window.end").cast("double").alias("window_end"),
+                "location",
+                "count",
+                "avg_temperature",
+                "max_humidity",
+                F.col("last_ts").cast("double").alias("last_ts"),
+            )
             emit_of = lambda t, now: np.full(t.num_rows, now)  # noqa: E731  (emitted when the batch ends)
         else:
             ops = [compiled.operators[n] for n in path.operators]
@@ -147,10 +162,14 @@ def run_fair(args, out: Path) -> dict:
             ddl = ", ".join(f"{f.name} {_ddl(f.type)}" for f in schema if not f.name.startswith("__")) + ", emit double"
             stream_df = df.mapInArrow(_chain_fn(ops), ddl)
             emit_of = lambda t, now: t.column("emit").to_numpy()  # noqa: E731
-        queries[q] = (stream_df.writeStream.foreachBatch(sink(q, emit_of)).queryName(f"fair_{q}")
-                      .outputMode("append")
-                      .option("checkpointLocation", str(out / "_checkpoint" / q))
-                      .trigger(processingTime=f"{args.trigger} seconds").start())
+        queries[q] = (
+            stream_df.writeStream.foreachBatch(sink(q, emit_of))
+            .queryName(f"fair_{q}")
+            .outputMode("append")
+            .option("checkpointLocation", str(out / "_checkpoint" / q))
+            .trigger(processingTime=f"{args.trigger} seconds")
+            .start()
+        )
     sc.setLocalProperty("spark.scheduler.pool", None)
     seen: dict[str, dict[int, int]] = {q: {} for q in queries}
     deadline = time.time() + 4 * args.seconds + 60
@@ -170,9 +189,15 @@ def run_fair(args, out: Path) -> dict:
             sq.stop()
     rows_in = {q: sum(s.values()) for q, s in seen.items()}
     klass_of = {q.name: q.klass for q in plan.queries.values()}
-    result = _result("fair", klass_of, {q: _cat(v) for q, v in delays.items()},
-                     {q: _cat(v) for q, v in delivered.items()}, rows_in=min(rows_in.values()),
-                     peak_queued_mb=math.nan, elapsed=time.time() - started)
+    result = _result(
+        "fair",
+        klass_of,
+        {q: _cat(v) for q, v in delays.items()},
+        {q: _cat(v) for q, v in delivered.items()},
+        rows_in=min(rows_in.values()),
+        peak_queued_mb=math.nan,
+        elapsed=time.time() - started,
+    )
     spark.stop()
     return result
 
@@ -209,13 +234,18 @@ def _result(variant, klass_of, delays, delivered, rows_in, peak_queued_mb, elaps
     h, n = by_class(delays, "H"), by_class(delays, "N")
     hd = by_class(delivered, "H")
     return {
-        "variant": variant, "rows_in": int(rows_in),
-        "H_mean_ms": C.mean_ms(h), "H_p99_ms": C.p99_ms(h), "H_max_ms": float(h.max() * 1000) if h.size else math.nan,
+        "variant": variant,
+        "rows_in": int(rows_in),
+        "H_mean_ms": C.mean_ms(h),
+        "H_p99_ms": C.p99_ms(h),
+        "H_max_ms": float(h.max() * 1000) if h.size else math.nan,
         "H_delivered_p99_ms": C.p99_ms(hd),
-        "C_mean_ms": C.mean_ms(by_class(delays, "C")), "N_mean_ms": C.mean_ms(n),
+        "C_mean_ms": C.mean_ms(by_class(delays, "C")),
+        "N_mean_ms": C.mean_ms(n),
         "rows_out": {q: int(delays[q].size) for q in klass_of},
         "total_out": int(sum(delays[q].size for q in klass_of)),
-        "peak_queued_mb": peak_queued_mb, "elapsed_s": elapsed,
+        "peak_queued_mb": peak_queued_mb,
+        "elapsed_s": elapsed,
     }
 
 
@@ -246,12 +276,32 @@ def run_sparkqos_variant(args, out: Path, strategy: str) -> dict:
     if strategy == "cqc":
         strategy = cqc
     qos = args.qos if strategy == "adaptive" else None
-    stats = C.run_sparkqos(spark, args.trace, compiled, strategy, out=out, name=strategy, input_rows=args.rows,
-                           trace_s=args.seconds, trigger_s=args.trigger, budget_s=args.budget or None,
-                           strategy_params=params, qos=qos, quiet=args.quiet, lead_s=args.lead)
+    stats = C.run_sparkqos(
+        spark,
+        args.trace,
+        compiled,
+        strategy,
+        out=out,
+        name=strategy,
+        input_rows=args.rows,
+        trace_s=args.seconds,
+        trigger_s=args.trigger,
+        budget_s=args.budget or None,
+        strategy_params=params,
+        qos=qos,
+        quiet=args.quiet,
+        lead_s=args.lead,
+    )
     delays = {q: stats.query_delays(q) for q in stats.klass_of}
-    result = _result("cqc" if strategy == cqc else strategy, stats.klass_of, delays, {}, rows_in=stats.rows_in,
-                     peak_queued_mb=stats.peak_bytes / 1e6, elapsed=stats.elapsed)
+    result = _result(
+        "cqc" if strategy == cqc else strategy,
+        stats.klass_of,
+        delays,
+        {},
+        rows_in=stats.rows_in,
+        peak_queued_mb=stats.peak_bytes / 1e6,
+        elapsed=stats.elapsed,
+    )
     result["strategy_mix"] = stats.strategies
     spark.stop()
     return result
@@ -272,9 +322,13 @@ def main(argv=None) -> int:
     ap.add_argument("--cqc-quantum", type=float, default=0.05, help="cqc's longest unit of work, seconds")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", default=str(ROOT / "output" / "vs_fair_pools"))
-    ap.add_argument("--warmup", type=float, default=20.0,
-                    help="seconds of a 4 rows/s trickle (no fire, no anomaly) before the bursty trace, so "
-                         "every query's slow first micro-batches are behind it")
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=20.0,
+        help="seconds of a 4 rows/s trickle (no fire, no anomaly) before the bursty trace, so "
+        "every query's slow first micro-batches are behind it",
+    )
     ap.add_argument("--lead", type=float, default=8.0, help="seconds between starting the queries and the first row")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
@@ -297,13 +351,16 @@ def main(argv=None) -> int:
         ap.error(f"unknown variant(s) {bad}; choose from {VARIANTS}")
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.parquet"
-    rows = C.write_bursty_trace(trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale,
-                                warmup_s=args.warmup)
+    rows = C.write_bursty_trace(trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale, warmup_s=args.warmup)
     args.seconds += args.warmup
     per_run = args.seconds + args.lead + 25
-    print(f"vs_fair_pools: trace {rows} rows over {args.seconds:g}s ({args.warmup:g}s trickle, then bursty, mean {args.rate:g}/s, seed {args.seed}); "
-          f"work {args.work_us:g} µs/row; variants {', '.join(variants)}; expect about "
-          f"{len(variants) * per_run / 60:.0f}-{len(variants) * 2 * per_run / 60:.0f} min", flush=True)
+    print(
+        f"vs_fair_pools: trace {rows} rows over {args.seconds:g}s ({args.warmup:g}s trickle, then bursty, "
+        f"mean {args.rate:g}/s, seed {args.seed}); "
+        f"work {args.work_us:g} µs/row; variants {', '.join(variants)}; expect about "
+        f"{len(variants) * per_run / 60:.0f}-{len(variants) * 2 * per_run / 60:.0f} min",
+        flush=True,
+    )
     results = []
     for v in variants:
         vout = out / v
@@ -311,12 +368,39 @@ def main(argv=None) -> int:
         (vout / "result.json").unlink(missing_ok=True)
         cmd = [str(ROOT / "spark-submit.sh"), "--master", "local[2]"]
         if v == "fair":
-            cmd += ["--conf", "spark.scheduler.mode=FAIR",
-                    "--conf", f"spark.scheduler.allocation.file={ROOT / 'conf' / 'fairscheduler.xml'}"]
-        cmd += [str(Path(__file__).resolve()), "--variant", v, "--trace", str(trace), "--rows", str(rows),
-                "--seconds", str(args.seconds), "--work-us", str(args.work_us), "--trigger", str(args.trigger),
-                "--budget", str(args.budget), "--lead", str(args.lead), "--cqc-k", str(args.cqc_k),
-                "--cqc-quantum", str(args.cqc_quantum), "--qos", args.qos, "--out", str(out)] + (["--quiet"] if args.quiet else [])
+            cmd += [
+                "--conf",
+                "spark.scheduler.mode=FAIR",
+                "--conf",
+                f"spark.scheduler.allocation.file={ROOT / 'conf' / 'fairscheduler.xml'}",
+            ]
+        cmd += [
+            str(Path(__file__).resolve()),
+            "--variant",
+            v,
+            "--trace",
+            str(trace),
+            "--rows",
+            str(rows),
+            "--seconds",
+            str(args.seconds),
+            "--work-us",
+            str(args.work_us),
+            "--trigger",
+            str(args.trigger),
+            "--budget",
+            str(args.budget),
+            "--lead",
+            str(args.lead),
+            "--cqc-k",
+            str(args.cqc_k),
+            "--cqc-quantum",
+            str(args.cqc_quantum),
+            "--qos",
+            args.qos,
+            "--out",
+            str(out),
+        ] + (["--quiet"] if args.quiet else [])
         print(f"-- {v}: {' '.join(cmd[:1] + cmd[3:7] if v == 'fair' else cmd[:1])} ...", flush=True)
         proc = subprocess.Popen(cmd)
         peak = 0
@@ -330,13 +414,43 @@ def main(argv=None) -> int:
         r["peak_rss_mb"] = peak / 1e6
         results.append(r)
 
-    header = ["variant", "H mean ms", "H p99 ms", "H max ms", "C mean ms", "N mean ms", "rows out", "fire", "archive",
-              "peak RSS MB", "peak queued MB"]
-    rows_t = [[r["variant"], r["H_mean_ms"], r["H_p99_ms"], r["H_max_ms"], r["C_mean_ms"], r["N_mean_ms"], r["total_out"],
-               r["rows_out"]["fire"], r["rows_out"]["archive"], r["peak_rss_mb"], r["peak_queued_mb"]] for r in results]
+    header = [
+        "variant",
+        "H mean ms",
+        "H p99 ms",
+        "H max ms",
+        "C mean ms",
+        "N mean ms",
+        "rows out",
+        "fire",
+        "archive",
+        "peak RSS MB",
+        "peak queued MB",
+    ]
+    rows_t = [
+        [
+            r["variant"],
+            r["H_mean_ms"],
+            r["H_p99_ms"],
+            r["H_max_ms"],
+            r["C_mean_ms"],
+            r["N_mean_ms"],
+            r["total_out"],
+            r["rows_out"]["fire"],
+            r["rows_out"]["archive"],
+            r["peak_rss_mb"],
+            r["peak_queued_mb"],
+        ]
+        for r in results
+    ]
     print()
-    text = C.print_table(f"vs_fair_pools: {rows} rows, {args.warmup:g}s trickle + {args.seconds - args.warmup:g}s bursty trace, {args.rate:g} rows/s mean, "
-                         f"work {args.work_us:g} µs, trigger {args.trigger:g}s, local[2]", header, rows_t)
+    text = C.print_table(
+        f"vs_fair_pools: {rows} rows, {args.warmup:g}s trickle + {args.seconds - args.warmup:g}s bursty trace, "
+        f"{args.rate:g} rows/s mean, "
+        f"work {args.work_us:g} µs, trigger {args.trigger:g}s, local[2]",
+        header,
+        rows_t,
+    )
     base = next((r for r in results if r["variant"] == "fair"), None)
     verdicts = []
     for r in results:
@@ -345,10 +459,12 @@ def main(argv=None) -> int:
         ratio = base["H_p99_ms"] / r["H_p99_ms"] if r["H_p99_ms"] > 0 else math.inf
         lost = {q: base["rows_out"][q] - r["rows_out"][q] for q in ("fire", "archive")}
         ok = ratio >= 2 and all(v == 0 for v in lost.values())
-        verdicts.append(f"{r['variant']}: class-H p99 {ratio:.2f}x lower than FAIR pools; fire/archive rows vs fair "
-                        f"{r['rows_out']['fire']}/{r['rows_out']['archive']} vs {base['rows_out']['fire']}/"
-                        f"{base['rows_out']['archive']} (input {rows}) -> goal {'MET' if ok else 'NOT met'}"
-                        + (f"; strategy mix {r.get('strategy_mix')}" if r.get("strategy_mix") else ""))
+        verdicts.append(
+            f"{r['variant']}: class-H p99 {ratio:.2f}x lower than FAIR pools; fire/archive rows vs fair "
+            f"{r['rows_out']['fire']}/{r['rows_out']['archive']} vs {base['rows_out']['fire']}/"
+            f"{base['rows_out']['archive']} (input {rows}) -> goal {'MET' if ok else 'NOT met'}"
+            + (f"; strategy mix {r.get('strategy_mix')}" if r.get("strategy_mix") else "")
+        )
     for v in verdicts:
         print(v)
     (out / "summary.txt").write_text(text + "\n" + "\n".join(verdicts) + "\n")

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from sparkqos import Operator, Plan, schedulers
 from sparkqos.adaptive.qos import QosSpec
-from sparkqos.sim import Simulator, chain_plan
+from sparkqos.sim import Simulator
 from sparkqos.sim.arrivals import poisson_shifting
 
 CANDIDATES = ("fifo", "rr", "mtiq", "chain")
@@ -68,31 +68,39 @@ SETTINGS = [
     ("delay 50 / rate 50", [("delay", "minimize", 0.5), ("output_rate", "maximize", 0.5)]),
     ("delay 30 / rate 70", [("delay", "minimize", 0.3), ("output_rate", "maximize", 0.7)]),
     ("delay 0 / rate 100", [("output_rate", "maximize", 1.0)]),
-    ("thirds delay/rate/memory", [("delay", "minimize", 1 / 3), ("output_rate", "maximize", 1 / 3),
-                                  ("queued", "minimize", 1 / 3)]),
+    (
+        "thirds delay/rate/memory",
+        [("delay", "minimize", 1 / 3), ("output_rate", "maximize", 1 / 3), ("queued", "minimize", 1 / 3)],
+    ),
 ]
 
 
 def filters_plan() -> Plan:
     """Query Plan 1: S → O4 → O3 → O2 → O1 (O1 the root, σ = 1 as in the thesis). A cheap,
     selective leaf before expensive operators: the shape where Chain saves memory and FIFO delay."""
-    return Plan([
-        Operator("O4", ("S",), 0.1, 0.2),
-        Operator("O3", ("O4",), 1.0, 1.0),
-        Operator("O2", ("O3",), 0.9, 0.5),
-        Operator("O1", ("O2",), 1.0, 0.05),
-    ], streams=["S"])
+    return Plan(
+        [
+            Operator("O4", ("S",), 0.1, 0.2),
+            Operator("O3", ("O4",), 1.0, 1.0),
+            Operator("O2", ("O3",), 0.9, 0.5),
+            Operator("O1", ("O2",), 1.0, 0.05),
+        ],
+        streams=["S"],
+    )
 
 
 def join_plan() -> Plan:
     """Query Plan 2: selective filters on R and T feed a windowed join, two filters above it."""
-    return Plan([
-        Operator("R1", ("R",), 0.2, 0.2),
-        Operator("T1", ("T",), 0.2, 0.2),
-        Operator("J", ("R1", "T1"), 1.0, 1.0, kind="join"),
-        Operator("O2", ("J",), 0.9, 0.5),
-        Operator("O1", ("O2",), 1.0, 0.05),
-    ], streams=["R", "T"])
+    return Plan(
+        [
+            Operator("R1", ("R",), 0.2, 0.2),
+            Operator("T1", ("T",), 0.2, 0.2),
+            Operator("J", ("R1", "T1"), 1.0, 1.0, kind="join"),
+            Operator("O2", ("J",), 0.9, 0.5),
+            Operator("O1", ("O2",), 1.0, 0.05),
+        ],
+        streams=["R", "T"],
+    )
 
 
 PLANS = {"filters": filters_plan, "join": join_plan}
@@ -102,12 +110,15 @@ def chain_dominated_plan() -> Plan:
     """Two queries on one stream where Chain keeps far less in memory than fifo, rr and mtiq
     (about 60% of the best of them): Q1 filters hard but slowly then very cheaply again; Q2 filters
     cheaply, then runs an expensive, unselective operator that Chain defers."""
-    return Plan([
-        Operator("A1", ("S",), 0.1, 0.5),
-        Operator("A2", ("A1",), 0.05, 0.02),
-        Operator("B1", ("S",), 0.1, 0.02),
-        Operator("B2", ("B1",), 0.9, 1.0),
-    ], streams=["S"])
+    return Plan(
+        [
+            Operator("A1", ("S",), 0.1, 0.5),
+            Operator("A2", ("A1",), 0.05, 0.02),
+            Operator("B1", ("S",), 0.1, 0.02),
+            Operator("B2", ("B1",), 0.9, 1.0),
+        ],
+        streams=["S"],
+    )
 
 
 def arrivals(plan: Plan, load: float, until: float, seed: int) -> dict[str, list[tuple[float, float]]]:
@@ -117,9 +128,12 @@ def arrivals(plan: Plan, load: float, until: float, seed: int) -> dict[str, list
     total = sum(work_per_tuple.values())
     # A period's mean is U(0.7, 1.3) × the base rate, ×2 in a quarter of them: 1.25 × on average.
     rate = load / total / (1 + BURST_PROBABILITY * (BURST_FACTOR - 1))
-    return {s: poisson_shifting(rate, until, period=5.0, burst_probability=BURST_PROBABILITY,
-                                burst_factor=BURST_FACTOR, seed=seed * 100 + k)
-            for k, s in enumerate(plan.streams)}
+    return {
+        s: poisson_shifting(
+            rate, until, period=5.0, burst_probability=BURST_PROBABILITY, burst_factor=BURST_FACTOR, seed=seed * 100 + k
+        )
+        for k, s in enumerate(plan.streams)
+    }
 
 
 @dataclass
@@ -162,16 +176,14 @@ def adaptive(goals, seed: int, period: float, candidates=CANDIDATES, **kw):
 
 def mean_stats(runs: list[RunStats]) -> RunStats:
     n = len(runs)
-    return RunStats(sum(r.memory for r in runs) / n, sum(r.delay for r in runs) / n,
-                    sum(r.output_rate for r in runs) / n)
+    return RunStats(sum(r.memory for r in runs) / n, sum(r.delay for r in runs) / n, sum(r.output_rate for r in runs) / n)
 
 
 def table_6_2(plan_name: str, until: float, seeds, load: float, overhead: float = 0.0) -> dict[str, RunStats]:
     plan = PLANS[plan_name]()
     out = {}
     for name in CANDIDATES:
-        out[name] = mean_stats([run(plan, schedulers.get(name), arrivals(plan, load, until, s), until, overhead)
-                                for s in seeds])
+        out[name] = mean_stats([run(plan, schedulers.get(name), arrivals(plan, load, until, s), until, overhead) for s in seeds])
     return out
 
 
@@ -180,8 +192,7 @@ def table_6_3(plan_name: str, until: float, seeds, load: float, period: float, o
     per-contender statistics per setting."""
     plan = PLANS[plan_name]()
     traces = {s: arrivals(plan, load, until, s) for s in seeds}
-    singles = {s: {name: run(plan, schedulers.get(name), traces[s], until, overhead) for name in CANDIDATES}
-               for s in seeds}
+    singles = {s: {name: run(plan, schedulers.get(name), traces[s], until, overhead) for name in CANDIDATES} for s in seeds}
     scores, stats = {}, {}
     for label, goals in SETTINGS:
         per_seed = []
@@ -239,19 +250,30 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", default="filters,join")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    kw = {"decay": args.decay, "spread": args.spread, "age_unit": args.age_unit, "delay_signal": args.delay_signal,
-          "memory_signal": args.memory_signal, "sharpness": args.sharpness, "explore": args.explore}
+    kw = {
+        "decay": args.decay,
+        "spread": args.spread,
+        "age_unit": args.age_unit,
+        "delay_signal": args.delay_signal,
+        "memory_signal": args.memory_signal,
+        "sharpness": args.sharpness,
+        "explore": args.explore,
+    }
     started = time.perf_counter()
-    print(f"# until={args.until:g} seeds={seeds} load={args.load:g} period={args.period:g} "
-          f"decay={args.decay:g} age_unit={args.age_unit} spread={args.spread} overhead={args.overhead:g} "
-          f"delay_signal={args.delay_signal} memory_signal={args.memory_signal} sharpness={args.sharpness:g} "
-          f"explore={args.explore:g}")
+    print(
+        f"# until={args.until:g} seeds={seeds} load={args.load:g} period={args.period:g} "
+        f"decay={args.decay:g} age_unit={args.age_unit} spread={args.spread} overhead={args.overhead:g} "
+        f"delay_signal={args.delay_signal} memory_signal={args.memory_signal} sharpness={args.sharpness:g} "
+        f"explore={args.explore:g}"
+    )
     if args.table in ("all", "6.2"):
         for plan_name in args.plan.split(","):
             print(f"\n## thesis §6.2 — plan {plan_name}: run means per strategy")
             t = table_6_2(plan_name, args.until, seeds, args.load, args.overhead)
-            _print_table(["strategy", "memory", "delay", "output_rate"],
-                         [[n, f"{s.memory:.2f}", f"{s.delay:.3f}", f"{s.output_rate:.4f}"] for n, s in t.items()])
+            _print_table(
+                ["strategy", "memory", "delay", "output_rate"],
+                [[n, f"{s.memory:.2f}", f"{s.delay:.3f}", f"{s.output_rate:.4f}"] for n, s in t.items()],
+            )
             best_mem = min(t, key=lambda n: t[n].memory)
             best_delay = min(t, key=lambda n: t[n].delay)
             print(f"best memory: {best_mem}; best delay: {best_delay}; one strategy best on both: {best_mem == best_delay}")
@@ -265,23 +287,21 @@ def main(argv=None) -> int:
                 ratio = sc["adaptive"] / best_single if best_single > 0 else float("inf")
                 ok = sc["adaptive"] >= best_single - 1e-12
                 wins += ok
-                rows.append([label, *(f"{sc[n]:.3f}" for n in (*CANDIDATES, "adaptive")),
-                             f"{ratio:.3f}", "yes" if ok else "no"])
+                rows.append([label, *(f"{sc[n]:.3f}" for n in (*CANDIDATES, "adaptive")), f"{ratio:.3f}", "yes" if ok else "no"])
             _print_table(["setting", *CANDIDATES, "adaptive", "adaptive/best", ">= best"], rows)
             worst = min(float(r[-2]) for r in rows)
             print(f"adaptive >= best single in {wins}/6 settings; lowest adaptive/best = {worst:.3f}")
             print("raw run means (memory / delay / output_rate):")
             for label, st in stats.items():
-                print(f"  {label}: " + "; ".join(
-                    f"{n} {s.memory:.1f}/{s.delay:.2f}/{s.output_rate:.3f}" for n, s in st.items()))
+                print(f"  {label}: " + "; ".join(f"{n} {s.memory:.1f}/{s.delay:.2f}/{s.output_rate:.3f}" for n, s in st.items()))
     if args.table in ("all", "1.3"):
         # Without start-up cost: with one, MTIQ's batches hold less than Chain on this plan.
         print("\n## thesis §1.3 — single goal `minimize queued`, chain-dominated plan (overhead 0)")
-        rows = table_1_3(args.until, seeds, args.load, args.period, 0.0,
-                         candidates=args.candidates.split(","), **kw)
-        _print_table(["seed", *(f"{n} mem" for n in CANDIDATES), "adaptive mem", "chain share", "decisions"],
-                     [[s, *(f"{m[n]:.2f}" for n in CANDIDATES), f"{am:.2f}", f"{share:.2f}", k]
-                      for s, m, am, share, k in rows])
+        rows = table_1_3(args.until, seeds, args.load, args.period, 0.0, candidates=args.candidates.split(","), **kw)
+        _print_table(
+            ["seed", *(f"{n} mem" for n in CANDIDATES), "adaptive mem", "chain share", "decisions"],
+            [[s, *(f"{m[n]:.2f}" for n in CANDIDATES), f"{am:.2f}", f"{share:.2f}", k] for s, m, am, share, k in rows],
+        )
     print(f"\n# {time.perf_counter() - started:.1f} s")
     return 0
 

@@ -36,8 +36,17 @@ def cos_plan(queries: int = 40, seed: int = 3) -> Plan:
     streams: list[str] = []
 
     def select(name: str, below: str, q: str) -> str:
-        ops.append(Operator(name, (below,), round(float(rng.uniform(0.3, 1.0)), 3),
-                            round(float(rng.uniform(0.005, 0.05)), 4), q, None, "filter"))
+        ops.append(
+            Operator(
+                name,
+                (below,),
+                round(float(rng.uniform(0.3, 1.0)), 3),
+                round(float(rng.uniform(0.005, 0.05)), 4),
+                q,
+                None,
+                "filter",
+            )
+        )
         return name
 
     for i in range(queries):
@@ -47,8 +56,17 @@ def cos_plan(queries: int = 40, seed: int = 3) -> Plan:
             stream = f"{q}_{side}"
             streams.append(stream)
             sides.append(select(f"{q}_s2{side}", select(f"{q}_s1{side}", stream, q), q))
-        ops.append(Operator(f"{q}_join", tuple(sides), round(float(rng.uniform(0.5, 1.5)), 3),
-                            round(float(rng.uniform(0.05, 0.2)), 4), q, None, "join"))
+        ops.append(
+            Operator(
+                f"{q}_join",
+                tuple(sides),
+                round(float(rng.uniform(0.5, 1.5)), 3),
+                round(float(rng.uniform(0.05, 0.2)), 4),
+                q,
+                None,
+                "join",
+            )
+        )
         top = select(f"{q}_s4", select(f"{q}_s3", f"{q}_join", q), q)
         ops.append(Operator(f"{q}_project", (top,), 1.0, 0.005, q, None, "map"))
     return Plan(ops, streams=streams)
@@ -96,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     arrivals = cos_arrivals(plan, args.load, args.until, args.seed)
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
     print(f"{plan!r}; load {args.load}; arrivals until {args.until:g}, then drained; seed {args.seed}")
-    header = f"{'strategy':<8} {'avg memory':>11} {'peak memory':>12} {'avg latency':>12} {'output':>10} {'picks':>8} {'sim s':>6}"
+    header = (
+        f"{'strategy':<8} {'avg memory':>11} {'peak memory':>12} {'avg latency':>12} {'output':>10} {'picks':>8} {'sim s':>6}"
+    )
     print(header)
     print("-" * len(header))
     for name in names:
@@ -104,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         m = measure(plan, arrivals, strategy)
         extra = f"  ({len(strategy.clusters)} clusters)" if name == "cos" else ""
-        print(f"{name:<8} {m['memory']:>11.2f} {m['peak']:>12.1f} {m['latency']:>12.2f} {m['output']:>10.1f} "
-              f"{m['picks']:>8} {time.perf_counter() - started:>6.1f}{extra}", flush=True)
+        print(
+            f"{name:<8} {m['memory']:>11.2f} {m['peak']:>12.1f} {m['latency']:>12.2f} {m['output']:>10.1f} "
+            f"{m['picks']:>8} {time.perf_counter() - started:>6.1f}{extra}",
+            flush=True,
+        )
     return 0
 
 

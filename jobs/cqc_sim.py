@@ -89,8 +89,7 @@ def cqc_arrivals(plan: Plan, load: float, until: float, seed: int = 1) -> dict[s
     files in step): Poisson whose mean is redrawn every 200 time units, 30 % of periods bursts at
     1.5× — a base mean of ``load`` × capacity, so bursts overload the processor for a while."""
     work_per_tuple = math.fsum(plan.service_time(p) for p in plan.paths)  # one tuple on every stream
-    one = poisson_shifting(load / work_per_tuple, until, period=200.0, burst_probability=0.3,
-                           burst_factor=1.5, seed=seed)
+    one = poisson_shifting(load / work_per_tuple, until, period=200.0, burst_probability=0.3, burst_factor=1.5, seed=seed)
     return {s: list(one) for s in plan.streams}
 
 
@@ -122,7 +121,9 @@ def class_response_times(plan: Plan, result: SimResult, per: str = "query") -> d
     return out
 
 
-def run(workload: str, strategy: str, load: float, until: float, seed: int, per: str = "query") -> tuple[dict[str, float], SimResult]:
+def run(
+    workload: str, strategy: str, load: float, until: float, seed: int, per: str = "query"
+) -> tuple[dict[str, float], SimResult]:
     """One strategy on one workload; arrivals stop at ``until`` and the plan then drains, so
     tuples a strategy leaves waiting count too (no censoring at the horizon)."""
     plan = cqc_plan(workload, seed)
@@ -147,10 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     for workload in [w.strip() for w in args.workload.split(",") if w.strip()]:
         plan = cqc_plan(workload, args.seed)
         arrivals = cqc_arrivals(plan, args.load, args.until, args.seed)
-        print(f"workload {workload}: {plan!r}, classes {plan.classes}, offered load "
-              f"{offered_load(plan, arrivals, args.until):.3f}, arrivals until {args.until:g}, drained")
-        header = (f"{'strategy':<9} | {'per query: H':>12} {'C':>8} {'N':>8} | {'per tuple: H':>12} {'C':>8} {'N':>8} "
-                  f"| {'output':>9} {'sim s':>6}")
+        print(
+            f"workload {workload}: {plan!r}, classes {plan.classes}, offered load "
+            f"{offered_load(plan, arrivals, args.until):.3f}, arrivals until {args.until:g}, drained"
+        )
+        header = (
+            f"{'strategy':<9} | {'per query: H':>12} {'C':>8} {'N':>8} | {'per tuple: H':>12} {'C':>8} {'N':>8} "
+            f"| {'output':>9} {'sim s':>6}"
+        )
         print(header)
         print("-" * len(header))
         got: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
@@ -159,12 +164,17 @@ def main(argv: list[str] | None = None) -> int:
             result = Simulator(plan, schedulers.get(name), arrivals, run="quantum", quantum=1.0).run()
             q, t = class_response_times(plan, result, "query"), class_response_times(plan, result, "tuple")
             got[name] = (q, t)
-            print(f"{name:<9} | {q['H']:>12.2f} {q['C']:>8.2f} {q['N']:>8.2f} | {t['H']:>12.2f} {t['C']:>8.2f} "
-                  f"{t['N']:>8.2f} | {result.total_output:>9.1f} {time.perf_counter() - started:>6.1f}", flush=True)
+            print(
+                f"{name:<9} | {q['H']:>12.2f} {q['C']:>8.2f} {q['N']:>8.2f} | {t['H']:>12.2f} {t['C']:>8.2f} "
+                f"{t['N']:>8.2f} | {result.total_output:>9.1f} {time.perf_counter() - started:>6.1f}",
+                flush=True,
+            )
         if "hr" in got and "cqc" in got:
             (hq, ht), (cq, ct) = got["hr"], got["cqc"]
-            print(f"class H mean response time HR / CQC: {hq['H'] / cq['H']:.1f}x per query, "
-                  f"{ht['H'] / ct['H']:.1f}x per tuple (paper: {'9.4' if workload == 'A' else '19.8'}x)\n")
+            print(
+                f"class H mean response time HR / CQC: {hq['H'] / cq['H']:.1f}x per query, "
+                f"{ht['H'] / ct['H']:.1f}x per tuple (paper: {'9.4' if workload == 'A' else '19.8'}x)\n"
+            )
     return 0
 
 

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from sparkqos import schedulers
-from sparkqos.report import metrics
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import RunnerError, SparkqosError
 from sparkqos.examples import sensor_queries
+from sparkqos.report import metrics
 from sparkqos.spark.config import parse_faults
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,9 @@ SCHEMA = {
     },
     "scheduler": {
         "strategy": Key(str, "adaptive", choices=schedulers.available),
-        "candidates": Key(list, ["fifo", "chain", "pc", "cqc"], choices=lambda: [s for s in schedulers.available() if s != "adaptive"]),
+        "candidates": Key(
+            list, ["fifo", "chain", "pc", "cqc"], choices=lambda: [s for s in schedulers.available() if s != "adaptive"]
+        ),
         "qos": Key(str, "balanced", "QoS template name or TOML path (adaptive)"),
         "seed": Key(int, 0),
     },
@@ -72,8 +74,10 @@ SCHEMA = {
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="configuration keys (conf/sensor_monitor.toml):\n" + describe(SCHEMA))
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="configuration keys (conf/sensor_monitor.toml):\n" + describe(SCHEMA),
+    )
     parser.add_argument("--config", default=str(ROOT / "conf" / "sensor_monitor.toml"))
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides")
     parser.add_argument("--duration", type=float, help="shortcut for --set job.duration_s=…")
@@ -81,8 +85,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     parser.add_argument("--checkpoint", help="shortcut for --set job.checkpoint=…")
     parser.add_argument("--fresh", action="store_true", help="delete the output and checkpoint folders first")
     parser.add_argument("--quiet", action="store_true", help="no per-trigger lines")
-    parser.add_argument("--fault", default=os.environ.get("SPARKQOS_FAULT", ""), metavar="POINT:BATCH[,...]",
-                        help="crash tests: SIGKILL this process at that point of that batch (default: $SPARKQOS_FAULT)")
+    parser.add_argument(
+        "--fault",
+        default=os.environ.get("SPARKQOS_FAULT", ""),
+        metavar="POINT:BATCH[,...]",
+        help="crash tests: SIGKILL this process at that point of that batch (default: $SPARKQOS_FAULT)",
+    )
     args = parser.parse_args(argv)
     try:
         parse_faults(args.fault)
@@ -138,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(output, ignore_errors=True)
         shutil.rmtree(checkpoint, ignore_errors=True)
 
-    import sparkqos
     from pyspark.sql import SparkSession
 
+    import sparkqos
     from sparkqos import sources
 
     spark = SparkSession.builder.appName(job["name"]).config("spark.sql.session.timeZone", "UTC").getOrCreate()
@@ -176,17 +184,28 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             h = next((q for q in p["queries"] if q["query"] == "fire"), None)
             h_p99 = h["delayP99_s"] * 1000 if h and not math.isnan(h["delayP99_s"]) else float("nan")
-            print(f"[{time.time() - t0:6.1f}s] batch {p['batchId']:>4}  in {p['numInputRows']:>6}  "
-                  f"out {p['numOutputRows']:>6}  queued {p['queuedRows']:>8.0f} rows / {p['queuedBytes'] / 1e6:6.2f} MB  "
-                  f"delay p99 {p['delayMsP99']:>8.1f} ms (fire {h_p99:>7.1f} ms)  strategy {p['strategy']}", flush=True)
+            print(
+                f"[{time.time() - t0:6.1f}s] batch {p['batchId']:>4}  in {p['numInputRows']:>6}  "
+                f"out {p['numOutputRows']:>6}  queued {p['queuedRows']:>8.0f} rows / {p['queuedBytes'] / 1e6:6.2f} MB  "
+                f"delay p99 {p['delayMsP99']:>8.1f} ms (fire {h_p99:>7.1f} ms)  strategy {p['strategy']}",
+                flush=True,
+            )
 
     strategy_params = {"candidates": sched["candidates"], "seed": sched["seed"]} if sched["strategy"] == "adaptive" else {}
     handle = sparkqos.stream(
-        df, compiled, strategy=sched["strategy"], strategy_params=strategy_params,
+        df,
+        compiled,
+        strategy=sched["strategy"],
+        strategy_params=strategy_params,
         qos=sched["qos"] if sched["strategy"] == "adaptive" else None,
-        trigger_s=job["trigger_s"], budget_s=job["budget_s"] or None,
-        checkpoint=checkpoint, output=output, name=job["name"],
-        on_progress=on_progress, on_delays=on_delays, fault=args.fault,
+        trigger_s=job["trigger_s"],
+        budget_s=job["budget_s"] or None,
+        checkpoint=checkpoint,
+        output=output,
+        name=job["name"],
+        on_progress=on_progress,
+        on_delays=on_delays,
+        fault=args.fault,
     )
     try:
         resumed = handle.restore()
@@ -195,11 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         return 1
     duration = job["duration_s"]
-    print(f"sensor_monitor: {len(compiled.plan.queries)} queries, {len(compiled.plan)} operators, strategy "
-          f"{sched['strategy']}{' over ' + ','.join(sched['candidates']) if sched['strategy'] == 'adaptive' else ''}, "
-          f"source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s, trigger {job['trigger_s']:g}s; "
-          + (f"runs {duration:g}s" if duration else "runs until stopped (Ctrl-C)")
-          + (f"; resuming after batch {resumed}" if resumed >= 0 else ""), flush=True)
+    print(
+        f"sensor_monitor: {len(compiled.plan.queries)} queries, {len(compiled.plan)} operators, strategy "
+        f"{sched['strategy']}{' over ' + ','.join(sched['candidates']) if sched['strategy'] == 'adaptive' else ''}, "
+        f"source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s, trigger {job['trigger_s']:g}s; "
+        + (f"runs {duration:g}s" if duration else "runs until stopped (Ctrl-C)")
+        + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),
+        flush=True,
+    )
     query = handle.start()
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
@@ -215,18 +237,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     elapsed = time.time() - t0
-    mix = ", ".join(f"{k} {v / max(sum(strategies.values()), 1):.0%}" for k, v in sorted(strategies.items(), key=lambda kv: -kv[1]))
+    mix = ", ".join(
+        f"{k} {v / max(sum(strategies.values()), 1):.0%}" for k, v in sorted(strategies.items(), key=lambda kv: -kv[1])
+    )
     print()
-    print(f"summary after {elapsed:.0f}s, {sum(strategies.values())} triggers; peak queued "
-          f"{peak_queued['rows']:.0f} rows / {peak_queued['bytes'] / 1e6:.2f} MB; strategy mix: {mix or '-'}")
-    header = (f"{'class':<6} {'rows out':>10} {'mean delay ms':>14} {'p99 delay ms':>13} {'max delay ms':>13} "
-              f"{'peak queued rows':>17} {'peak queued MB':>15}")
+    print(
+        f"summary after {elapsed:.0f}s, {sum(strategies.values())} triggers; peak queued "
+        f"{peak_queued['rows']:.0f} rows / {peak_queued['bytes'] / 1e6:.2f} MB; strategy mix: {mix or '-'}"
+    )
+    header = (
+        f"{'class':<6} {'rows out':>10} {'mean delay ms':>14} {'p99 delay ms':>13} {'max delay ms':>13} "
+        f"{'peak queued rows':>17} {'peak queued MB':>15}"
+    )
     print(header)
     print("-" * len(header))
     for klass in ("H", "C", "N"):
         d = delays[klass]
-        print(f"{klass:<6} {d.count:>10} {d.mean * 1000:>14.1f} {d.percentile(99) * 1000:>13.1f} {d.max * 1000:>13.1f} "
-              f"{peak_class[klass][0]:>17.0f} {peak_class[klass][1] / 1e6:>15.2f}")
+        print(
+            f"{klass:<6} {d.count:>10} {d.mean * 1000:>14.1f} {d.percentile(99) * 1000:>13.1f} {d.max * 1000:>13.1f} "
+            f"{peak_class[klass][0]:>17.0f} {peak_class[klass][1] / 1e6:>15.2f}"
+        )
     if job["report"] and (output / "metrics").is_dir():
         from sparkqos.report import render
 

@@ -69,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         schedulers.get(name)  # fail fast on a typo, before any work
     total_in = sum(a for _, a in arrivals["sensors"])
-    print(f"plan: {plan!r}; {per_tuple:.3f} time units of work per sensor tuple; "
-          f"mean rate {rate:.2f}/unit (load {args.load}); {total_in:.0f} tuples over {args.until:g} units")
+    print(
+        f"plan: {plan!r}; {per_tuple:.3f} time units of work per sensor tuple; "
+        f"mean rate {rate:.2f}/unit (load {args.load}); {total_in:.0f} tuples over {args.until:g} units"
+    )
 
     rows = []
     for k, name in enumerate(names, start=1):
@@ -83,13 +85,24 @@ def main(argv: list[str] | None = None) -> int:
             outs = [(o.delay, o.amount) for o in result.outputs if plan.queries[o.query].klass == klass]
             total = math.fsum(w for _, w in outs)
             by_class[klass] = math.fsum(d * w for d, w in outs) / total if total else float("nan")
-        rows.append((name, max(snaps), math.fsum(snaps) / len(snaps), result.mean_delay(),
-                     percentile([(o.delay, o.amount) for o in result.outputs], 0.99),
-                     by_class["H"], result.total_output, result.picks))
-        print(f"[{k}/{len(names)}] {name}: simulated {args.until:g} units in {time.perf_counter() - started:.1f}s",
-              flush=True)
+        rows.append(
+            (
+                name,
+                max(snaps),
+                math.fsum(snaps) / len(snaps),
+                result.mean_delay(),
+                percentile([(o.delay, o.amount) for o in result.outputs], 0.99),
+                by_class["H"],
+                result.total_output,
+                result.picks,
+            )
+        )
+        print(f"[{k}/{len(names)}] {name}: simulated {args.until:g} units in {time.perf_counter() - started:.1f}s", flush=True)
 
-    header = f"{'strategy':<10} {'peak queued':>12} {'mean queued':>12} {'mean delay':>11} {'p99 delay':>10} {'H delay':>8} {'output':>10} {'picks':>8}"
+    header = (
+        f"{'strategy':<10} {'peak queued':>12} {'mean queued':>12} {'mean delay':>11} {'p99 delay':>10} "
+        f"{'H delay':>8} {'output':>10} {'picks':>8}"
+    )
     print(header)
     print("-" * len(header))
     for name, peak, mean_q, delay, p99, h, out, picks in rows:

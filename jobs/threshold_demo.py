@@ -27,8 +27,10 @@ def main(path: str | Path = DEFAULT) -> None:
     print(f"{workload.source}: {workload.plan!r}, run={workload.run}")
     print(f"{'strategy':28} {'M':>8} {'peak queued':>12} {'mean delay':>11} {'same outputs as pc':>19}")
     for name, limit, result in rows:
-        print(f"{name:28} {limit:>8} {result.peak_queued():12.2f} {result.mean_delay():11.3f} "
-              f"{str(result.outputs == pc.outputs):>19}")
+        print(
+            f"{name:28} {limit:>8} {result.peak_queued():12.2f} {result.mean_delay():11.3f} "
+            f"{str(result.outputs == pc.outputs):>19}"
+        )
 
 
 if __name__ == "__main__":

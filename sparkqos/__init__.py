@@ -8,8 +8,19 @@ how they depend on each other: docs/ARCHITECTURE.md.
 from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
 from sparkqos.adaptive import QosSpec
 from sparkqos.errors import (
-    CheckpointError, ConfigError, ExpressionError, PlanError, QosSpecError, RunnerError, SchedulerError, SchemaMismatch,
-    SinkError, SourceError, SparkqosError, UnknownStrategy, WorkloadError,
+    CheckpointError,
+    ConfigError,
+    ExpressionError,
+    PlanError,
+    QosSpecError,
+    RunnerError,
+    SchedulerError,
+    SchemaMismatch,
+    SinkError,
+    SourceError,
+    SparkqosError,
+    UnknownStrategy,
+    WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
 from sparkqos.query import QuerySet, avg, col, count, lit, max_, min_, sum_
@@ -26,8 +37,34 @@ def stream(df, queries, **kwargs):
 
 
 __all__ = [
-    "CheckpointError", "ConfigError", "ExpressionError", "Operator", "OperatorPath", "Plan", "PlanError", "QosSpec",
-    "QosSpecError", "Query", "QuerySet", "RunnerError", "SchedulerError", "SchemaMismatch", "SinkError", "SourceError",
-    "SparkqosError", "UnknownStrategy", "WorkloadError", "__version__", "adaptive", "avg", "col", "count", "lit", "max_",
-    "min_", "schedulers", "stream", "sum_",
+    "CheckpointError",
+    "ConfigError",
+    "ExpressionError",
+    "Operator",
+    "OperatorPath",
+    "Plan",
+    "PlanError",
+    "QosSpec",
+    "QosSpecError",
+    "Query",
+    "QuerySet",
+    "RunnerError",
+    "SchedulerError",
+    "SchemaMismatch",
+    "SinkError",
+    "SourceError",
+    "SparkqosError",
+    "UnknownStrategy",
+    "WorkloadError",
+    "__version__",
+    "adaptive",
+    "avg",
+    "col",
+    "count",
+    "lit",
+    "max_",
+    "min_",
+    "schedulers",
+    "stream",
+    "sum_",
 ]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -31,8 +32,9 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def write_atomic(target: str | os.PathLike, write: Callable[[BinaryIO], object], fsync: bool = True,
-                 sync_dir: bool = True) -> Path:
+def write_atomic(
+    target: str | os.PathLike, write: Callable[[BinaryIO], object], fsync: bool = True, sync_dir: bool = True
+) -> Path:
     """Write ``target`` through ``write(file)`` atomically; ``fsync`` makes the data durable and
     ``sync_dir`` the rename (leave it off to sync a folder once after several writes)."""
     target = Path(target)

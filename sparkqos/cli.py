@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sparkqos import schedulers
 from sparkqos.errors import SparkqosError, check_number
@@ -33,16 +34,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("simulate", help="run a workload file in the simulator")
     sim.add_argument("workload", help="a workload TOML file (see conf/workloads/)")
-    sim.add_argument("--scheduler", "-s", default="fifo",
-                     help=f"strategy name, one of: {', '.join(schedulers.available())} (default: fifo)")
-    sim.add_argument("--param", "-p", action="append", type=_param, default=[], metavar="KEY=VALUE",
-                     help="a strategy parameter (repeatable); VALUE is read as JSON when it parses")
-    sim.add_argument("--until", "-u", type=_time, default=None,
-                     help="stop at this time (default: run until every queue has drained)")
-    sim.add_argument("--run", choices=["one", "quantum"], default=None,
-                     help="override the workload's run rule")
-    sim.add_argument("--slotted", choices=["true", "false"], default=None,
-                     help="override the workload's slotted dispatch")
+    sim.add_argument(
+        "--scheduler", "-s", default="fifo", help=f"strategy name, one of: {', '.join(schedulers.available())} (default: fifo)"
+    )
+    sim.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        type=_param,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a strategy parameter (repeatable); VALUE is read as JSON when it parses",
+    )
+    sim.add_argument(
+        "--until", "-u", type=_time, default=None, help="stop at this time (default: run until every queue has drained)"
+    )
+    sim.add_argument("--run", choices=["one", "quantum"], default=None, help="override the workload's run rule")
+    sim.add_argument("--slotted", choices=["true", "false"], default=None, help="override the workload's slotted dispatch")
     sim.add_argument("--json", action="store_true", help="print snapshots and outputs as JSON")
     rep = sub.add_parser("report", help="render an HTML report with figures from a metrics table")
     rep.add_argument("output_dir", help="a job's or experiment's output folder (holding metrics/)")
@@ -64,13 +72,14 @@ def _simulate(args: argparse.Namespace) -> int:
         json.dump(result.to_json(), sys.stdout)
         sys.stdout.write("\n")
         return 0
-    print(f"{workload.source}: {workload.plan!r}, run={workload.run}, slotted={workload.slotted}, "
-          f"scheduler={scheduler!r}")
+    print(f"{workload.source}: {workload.plan!r}, run={workload.run}, slotted={workload.slotted}, scheduler={scheduler!r}")
     print(f"{'time':>6} {'queued':>12} {'output (cumulative)':>20}")
     for t, q in sorted(result.snapshots.items()):
         print(f"{t:>6} {q:>12.4f} {result.cumulative_output(t):>20.4f}")
-    print(f"outputs: {len(result.outputs)} parcels, {result.total_output:.4f} tuples, "
-          f"mean delay {result.mean_delay():.4f}, peak queued {result.peak_queued():.4f}, picks {result.picks}")
+    print(
+        f"outputs: {len(result.outputs)} parcels, {result.total_output:.4f} tuples, "
+        f"mean delay {result.mean_delay():.4f}, peak queued {result.peak_queued():.4f}, picks {result.picks}"
+    )
     return 0
 
 

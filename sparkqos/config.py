@@ -9,10 +9,10 @@ a choice that is not among the allowed ones.
 ...                   "mode": Key(str, "fast", choices=("fast", "safe"))}}
 >>> load_config(schema, text="[job]\\nduration_s = 10", overrides=["job.mode=safe"])
 {'job': {'duration_s': 10.0, 'mode': 'safe'}}
->>> load_config(schema, text="[job]\\nduraton_s = 10")
+>>> load_config(schema, text="[job]\\nduraton_s = 10")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-sparkqos.errors.ConfigError: <config>: unknown key 'job.duraton_s' (did you mean 'duration_s'?); allowed keys in [job] are: duration_s, mode
+sparkqos.errors.ConfigError: <config>: unknown key 'job.duraton_s' (did you mean 'duration_s'?); allowed keys ...
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from __future__ import annotations
 import difflib
 import json
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from sparkqos.errors import ConfigError, check_number
 
@@ -74,8 +75,16 @@ def _coerce(source: str, name: str, key: Key, value: Any) -> Any:
                 raise ConfigError(f"{where} must be a number, got {value!r}") from None
         if key.type is int and isinstance(value, float) and value.is_integer():
             value = int(value)  # 3.0 is the whole number 3
-        check_number(name, value, low=key.low, low_open=key.low_open, high=key.high, integer=key.type is int,
-                     error=ConfigError, where=f"{source}: ")
+        check_number(
+            name,
+            value,
+            low=key.low,
+            low_open=key.low_open,
+            high=key.high,
+            integer=key.type is int,
+            error=ConfigError,
+            where=f"{source}: ",
+        )
         value = key.type(value)
     elif key.type is str:
         if not isinstance(value, str):
@@ -89,8 +98,10 @@ def _coerce(source: str, name: str, key: Key, value: Any) -> Any:
     if allowed is not None:
         for v in value if isinstance(value, list) else [value]:
             if v not in allowed:
-                raise ConfigError(f"{where} = {v!r} is not allowed{_suggest(str(v), allowed)}; "
-                                  f"allowed values are: {', '.join(map(str, allowed))}")
+                raise ConfigError(
+                    f"{where} = {v!r} is not allowed{_suggest(str(v), allowed)}; "
+                    f"allowed values are: {', '.join(map(str, allowed))}"
+                )
     return value
 
 
@@ -128,23 +139,28 @@ def load_config(
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     for sec_name, section in doc.items():
         if sec_name not in schema:
-            raise ConfigError(f"{source}: unknown section [{sec_name}]{_suggest(sec_name, schema)}; "
-                              f"allowed sections are: {', '.join(schema)}")
+            raise ConfigError(
+                f"{source}: unknown section [{sec_name}]{_suggest(sec_name, schema)}; allowed sections are: {', '.join(schema)}"
+            )
         if not isinstance(section, dict):
             raise ConfigError(f"{source}: [{sec_name}] must be a table")
     for text_override in overrides:
         sec_name, name, value = _parse_override(text_override)
         if sec_name not in schema:
-            raise ConfigError(f"override {text_override!r}: unknown section {sec_name!r}{_suggest(sec_name, schema)}; "
-                              f"allowed sections are: {', '.join(schema)}")
+            raise ConfigError(
+                f"override {text_override!r}: unknown section {sec_name!r}{_suggest(sec_name, schema)}; "
+                f"allowed sections are: {', '.join(schema)}"
+            )
         doc.setdefault(sec_name, {})[name] = value
     out: dict[str, dict[str, Any]] = {}
     for sec_name, keys in schema.items():
         given = doc.get(sec_name, {})
         for name in given:
             if name not in keys:
-                raise ConfigError(f"{source}: unknown key '{sec_name}.{name}'{_suggest(name, keys)}; "
-                                  f"allowed keys in [{sec_name}] are: {', '.join(keys)}")
+                raise ConfigError(
+                    f"{source}: unknown key '{sec_name}.{name}'{_suggest(name, keys)}; "
+                    f"allowed keys in [{sec_name}] are: {', '.join(keys)}"
+                )
         out[sec_name] = {
             name: _coerce(source, f"{sec_name}.{name}", key, given[name]) if name in given else key.default
             for name, key in keys.items()

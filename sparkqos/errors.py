@@ -116,9 +116,20 @@ def _bound(op: str, x: float) -> str:
     return f"{op} {x:g}" if isinstance(x, float) else f"{op} {x}"
 
 
-def check_number(parameter: str, value: Any, *, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False, integer: bool = False, finite: bool = True,
-                 none_ok: bool = False, error: type[SparkqosError] = ArgumentError, where: str = "") -> Any:
+def check_number(
+    parameter: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+    finite: bool = True,
+    none_ok: bool = False,
+    error: type[SparkqosError] = ArgumentError,
+    where: str = "",
+) -> Any:
     """``value`` if it is a number (an ``int`` with ``integer``; never a bool) within the bounds,
     else raise ``error`` naming ``parameter`` (prefixed by ``where``), the value and what was
     expected. ``low_open`` / ``high_open`` exclude the bound itself; ``finite`` rejects NaN and
@@ -140,16 +151,15 @@ def check_number(parameter: str, value: Any, *, low: float | None = None, high: 
     if high is not None:
         words.append(("and " if low is not None else "") + _bound("<" if high_open else "<=", high))
     expected = " ".join(words) + (" or None" if none_ok else "")
-    raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value,
-                expected=expected)
+    raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value, expected=expected)
 
 
-def check_choice(parameter: str, value: Any, choices: Iterable[Any], *, error: type[SparkqosError] = ArgumentError,
-                 where: str = "") -> Any:
+def check_choice(
+    parameter: str, value: Any, choices: Iterable[Any], *, error: type[SparkqosError] = ArgumentError, where: str = ""
+) -> Any:
     """``value`` if it is one of ``choices``, else raise ``error`` listing them."""
     options = list(choices)
     if value not in options:
         expected = "one of " + ", ".join(repr(c) for c in options)
-        raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value,
-                    expected=expected)
+        raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value, expected=expected)
     return value

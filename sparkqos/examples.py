@@ -29,13 +29,15 @@ from sparkqos.query.builder import QuerySet
 SENSOR_CLASSES = {"H": 6.0, "C": 3.0, "N": 1.0}
 
 #: The plan's view of a sensor reading: event time as float seconds since the epoch.
-SENSOR_SCHEMA = pa.schema([
-    ("sensor_id", pa.int32()),
-    ("location", pa.string()),
-    ("temperature", pa.float64()),
-    ("humidity", pa.float64()),
-    ("ts", pa.float64()),
-])
+SENSOR_SCHEMA = pa.schema(
+    [
+        ("sensor_id", pa.int32()),
+        ("location", pa.string()),
+        ("temperature", pa.float64()),
+        ("humidity", pa.float64()),
+        ("ts", pa.float64()),
+    ]
+)
 
 
 def sensor_queries(work_us: float = 20.0, window_s: float = 10.0, classes: dict[str, float] | None = None) -> QuerySet:
@@ -43,35 +45,49 @@ def sensor_queries(work_us: float = 20.0, window_s: float = 10.0, classes: dict[
     check_number("work_us", work_us, low=0)
     qs = QuerySet(classes=classes or SENSOR_CLASSES)
     s = qs.stream("sensors", SENSOR_SCHEMA)
-    (s.where((col("temperature") > 55) & (col("humidity") < 25))
-      .select("sensor_id", "location", "temperature", "humidity", "ts")
-      .sink("fire", klass="H"))
-    (s.where((col("temperature") > 29.0) | (col("humidity") > 71.0))
-      .synthetic(selectivity=0.5, cost_s=work_us * 1e-6, seed=11)
-      .select("sensor_id", "location", "temperature", "humidity", "ts")
-      .sink("anomaly", klass="C"))
-    (s.window_agg("location", [count(), avg("temperature"), max_("humidity")], time_col="ts", size=window_s)
-      .sink("zone_stats", klass="N"))
-    (s.synthetic(selectivity=1.0, cost_s=work_us * 1e-6, seed=12)
-      .select("sensor_id", "location", "temperature", "humidity", "ts")
-      .sink("archive", klass="N"))
+    (
+        s.where((col("temperature") > 55) & (col("humidity") < 25))
+        .select("sensor_id", "location", "temperature", "humidity", "ts")
+        .sink("fire", klass="H")
+    )
+    (
+        s.where((col("temperature") > 29.0) | (col("humidity") > 71.0))
+        .synthetic(selectivity=0.5, cost_s=work_us * 1e-6, seed=11)
+        .select("sensor_id", "location", "temperature", "humidity", "ts")
+        .sink("anomaly", klass="C")
+    )
+    (
+        s.window_agg("location", [count(), avg("temperature"), max_("humidity")], time_col="ts", size=window_s).sink(
+            "zone_stats", klass="N"
+        )
+    )
+    (
+        s.synthetic(selectivity=1.0, cost_s=work_us * 1e-6, seed=12)
+        .select("sensor_id", "location", "temperature", "humidity", "ts")
+        .sink("archive", klass="N")
+    )
     return qs
 
 
-def sensor_trace(path, rows: int, seconds: float, seed: int, fire_probability: float = 0.002,
-                 temperature_spread: float = 12.0) -> pa.Table:
+def sensor_trace(
+    path, rows: int, seconds: float, seed: int, fire_probability: float = 0.002, temperature_spread: float = 12.0
+) -> pa.Table:
     """Write (and return) a recorded sensor trace for the ``sparkqos.replay`` source: ``rows``
     readings spread uniformly over ``seconds`` of event time, a ``fire_probability`` share of them
     hot and dry, the rest at 18 °C + U(0, ``temperature_spread``)."""
     rng = np.random.default_rng(seed)
     ts = 1_700_000_000_000_000 + np.sort(rng.integers(0, int(seconds * 1e6), rows))
     fire = rng.random(rows) < fire_probability
-    table = pa.table({
-        "sensor_id": pa.array(rng.integers(0, 64, rows), pa.int32()),
-        "location": pa.array(np.array([f"zone-{i}" for i in range(8)])[rng.integers(0, 8, rows)]),
-        "temperature": pa.array(np.where(fire, 60 + 30 * rng.random(rows), 18 + temperature_spread * rng.random(rows)).round(2)),
-        "humidity": pa.array(np.where(fire, 10 + 10 * rng.random(rows), 40 + 34 * rng.random(rows)).round(2)),
-        "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
-    })
+    table = pa.table(
+        {
+            "sensor_id": pa.array(rng.integers(0, 64, rows), pa.int32()),
+            "location": pa.array(np.array([f"zone-{i}" for i in range(8)])[rng.integers(0, 8, rows)]),
+            "temperature": pa.array(
+                np.where(fire, 60 + 30 * rng.random(rows), 18 + temperature_spread * rng.random(rows)).round(2)
+            ),
+            "humidity": pa.array(np.where(fire, 10 + 10 * rng.random(rows), 40 + 34 * rng.random(rows)).round(2)),
+            "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
+        }
+    )
     pq.write_table(table, path)
     return table

@@ -13,8 +13,8 @@ import pytest
 
 from sparkqos import Operator, Plan, schedulers
 from sparkqos.adaptive.controller import Adaptive, AdaptiveController
-from sparkqos.errors import QosSpecError, SchedulerError, WorkloadError
 from sparkqos.adaptive.qos import QosSpec, Window, template
+from sparkqos.errors import QosSpecError, SchedulerError, WorkloadError
 from sparkqos.schedulers import Scheduler, Unit
 from sparkqos.sim import Simulator, chain_plan
 from sparkqos.sim.workload import parse_workload
@@ -32,8 +32,7 @@ DELAY = [("delay", "minimize", 1.0)]
 
 
 def window(t0: float, t1: float, queued: float = 1.0, outputs: float = 1.0, delay: float = 1.0) -> Window:
-    return Window(t0, t1, picks=3, outputs=outputs, delay_sum=outputs * delay, queued_mean=queued,
-                  queued_bytes_mean=queued)
+    return Window(t0, t1, picks=3, outputs=outputs, delay_sum=outputs * delay, queued_mean=queued, queued_bytes_mean=queued)
 
 
 # -- eq 5.1 / 5.2 --------------------------------------------------------------------------------
@@ -155,12 +154,34 @@ def test_release_memory_signal_is_minus_the_tuples_released_per_unit_of_work():
     """memory_signal="release": −(queued at start + inputs − queued at end) / work; undefined
     (None, not folded) when nothing ran; "level" keeps the thesis's mean queue."""
     spec = QosSpec.of(("queued", "minimize", 1.0))
-    w = Window(0, 2, picks=3, outputs=1.0, delay_sum=1.0, queued_mean=50.0, queued_bytes_mean=50.0,
-               inputs=10.0, work=2.0, queued_start=40.0, queued_end=30.0)
+    w = Window(
+        0,
+        2,
+        picks=3,
+        outputs=1.0,
+        delay_sum=1.0,
+        queued_mean=50.0,
+        queued_bytes_mean=50.0,
+        inputs=10.0,
+        work=2.0,
+        queued_start=40.0,
+        queued_end=30.0,
+    )
     assert AdaptiveController(["a"], spec).measure(w) == {"queued": pytest.approx(-(40 + 10 - 30) / 2.0)}
     assert AdaptiveController(["a"], spec, memory_signal="level").measure(w) == {"queued": 50.0}
-    idle = Window(0, 2, picks=0, outputs=0.0, delay_sum=0.0, queued_mean=5.0, queued_bytes_mean=5.0,
-                  inputs=0.0, work=0.0, queued_start=5.0, queued_end=5.0)
+    idle = Window(
+        0,
+        2,
+        picks=0,
+        outputs=0.0,
+        delay_sum=0.0,
+        queued_mean=5.0,
+        queued_bytes_mean=5.0,
+        inputs=0.0,
+        work=0.0,
+        queued_start=5.0,
+        queued_end=5.0,
+    )
     assert AdaptiveController(["a"], spec).measure(idle) == {"queued": None}
     with pytest.raises(SchedulerError, match=r"memory_signal must be one of 'release', 'level', got 'peak'"):
         AdaptiveController(["a"], spec, memory_signal="peak")
@@ -175,9 +196,11 @@ def test_both_engines_count_inputs_and_work():
     assert sim.state.input_total == pytest.approx(6.0)
     assert sim.state.work_total == pytest.approx(3 * 1.0 + 3 * 0.5)
     import pyarrow as pa
-    from sparkqos.executor.loop import Executor
+
     from sparkqos.executor.expressions import col
+    from sparkqos.executor.loop import Executor
     from sparkqos.query import QuerySet
+
     qs = QuerySet()
     qs.stream("S", pa.schema([("x", pa.int64())])).where(col("x") > 1).sink("q")
     ex = Executor(qs.build(), "fifo")
@@ -192,9 +215,9 @@ def test_wheel_is_score_to_the_k_plus_an_even_explore_share():
     keeps ε/n, so no candidate is ever eliminated (thesis §1.4)."""
     c = controller(sharpness=3.0, explore=0.05)
     c.scores = {"a": 0.8, "b": 0.4, "c": 0.0}
-    total = 0.8 ** 3 + 0.4 ** 3
+    total = 0.8**3 + 0.4**3
     wheel = c.wheel()
-    assert wheel["a"] == pytest.approx(0.95 * 0.8 ** 3 / total + 0.05 / 3)
+    assert wheel["a"] == pytest.approx(0.95 * 0.8**3 / total + 0.05 / 3)
     assert wheel["c"] == pytest.approx(0.05 / 3)
     assert sum(wheel.values()) == pytest.approx(1.0)
     plain = controller()
@@ -231,12 +254,15 @@ def test_overhead_is_charged_to_every_operator_run_and_defaults_to_zero():
     slow = Simulator(plan, schedulers.get("fifo"), {"S": [(0, 1.0)]}, overhead=0.25).run()
     assert [(o.time, o.amount, o.delay) for o in slow.outputs] == [(1.25, 0.5, 1.25)]
     two = chain_plan([(0.5, 1.0), (1.0, 0.5)])
-    sim = Simulator(two, schedulers.get("fifo"), {"S": [(0, 1.0), (0.5, 1.0)]}, overhead=0.25,
-                    record_dispatches=True)
+    sim = Simulator(two, schedulers.get("fifo"), {"S": [(0, 1.0), (0.5, 1.0)]}, overhead=0.25, record_dispatches=True)
     result = sim.run()
     # run 1: O1 on the tuple of t=0 (0.25 + 1), run 2: O2 on its 0.5 (0.25 + 0.25), then the next path
     assert [(s.operator, s.start, s.end) for s in sim.steps] == [
-        ("O1", 0.0, 1.25), ("O2", 1.25, 1.75), ("O1", 1.75, 3.0), ("O2", 3.0, 3.5)]
+        ("O1", 0.0, 1.25),
+        ("O2", 1.25, 1.75),
+        ("O1", 1.75, 3.0),
+        ("O2", 3.0, 3.5),
+    ]
     assert [o.time for o in result.outputs] == [1.75, 3.5]
     for bad in (-0.1, float("nan"), "0.1", True):
         with pytest.raises(WorkloadError, match="overhead must be a finite number >= 0, got "):
@@ -258,8 +284,9 @@ def test_parameters_are_validated_with_clear_errors():
         Adaptive(["fifo", "adaptive"])
     with pytest.raises(SchedulerError, match="distinct strategy names"):
         Adaptive(["fifo", "fifo"])
-    with pytest.raises(schedulers.UnknownStrategy if hasattr(schedulers, "UnknownStrategy") else SchedulerError,
-                       match="unknown strategy 'fifoo'"):
+    with pytest.raises(
+        schedulers.UnknownStrategy if hasattr(schedulers, "UnknownStrategy") else SchedulerError, match="unknown strategy 'fifoo'"
+    ):
         Adaptive(["fifoo"])
     with pytest.raises(SchedulerError, match=r"decay must be a finite number > 0 and <= 1, got 1.5"):
         Adaptive(decay=1.5)
@@ -420,9 +447,10 @@ def six_settings():
     """Thesis §6.1 setup: evaluation every 2 time units, w = 0.875, a start-up cost per operator
     run; the adaptive strategy with its defaults (Little's-law delay, release memory signal,
     sharpness 3, explore 0.05 — see sparkqos.adaptive)."""
-    return {name: experiment.table_6_3(name, UNTIL, WIDE_SEEDS, 0.9, period=experiment.PERIOD,
-                                       overhead=experiment.OVERHEAD)
-            for name in ("filters", "join")}
+    return {
+        name: experiment.table_6_3(name, UNTIL, WIDE_SEEDS, 0.9, period=experiment.PERIOD, overhead=experiment.OVERHEAD)
+        for name in ("filters", "join")
+    }
 
 
 @pytest.mark.parametrize("plan_name", ["filters", "join"])
@@ -443,7 +471,7 @@ def test_thesis_6_3_to_6_5_scores_are_one_formula_for_all_contenders(six_setting
     [0, 1], and the single-goal settings give the best contender of each seed exactly 1."""
     scores, stats = six_settings[plan_name]
     assert list(scores) == [label for label, _ in experiment.SETTINGS]
-    for label, sc in scores.items():
+    for sc in scores.values():
         assert set(sc) == {*experiment.CANDIDATES, "adaptive"}
         assert all(0.0 <= v <= 1.0 + 1e-12 for v in sc.values())
     delay_only = scores["delay 100 / rate 0"]

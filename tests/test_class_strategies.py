@@ -15,7 +15,6 @@ from sparkqos.schedulers.cos import operator_features, s_means
 from sparkqos.schedulers.cqc import Cqc, class_quotas, next_credit
 from sparkqos.schedulers.rate import fragment_statistics
 from sparkqos.sim import Simulator, chain_plan
-from sparkqos.sim.arrivals import on_off_pareto
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
 
@@ -74,10 +73,9 @@ def test_cqc_overrun_in_the_simulator():
     6) runs 3 times; C (quota 3) runs twice, overruns by 1 and gets 2 next round — one run; N
     (quota 1) runs once, overruns by 1, so its credit is 0 and it sits the next turn out (2a)."""
     plan = three_class_plan(cost=1.5)
-    sim = Simulator(plan, Cqc(k=10, quantum=2.0), {s: [(0, 50.0)] for s in "ABD"}, quantum=2.0,
-                    record_dispatches=True)
+    sim = Simulator(plan, Cqc(k=10, quantum=2.0), {s: [(0, 50.0)] for s in "ABD"}, quantum=2.0, record_dispatches=True)
     sim.run(until=31)
-    assert "".join(d.unit.head for d in sim.dispatches) == "hhhccn" "hhhc" "hhhccn"
+    assert "".join(d.unit.head for d in sim.dispatches) == "hhhccnhhhchhhccn"
 
 
 def test_cqc_skips_classes_without_work_and_never_idles():
@@ -173,7 +171,7 @@ def test_s_means_members_are_similar_to_their_centre_and_deterministic():
         members = [p for p, lab in zip(pts, labels) if lab == k]
         cx, cy = sum(p[0] for p in members) / len(members), sum(p[1] for p in members) / len(members)
         for x, y in members:
-            assert 1 - math.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * 0.25 ** 2)) <= 0.3 + 1e-9
+            assert 1 - math.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * 0.25**2)) <= 0.3 + 1e-9
 
 
 def test_cos_clusters_on_a_plan_and_extremes():

@@ -30,8 +30,9 @@ def test_defaults_and_values():
 
 
 def test_overrides_from_the_command_line():
-    cfg = load_config(SCHEMA, overrides=["job.triggers=3", "job.verbose=true", "scheduler.candidates=fifo,rr",
-                                         "scheduler.budget_ms=250"])
+    cfg = load_config(
+        SCHEMA, overrides=["job.triggers=3", "job.verbose=true", "scheduler.candidates=fifo,rr", "scheduler.budget_ms=250"]
+    )
     assert cfg["job"]["triggers"] == 3 and cfg["job"]["verbose"] is True
     assert cfg["scheduler"]["candidates"] == ["fifo", "rr"] and cfg["scheduler"]["budget_ms"] == 250.0
 
@@ -39,13 +40,21 @@ def test_overrides_from_the_command_line():
 @pytest.mark.parametrize(
     "text, overrides, message",
     [
-        ("[jobs]\nduration_s = 1", [], r"unknown section \[jobs\] \(did you mean 'job'\?\); allowed sections are: job, scheduler"),
+        (
+            "[jobs]\nduration_s = 1",
+            [],
+            r"unknown section \[jobs\] \(did you mean 'job'\?\); allowed sections are: job, scheduler",
+        ),
         ("[job]\nduraton_s = 1", [], r"unknown key 'job.duraton_s' \(did you mean 'duration_s'\?\)"),
         ("[job]\nduration_s = -1", [], r"job.duration_s must be a finite number > 0, got -1"),
         ("[job]\nduration_s = 'long'", [], r"job.duration_s must be a number, got 'long'"),
         ("[job]\ntriggers = 2.5", [], r"job.triggers must be an integer >= 1, got 2.5"),
         ("[job]\nverbose = 1", [], r"job.verbose must be true or false"),
-        ("[scheduler]\nstrategy = 'chian'", [], r"scheduler.strategy = 'chian' is not allowed \(did you mean 'chain'\?\); allowed values are: .*fifo"),
+        (
+            "[scheduler]\nstrategy = 'chian'",
+            [],
+            r"scheduler.strategy = 'chian' is not allowed \(did you mean 'chain'\?\); allowed values are: .*fifo",
+        ),
         ("[scheduler]\ncandidates = ['fifo', 'lifo']", [], r"scheduler.candidates = 'lifo' is not allowed"),
         ("[scheduler]\nbudget_ms = -5", [], r"scheduler.budget_ms must be a finite number >= 0, got -5"),
         ("[job\n", [], r"not valid TOML"),

@@ -138,25 +138,28 @@ def _workload_config():
     return load_config({"job": {"duration_s": Key(float, 60.0, low=0, low_open=True)}}, text="[job]\nduration_s = 0")
 
 
-@pytest.mark.parametrize("build, error, parameter, value", [
-    (lambda: schedulers.get("cqc", k=-1), SchedulerError, "k", -1),
-    (lambda: schedulers.get("adaptive", explore=2), SchedulerError, "explore", 2),
-    (lambda: schedulers.get("adaptive", age_unit="hours"), SchedulerError, "age_unit", "hours"),
-    (lambda: schedulers.get("threshold", beta=1.0), SchedulerError, "beta", 1.0),
-    (lambda: schedulers.get("cos", T=1.5), SchedulerError, "T", 1.5),
-    (lambda: schedulers.get("oldest_guard", period=0), SchedulerError, "period", 0),
-    (lambda: _plan_with_selectivity(-1), PlanError, "selectivity", -1),
-    (lambda: _plan_with_selectivity(math.nan), PlanError, "selectivity", math.nan),
-    (lambda: Plan([Operator("a", ("S",), 0.5, 1.0, klass="H")], ["S"], classes={"H": True}), PlanError, "priority", True),
-    (lambda: Goal("delay", "minimize", -0.1), QosSpecError, "weight", -0.1),
-    (lambda: Simulator(chain_plan([(0.5, 1.0)]), schedulers.get("fifo"), {}, quantum=0), WorkloadError, "quantum", 0),
-    (lambda: on_off_pareto(10.0, 100, flows=0), WorkloadError, "flows", 0),
-    (_source_option, SourceError, "rate", -5.0),
-    (lambda: PoissonGenerator(spread=1.5), SourceError, "spread", 1.5),
-    (lambda: CheckpointStore("/nonexistent-never-created", keep=0), CheckpointError, "keep", 0),
-    (_workload_config, ConfigError, "job.duration_s", 0),
-    (lambda: StatisticsGatherer(w=1.0), ArgumentError, "w", 1.0),
-])
+@pytest.mark.parametrize(
+    "build, error, parameter, value",
+    [
+        (lambda: schedulers.get("cqc", k=-1), SchedulerError, "k", -1),
+        (lambda: schedulers.get("adaptive", explore=2), SchedulerError, "explore", 2),
+        (lambda: schedulers.get("adaptive", age_unit="hours"), SchedulerError, "age_unit", "hours"),
+        (lambda: schedulers.get("threshold", beta=1.0), SchedulerError, "beta", 1.0),
+        (lambda: schedulers.get("cos", T=1.5), SchedulerError, "T", 1.5),
+        (lambda: schedulers.get("oldest_guard", period=0), SchedulerError, "period", 0),
+        (lambda: _plan_with_selectivity(-1), PlanError, "selectivity", -1),
+        (lambda: _plan_with_selectivity(math.nan), PlanError, "selectivity", math.nan),
+        (lambda: Plan([Operator("a", ("S",), 0.5, 1.0, klass="H")], ["S"], classes={"H": True}), PlanError, "priority", True),
+        (lambda: Goal("delay", "minimize", -0.1), QosSpecError, "weight", -0.1),
+        (lambda: Simulator(chain_plan([(0.5, 1.0)]), schedulers.get("fifo"), {}, quantum=0), WorkloadError, "quantum", 0),
+        (lambda: on_off_pareto(10.0, 100, flows=0), WorkloadError, "flows", 0),
+        (_source_option, SourceError, "rate", -5.0),
+        (lambda: PoissonGenerator(spread=1.5), SourceError, "spread", 1.5),
+        (lambda: CheckpointStore("/nonexistent-never-created", keep=0), CheckpointError, "keep", 0),
+        (_workload_config, ConfigError, "job.duration_s", 0),
+        (lambda: StatisticsGatherer(w=1.0), ArgumentError, "w", 1.0),
+    ],
+)
 def test_constructors_raise_their_modules_error_naming_the_parameter(build, error, parameter, value):
     with pytest.raises(error) as info:
         build()
@@ -181,8 +184,11 @@ def _resume(restore) -> SparkqosError | None:
 
 
 def _two_class_plan(classes):
-    return Plan([Operator("a", ("S",), 0.5, 1.0, klass=classes[0]), Operator("b", ("T",), 0.5, 1.0, klass=classes[1])],
-                ["S", "T"], classes={classes[0]: 2, classes[1]: 1})
+    return Plan(
+        [Operator("a", ("S",), 0.5, 1.0, klass=classes[0]), Operator("b", ("T",), 0.5, 1.0, klass=classes[1])],
+        ["S", "T"],
+        classes={classes[0]: 2, classes[1]: 1},
+    )
 
 
 def _saved(strategy: str, plan: Plan, **params) -> dict:
@@ -196,39 +202,71 @@ def _restore_into(strategy: str, plan: Plan, state: dict, **params):
         scheduler = schedulers.get(strategy, **params)
         scheduler.load_state_dict(state)
         Simulator(plan, scheduler, {s: [(0, 1.0)] for s in plan.streams}).run(until=1)  # attaches: state applied
+
     return restore
 
 
-@pytest.mark.parametrize("strategy, state, plan, params, words", [
-    # Cqc credits for classes the plan no longer has
-    ("cqc", lambda: _saved("cqc", _two_class_plan("HL")), _two_class_plan("AB"), {},
-     r"Cqc state names classes \['H', 'L'\]; the plan has \['A', 'B'\]"),
-    # adaptive state naming a strategy that is no longer a candidate
-    ("adaptive", lambda: _saved("adaptive", chain_plan([(0.5, 1.0)]), candidates=["fifo", "chain"]),
-     chain_plan([(0.5, 1.0)]), {"candidates": ["fifo", "rr"]}, r"\['chain'\] that are not candidates"),
-    # a stateless strategy given another strategy's state
-    ("fifo", lambda: _saved("rr", chain_plan([(0.5, 1.0)])), chain_plan([(0.5, 1.0)]), {},
-     r"Fifo holds no state, got \['ring'\]"),
-    ("rr", lambda: {"ring": "O1"}, chain_plan([(0.5, 1.0)]), {}, r"ring must be a list of operator names, got 'O1'"),
-    ("cos", lambda: {"cursor": -1}, chain_plan([(0.5, 1.0)]), {}, r"Cos state: cursor must be an integer >= 0, got -1"),
-    ("cqc", lambda: {"credits": {}}, _two_class_plan("HL"), {}, r"Cqc state has unknown keys \['credits'\]"),
-    ("oldest_guard", lambda: {"count": 10}, chain_plan([(0.5, 1.0)]), {"period": 2},
-     r"OldestPathGuard state: count must be an integer >= 0 and < 2, got 10"),
-    ("threshold", lambda: {"mode": "saving", "queued_area": -1.0}, chain_plan([(0.5, 1.0)]), {},
-     r"Threshold state: queued_area must be a finite number >= 0, got -1.0"),
-])
+@pytest.mark.parametrize(
+    "strategy, state, plan, params, words",
+    [
+        # Cqc credits for classes the plan no longer has
+        (
+            "cqc",
+            lambda: _saved("cqc", _two_class_plan("HL")),
+            _two_class_plan("AB"),
+            {},
+            r"Cqc state names classes \['H', 'L'\]; the plan has \['A', 'B'\]",
+        ),
+        # adaptive state naming a strategy that is no longer a candidate
+        (
+            "adaptive",
+            lambda: _saved("adaptive", chain_plan([(0.5, 1.0)]), candidates=["fifo", "chain"]),
+            chain_plan([(0.5, 1.0)]),
+            {"candidates": ["fifo", "rr"]},
+            r"\['chain'\] that are not candidates",
+        ),
+        # a stateless strategy given another strategy's state
+        (
+            "fifo",
+            lambda: _saved("rr", chain_plan([(0.5, 1.0)])),
+            chain_plan([(0.5, 1.0)]),
+            {},
+            r"Fifo holds no state, got \['ring'\]",
+        ),
+        ("rr", lambda: {"ring": "O1"}, chain_plan([(0.5, 1.0)]), {}, r"ring must be a list of operator names, got 'O1'"),
+        ("cos", lambda: {"cursor": -1}, chain_plan([(0.5, 1.0)]), {}, r"Cos state: cursor must be an integer >= 0, got -1"),
+        ("cqc", lambda: {"credits": {}}, _two_class_plan("HL"), {}, r"Cqc state has unknown keys \['credits'\]"),
+        (
+            "oldest_guard",
+            lambda: {"count": 10},
+            chain_plan([(0.5, 1.0)]),
+            {"period": 2},
+            r"OldestPathGuard state: count must be an integer >= 0 and < 2, got 10",
+        ),
+        (
+            "threshold",
+            lambda: {"mode": "saving", "queued_area": -1.0},
+            chain_plan([(0.5, 1.0)]),
+            {},
+            r"Threshold state: queued_area must be a finite number >= 0, got -1.0",
+        ),
+    ],
+)
 def test_a_scheduler_state_that_does_not_fit_is_caught_as_a_sparkqos_error(strategy, state, plan, params, words):
     exc = _resume(_restore_into(strategy, plan, state(), **params))
     assert isinstance(exc, SchedulerError), exc
     assert re.search(words, str(exc)), str(exc)
 
 
-@pytest.mark.parametrize("mangle, words", [
-    (lambda d: d.pop("version"), r"statistics state must have keys"),
-    (lambda d: d["operators"].__setitem__("x", {"runs": 1, "speed": 2}), r"does not fit.*speed"),
-    (lambda d: d.__setitem__("w", 2.0), r"statistics state: w must be a finite number >= 0 and < 1, got 2.0"),
-    (lambda d: d.__setitem__("window", [0.0]), r"statistics state: does not fit"),
-])
+@pytest.mark.parametrize(
+    "mangle, words",
+    [
+        (lambda d: d.pop("version"), r"statistics state must have keys"),
+        (lambda d: d["operators"].__setitem__("x", {"runs": 1, "speed": 2}), r"does not fit.*speed"),
+        (lambda d: d.__setitem__("w", 2.0), r"statistics state: w must be a finite number >= 0 and < 1, got 2.0"),
+        (lambda d: d.__setitem__("window", [0.0]), r"statistics state: does not fit"),
+    ],
+)
 def test_statistics_that_do_not_fit_raise_checkpoint_error(mangle, words):
     g = StatisticsGatherer()
     g.record_run("O1", consumed=10, produced=2, seconds=0.5)
@@ -244,10 +282,12 @@ def test_executor_restore_of_a_checkpoint_from_another_plan_is_a_sparkqos_error(
     restored into the same queries now in classes A and B, fails with a SparkqosError naming the
     classes (before: a bare ValueError that escaped the job's ``except SparkqosError``), and fails
     inside load_state itself, where the job catches restore errors — not at the first pick after it."""
-    old = synthetic_plans({"h": SyntheticQuery([(0.5, 1.0)], klass="H"), "l": SyntheticQuery([(0.5, 1.0)], klass="L")},
-                          classes={"H": 2, "L": 1})
-    new = synthetic_plans({"h": SyntheticQuery([(0.5, 1.0)], klass="A"), "l": SyntheticQuery([(0.5, 1.0)], klass="B")},
-                          classes={"A": 2, "B": 1})
+    old = synthetic_plans(
+        {"h": SyntheticQuery([(0.5, 1.0)], klass="H"), "l": SyntheticQuery([(0.5, 1.0)], klass="L")}, classes={"H": 2, "L": 1}
+    )
+    new = synthetic_plans(
+        {"h": SyntheticQuery([(0.5, 1.0)], klass="A"), "l": SyntheticQuery([(0.5, 1.0)], klass="B")}, classes={"A": 2, "B": 1}
+    )
     a = Executor(old.compiled.fresh(), schedulers.get("cqc"), clock=FakeClock())
     drive(a, feeds({"S": [(0, 4.0), (1, 4.0)]}), units_between=1)
     saved = json.loads(json.dumps(a.to_state(queues=False)))

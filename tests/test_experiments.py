@@ -44,8 +44,9 @@ def test_bursty_trace_is_reproducible_and_bursty(tmp_path):
 
 
 def test_rising_rate_profile_thins_the_early_trace(tmp_path):
-    C.write_bursty_trace(tmp_path / "r.parquet", rate=2000, seconds=20, seed=5, off_scale=1.0,
-                         rate_profile=lambda t: 0.25 if t < 10 else 1.0)
+    C.write_bursty_trace(
+        tmp_path / "r.parquet", rate=2000, seconds=20, seed=5, off_scale=1.0, rate_profile=lambda t: 0.25 if t < 10 else 1.0
+    )
     ts = pq.read_table(tmp_path / "r.parquet").column("ts").cast(pa.int64()).to_numpy() - C.ORIGIN_US
     early, late = (ts < 10 * C.US).sum(), (ts >= 10 * C.US).sum()
     assert 0.15 < early / late < 0.4
@@ -73,7 +74,6 @@ def test_rss_tree_counts_this_process():
 def test_fair_pool_query_code_matches_sparkqos_operators(tmp_path):
     """The plain-Spark side runs the same operators: fire (no synthetic step) gives exactly the
     rows sparkqos's executor gives on the same trace."""
-    from sparkqos.executor.loop import replay
     from sparkqos.examples import sensor_queries
 
     bench = _load(ROOT / "benchmarks" / "vs_fair_pools.py", "vs_fair_pools")
@@ -94,8 +94,19 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
     two = cm.plans_for(["two"], rate=400, load=0.5)["two"]
     rows = C.write_bursty_trace(tmp_path / "t.parquet", rate=400, seconds=3, seed=2, off_scale=1.0)
-    st = C.run_sparkqos(spark, tmp_path / "t.parquet", two().build(), "chain", out=tmp_path / "out", name="two-chain",
-                        input_rows=rows, trace_s=3, trigger_s=0.5, quiet=True, lead_s=1.0)
+    st = C.run_sparkqos(
+        spark,
+        tmp_path / "t.parquet",
+        two().build(),
+        "chain",
+        out=tmp_path / "out",
+        name="two-chain",
+        input_rows=rows,
+        trace_s=3,
+        trigger_s=0.5,
+        quiet=True,
+        lead_s=1.0,
+    )
     assert st.read_all and st.rows_in == rows
     assert 0 < st.rows_out() < rows  # σ 0.9 then 0.1
     assert np.all(st.all_delays() >= 0)

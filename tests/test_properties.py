@@ -26,11 +26,14 @@ def single_stream_workloads(draw):
         prev = "S"
         for k in range(draw(st.integers(1, 5))):
             name = f"q{q}o{k}"
-            ops.append(Operator(
-                name, (prev,),
-                selectivity=draw(st.floats(0.05, 1.0)),
-                cost=draw(st.floats(0.05, 2.0)),
-            ))
+            ops.append(
+                Operator(
+                    name,
+                    (prev,),
+                    selectivity=draw(st.floats(0.05, 1.0)),
+                    cost=draw(st.floats(0.05, 2.0)),
+                )
+            )
             prev = name
     plan = Plan(ops, streams=["S"])
     times = draw(st.lists(st.integers(0, 30), min_size=1, max_size=12))
@@ -42,8 +45,7 @@ def drained(strategy: str, plan: Plan, arrivals):
     return Simulator(plan, schedulers.get(strategy), arrivals, run="quantum", starvation_limit=1).run()
 
 
-PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
-                             suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY_SETTINGS
@@ -81,8 +83,7 @@ def test_theorem_4_2_needs_the_fluid_measure():
     yet: on that measure chain (13) exceeds MTIQ (10.75) by more than n = 2. Counting the run in
     flight pro rata — the memory of partially processed tuples the theorem is about — the bound
     holds. That is why the property above is checked on ``fluid_snapshots``."""
-    plan = Plan(_chain_of("a", (0.75, 0.125), [(1.0, 1.0)] * 4) + _chain_of("b", (0.25, 0.25), [(1.0, 1.0)] * 4),
-                streams=["S"])
+    plan = Plan(_chain_of("a", (0.75, 0.125), [(1.0, 1.0)] * 4) + _chain_of("b", (0.25, 0.25), [(1.0, 1.0)] * 4), streams=["S"])
     arrivals = {"S": [(0, 5.0), (1, 3.0)]}
     chain, mtiq = drained("chain", plan, arrivals), drained("mtiq", plan, arrivals)
     assert chain.peak_queued() > mtiq.peak_queued() + len(plan.paths)

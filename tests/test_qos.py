@@ -6,14 +6,31 @@ import math
 
 import pytest
 
+from sparkqos.adaptive.qos import (
+    CONF_DIR,
+    TEMPLATES,
+    Goal,
+    QosSpec,
+    Window,
+    load_qos,
+    measure,
+    register_statistic,
+    resolve,
+    statistics,
+    template,
+    unregister_statistic,
+)
 from sparkqos.errors import QosSpecError
-from sparkqos.adaptive.qos import CONF_DIR, TEMPLATES, Goal, QosSpec, Window, load_qos, measure, register_statistic, resolve, statistics, template, unregister_statistic
 
 
 def test_weights_must_sum_to_one_within_tolerance():
     third = 1 / 3
-    assert QosSpec.of(("delay", "minimize", third), ("output_rate", "maximize", third),
-                      ("queued", "minimize", third)).weights["delay"] == third
+    assert (
+        QosSpec.of(("delay", "minimize", third), ("output_rate", "maximize", third), ("queued", "minimize", third)).weights[
+            "delay"
+        ]
+        == third
+    )
     QosSpec.of(("delay", "minimize", 0.5 + 4e-10), ("queued", "minimize", 0.5))
     with pytest.raises(QosSpecError, match=r"sum to 1, got 1.000000002 \(delay=0.5, queued=0.500000002\)"):
         QosSpec.of(("delay", "minimize", 0.5), ("queued", "minimize", 0.500000002))
@@ -51,7 +68,10 @@ def test_default_is_balanced_equal_thirds():
     assert spec.name == "balanced"
     assert spec.weights == pytest.approx({"delay": 1 / 3, "output_rate": 1 / 3, "queued": 1 / 3})
     assert {g.statistic: g.direction for g in spec.goals} == {
-        "delay": "minimize", "output_rate": "maximize", "queued": "minimize"}
+        "delay": "minimize",
+        "output_rate": "maximize",
+        "queued": "minimize",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
@@ -71,7 +91,9 @@ def test_toml_unknown_keys_name_the_key_and_the_allowed_keys(tmp_path):
     with pytest.raises(QosSpecError, match=r"unknown key\(s\) \['weights'\]; allowed keys are \['name', 'description', 'goal'\]"):
         load_qos(f)
     f.write_text('[[goal]]\nstatistic = "delay"\ndirection = "minimize"\nweight = 1.0\nwieght = 2\n')
-    with pytest.raises(QosSpecError, match=r"goal 0 has unknown key\(s\) \['wieght'\]; allowed keys are \['statistic', 'direction', 'weight'\]"):
+    with pytest.raises(
+        QosSpecError, match=r"goal 0 has unknown key\(s\) \['wieght'\]; allowed keys are \['statistic', 'direction', 'weight'\]"
+    ):
         load_qos(f)
     f.write_text('[[goal]]\nstatistic = "delay"\nweight = 1.0\n')
     with pytest.raises(QosSpecError, match=r"goal 0 is missing \['direction'\]"):
@@ -88,8 +110,10 @@ def test_toml_unknown_keys_name_the_key_and_the_allowed_keys(tmp_path):
 
 def test_toml_round_trip_and_name_from_file(tmp_path):
     f = tmp_path / "sensor_net.toml"
-    f.write_text('[[goal]]\nstatistic = "queued"\ndirection = "minimize"\nweight = 0.75\n'
-                 '[[goal]]\nstatistic = "output_rate"\ndirection = "maximize"\nweight = 0.25\n')
+    f.write_text(
+        '[[goal]]\nstatistic = "queued"\ndirection = "minimize"\nweight = 0.75\n'
+        '[[goal]]\nstatistic = "output_rate"\ndirection = "maximize"\nweight = 0.25\n'
+    )
     spec = load_qos(f)
     assert spec.name == "sensor_net"
     assert QosSpec.from_dict(spec.to_dict()) == spec

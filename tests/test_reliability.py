@@ -21,12 +21,12 @@ import pytest
 
 from sparkqos import schedulers
 from sparkqos.config import ConfigError
-from sparkqos.executor.loop import EMIT, Executor
 from sparkqos.errors import CheckpointCorrupt, SchemaMismatch
 from sparkqos.examples import SENSOR_SCHEMA, sensor_queries
 from sparkqos.executor.expressions import INTERNAL, SEQ, col
-from sparkqos.query import QuerySet
+from sparkqos.executor.loop import EMIT, Executor
 from sparkqos.executor.queues import BatchQueue
+from sparkqos.query import QuerySet
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks, read_dead_letters
 from sparkqos.spark.runner import QosStream, RunnerError, parse_faults
 from sparkqos.spark.sinks import read_parquet_sink
@@ -43,22 +43,32 @@ class FakeStream:
 
 def sensor_table(n: int, seed: int, start: float = T0) -> pa.Table:
     rng = np.random.default_rng(seed)
-    return pa.table({
-        "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
-        "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
-        "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
-        "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
-        "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
-    })
+    return pa.table(
+        {
+            "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
+            "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
+            "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
+            "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
+            "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
+        }
+    )
 
 
 def make_stream(tmp_path: Path, **kw) -> QosStream:
     kw.setdefault("strategy", "chain")
-    return QosStream(FakeStream(), sensor_queries(work_us=0.0, window_s=5.0), checkpoint=tmp_path / "ckpt",
-                     output=tmp_path / "out", budget_s=30.0, fault="", **kw)
+    return QosStream(
+        FakeStream(),
+        sensor_queries(work_us=0.0, window_s=5.0),
+        checkpoint=tmp_path / "ckpt",
+        output=tmp_path / "out",
+        budget_s=30.0,
+        fault="",
+        **kw,
+    )
 
 
 # -- bad input ------------------------------------------------------------------------------------
+
 
 def test_bad_rows_go_to_dead_letters_and_counts_add_up(tmp_path):
     """Nulls in key columns, NaN, out-of-range values, wrong types (strings in a number column, as
@@ -71,11 +81,11 @@ def test_bad_rows_go_to_dead_letters_and_counts_add_up(tmp_path):
     sid = bad.column("sensor_id").to_pylist()
     hum = bad.column("humidity").to_pylist()
     for i in range(0, 10):
-        sid[i] = None                  # null key
+        sid[i] = None  # null key
     for i in range(10, 15):
-        temp[i] = float("nan")         # NaN
+        temp[i] = float("nan")  # NaN
     for i in range(15, 20):
-        hum[i] = 140.0                 # out of range
+        hum[i] = 140.0  # out of range
     bad = bad.set_column(0, "sensor_id", pa.array(sid, pa.int32()))
     bad = bad.set_column(2, "temperature", pa.array(temp)).set_column(3, "humidity", pa.array(hum))
     # wrong types: the temperature column arrives as text, three values are not numbers
@@ -87,11 +97,13 @@ def test_bad_rows_go_to_dead_letters_and_counts_add_up(tmp_path):
 
     progress = [handle.process(t, b) for b, t in enumerate([good0, typed, renamed, good3])]
     dead = read_dead_letters(tmp_path / "out" / "deadletter")
-    reasons = Counter((r["batch_id"], r["reason"].split(" ")[0] if r["reason"].startswith(("null", "NaN", "missing"))
-                       else r["column"]) for r in dead.to_pylist())
+    reasons = Counter(
+        (r["batch_id"], r["reason"].split(" ")[0] if r["reason"].startswith(("null", "NaN", "missing")) else r["column"])
+        for r in dead.to_pylist()
+    )
     assert reasons[(1, "null")] == 10 and reasons[(1, "NaN")] == 5 and reasons[(1, "humidity")] == 5
-    assert reasons[(1, "temperature")] == 3                       # 'n/a' is not double
-    assert reasons[(2, "missing")] == 50                          # every row of the renamed batch
+    assert reasons[(1, "temperature")] == 3  # 'n/a' is not double
+    assert reasons[(2, "missing")] == 50  # every row of the renamed batch
     assert "column 'temperature': 'n/a' is not double" in set(dead.column("reason").to_pylist())
     assert json.loads(dead.filter(pa.compute.equal(dead.column("batch_id"), 2)).column("record")[0].as_py())["hum"] is not None
     # rows in = processed + dead-lettered, per batch and in total
@@ -132,6 +144,7 @@ def test_row_checks_reject_bad_rules():
 
 # -- bad configuration (through the main job's loader) ---------------------------------------------
 
+
 def job_config(tmp_path: Path, toml: str | None = None, overrides: tuple[str, ...] = ()):
     from jobs.sensor_monitor import parse_args
 
@@ -145,13 +158,24 @@ def job_config(tmp_path: Path, toml: str | None = None, overrides: tuple[str, ..
     return parse_args(argv)
 
 
-@pytest.mark.parametrize("toml, overrides, message", [
-    (None, ("scheduler.strategy=chian",), r"scheduler.strategy = 'chian' is not allowed \(did you mean 'chain'\?\); allowed values are: .*fifo"),
-    (None, ("job.budget_s=-1",), r"job.budget_s must be a finite number >= 0, got -1"),
-    ("[scheduler]\nstratgy = 'chain'\n", (), r"unknown key 'scheduler.stratgy' \(did you mean 'strategy'\?\); allowed keys in \[scheduler\] are: strategy"),
-    ("[job]\nduration_s = = 3\n", (), r"not valid TOML"),
-    (None, ("scheduler.candidates=fifo,nope",), r"scheduler.candidates = 'nope' is not allowed.*allowed values are: "),
-])
+@pytest.mark.parametrize(
+    "toml, overrides, message",
+    [
+        (
+            None,
+            ("scheduler.strategy=chian",),
+            r"scheduler.strategy = 'chian' is not allowed \(did you mean 'chain'\?\); allowed values are: .*fifo",
+        ),
+        (None, ("job.budget_s=-1",), r"job.budget_s must be a finite number >= 0, got -1"),
+        (
+            "[scheduler]\nstratgy = 'chain'\n",
+            (),
+            r"unknown key 'scheduler.stratgy' \(did you mean 'strategy'\?\); allowed keys in \[scheduler\] are: strategy",
+        ),
+        ("[job]\nduration_s = = 3\n", (), r"not valid TOML"),
+        (None, ("scheduler.candidates=fifo,nope",), r"scheduler.candidates = 'nope' is not allowed.*allowed values are: "),
+    ],
+)
 def test_bad_job_configuration_fails_at_start_naming_the_key(tmp_path, toml, overrides, message):
     with pytest.raises(ConfigError, match=message):
         job_config(tmp_path, toml, overrides)
@@ -159,8 +183,10 @@ def test_bad_job_configuration_fails_at_start_naming_the_key(tmp_path, toml, ove
 
 def test_qos_weights_not_summing_to_one_fail_at_start(tmp_path):
     spec = tmp_path / "qos.toml"
-    spec.write_text('name = "lopsided"\n[[goal]]\nstatistic = "delay"\ndirection = "minimize"\nweight = 0.5\n'
-                    '[[goal]]\nstatistic = "queued"\ndirection = "minimize"\nweight = 0.2\n')
+    spec.write_text(
+        'name = "lopsided"\n[[goal]]\nstatistic = "delay"\ndirection = "minimize"\nweight = 0.5\n'
+        '[[goal]]\nstatistic = "queued"\ndirection = "minimize"\nweight = 0.2\n'
+    )
     with pytest.raises(ConfigError, match=r"scheduler.qos: .*weights must sum to 1, got 0.7"):
         job_config(tmp_path, overrides=(f"scheduler.qos={spec}",))
 
@@ -172,6 +198,7 @@ def test_fault_spec_is_checked():
 
 
 # -- torn checkpoint --------------------------------------------------------------------------------
+
 
 def test_torn_checkpoint_is_refused_by_the_runner(tmp_path):
     handle = make_stream(tmp_path)
@@ -201,6 +228,7 @@ def test_restart_with_an_idle_adaptive_candidate_restores(tmp_path):
 
 
 # -- overload: spill and shed ------------------------------------------------------------------------
+
 
 def pass_through() -> QuerySet:
     qs = QuerySet(classes={"H": 2, "N": 1})
@@ -265,6 +293,7 @@ def test_spilled_queue_checkpoints_whole(tmp_path):
 
 # -- thread safety: COS clusters in threads --------------------------------------------------------
 
+
 def cos_plan() -> QuerySet:
     """Operators of very different cost and selectivity, so COS forms several clusters."""
     qs = QuerySet(classes={"H": 3, "N": 1})
@@ -310,8 +339,13 @@ def drive(ex: Executor, triggers: int, seed: int) -> int:
     for t in range(triggers):
         n = int(rng.integers(0, 12))
         if n:
-            ex.ingest("s", pa.record_batch({"k": np.arange(rows, rows + n), "v": rng.uniform(0, 1, n),
-                                            "g": [f"g{i % 3}" for i in range(n)]}), arrival=float(t))
+            ex.ingest(
+                "s",
+                pa.record_batch(
+                    {"k": np.arange(rows, rows + n), "v": rng.uniform(0, 1, n), "g": [f"g{i % 3}" for i in range(n)]}
+                ),
+                arrival=float(t),
+            )
             rows += n
         ex.run(max_units=int(rng.integers(1, 5)))
     ex.finish()

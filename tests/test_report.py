@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import math
 
-import pyarrow as pa
 import pytest
 
 from sparkqos import schedulers
-from sparkqos.report import metrics
 from sparkqos.cli import main
+from sparkqos.report import metrics
 from sparkqos.sim import Simulator
 from sparkqos.sim.arrivals import on_off_pareto
 from tests.test_contract import three_query_plan
@@ -27,8 +26,9 @@ def output_dir(tmp_path_factory):
         for k, r in enumerate(_batches(metrics.from_simulation(result, plan, name, window=5.0))):
             metrics.write_batch(out, name, k, r)
     result = Simulator(plan, schedulers.get("chain"), arrivals).run(until=60)
-    decisions = [{"time": t, "pick": ["fifo", "chain"][int(t // 10) % 2], "scores": {"fifo": 0.4, "chain": 0.6}}
-                 for t in range(0, 60, 10)]
+    decisions = [
+        {"time": t, "pick": ["fifo", "chain"][int(t // 10) % 2], "scores": {"fifo": 0.4, "chain": 0.6}} for t in range(0, 60, 10)
+    ]
     rows = metrics.from_simulation(result, plan, "adaptive", window=5.0, decisions=decisions)
     for k, r in enumerate(_batches(rows)):
         metrics.write_batch(out, "adaptive", k, r)

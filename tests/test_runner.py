@@ -10,21 +10,27 @@
 from __future__ import annotations
 
 import time
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
 
+from sparkqos import sources
 from sparkqos.executor.expressions import avg, col, count, max_
 from sparkqos.query import QuerySet
-from sparkqos import sources
 from sparkqos.spark.runner import QosStream, RunnerError, stream
 from sparkqos.spark.sinks import ParquetSink, read_parquet_sink
 from sparkqos.spark.translate import plan_to_spark, stamped_inputs
 
-SENSOR_PLAN_SCHEMA = {"sensor_id": pa.int32(), "location": pa.string(), "temperature": pa.float64(),
-                      "humidity": pa.float64(), "ts": pa.float64()}
+SENSOR_PLAN_SCHEMA = {
+    "sensor_id": pa.int32(),
+    "location": pa.string(),
+    "temperature": pa.float64(),
+    "humidity": pa.float64(),
+    "ts": pa.float64(),
+}
 
 
 def sensor_queries() -> QuerySet:
@@ -41,13 +47,15 @@ def trace(tmp_path_factory):
     n = 1500
     rng = np.random.default_rng(7)
     ts = 1_700_000_000_000_000 + np.sort(rng.integers(0, 20_000_000, n))
-    table = pa.table({
-        "sensor_id": pa.array(rng.integers(0, 16, n), pa.int32()),
-        "location": pa.array([f"z{i % 4}" for i in range(n)]),
-        "temperature": pa.array(np.round(rng.normal(40, 15, n) * 2) / 2),
-        "humidity": pa.array(np.round(rng.uniform(10, 90, n) * 2) / 2),
-        "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
-    })
+    table = pa.table(
+        {
+            "sensor_id": pa.array(rng.integers(0, 16, n), pa.int32()),
+            "location": pa.array([f"z{i % 4}" for i in range(n)]),
+            "temperature": pa.array(np.round(rng.normal(40, 15, n) * 2) / 2),
+            "humidity": pa.array(np.round(rng.uniform(10, 90, n) * 2) / 2),
+            "ts": pa.array(ts.astype("int64"), pa.timestamp("us", tz="UTC")),
+        }
+    )
     path = tmp_path_factory.mktemp("trace") / "sensors.parquet"
     pq.write_table(table, path)
     return path, table
@@ -58,8 +66,13 @@ def replay_df(spark, trace):
     sources.register(spark)
 
     def make():
-        return (spark.readStream.format("sparkqos.replay").option("path", str(trace[0]))
-                .option("speed", "max").option("maxSecondsPerTrigger", "4").load())
+        return (
+            spark.readStream.format("sparkqos.replay")
+            .option("path", str(trace[0]))
+            .option("speed", "max")
+            .option("maxSecondsPerTrigger", "4")
+            .load()
+        )
 
     return make
 
@@ -80,8 +93,16 @@ def expected_outputs(spark, trace_table: pa.Table) -> dict:
 @pytest.fixture(scope="module")
 def chain_run(replay_df, tmp_path_factory):
     out = tmp_path_factory.mktemp("chain")
-    handle = stream(replay_df(), sensor_queries(), strategy="chain", trigger_s="available_now",
-                    budget_s=0.001, whole_batches=False, checkpoint=out / "ckpt", output=out)
+    handle = stream(
+        replay_df(),
+        sensor_queries(),
+        strategy="chain",
+        trigger_s="available_now",
+        budget_s=0.001,
+        whole_batches=False,
+        checkpoint=out / "ckpt",
+        output=out,
+    )
     return run_to_end(handle)
 
 
@@ -98,9 +119,19 @@ def test_outputs_equal_sparks_engine(spark, trace, chain_run):
 
 
 def test_adaptive_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path):
-    handle = run_to_end(stream(replay_df(), sensor_queries(), strategy="adaptive", trigger_s="available_now",
-                               budget_s=0.001, whole_batches=False, checkpoint=tmp_path / "ckpt", output=tmp_path,
-                               strategy_params={"candidates": ["fifo", "chain", "cqc"], "period": 0.01}))
+    handle = run_to_end(
+        stream(
+            replay_df(),
+            sensor_queries(),
+            strategy="adaptive",
+            trigger_s="available_now",
+            budget_s=0.001,
+            whole_batches=False,
+            checkpoint=tmp_path / "ckpt",
+            output=tmp_path,
+            strategy_params={"candidates": ["fifo", "chain", "cqc"], "period": 0.01},
+        )
+    )
     assert_same_as_spark(spark, read_parquet_sink(tmp_path / "outputs"), expected_outputs(spark, trace[1]))
     assert {p["strategy"] for p in handle.recentProgress} <= {"fifo", "chain", "cqc"}
 
@@ -141,8 +172,14 @@ def test_restart_from_checkpoint_is_exactly_once(spark, replay_df, chain_run, tm
     """Crash between the sink write and the checkpoint of batch 1, then right after the
     checkpoint of batch 3 (before Spark commits it); restart each time from the same
     checkpoints. The final outputs equal the uninterrupted run's: nothing lost, nothing twice."""
-    common = dict(strategy="chain", trigger_s="available_now", budget_s=0.001, whole_batches=False, checkpoint=tmp_path / "ckpt",
-                  output=tmp_path)
+    common = dict(
+        strategy="chain",
+        trigger_s="available_now",
+        budget_s=0.001,
+        whole_batches=False,
+        checkpoint=tmp_path / "ckpt",
+        output=tmp_path,
+    )
 
     first = stream(replay_df(), sensor_queries(), sink=CrashingSink(tmp_path / "outputs", at=1), **common)
     with pytest.raises(Exception, match="killed after writing batch 1"):
@@ -164,8 +201,9 @@ def test_restart_from_checkpoint_is_exactly_once(spark, replay_df, chain_run, tm
     want = read_parquet_sink(chain_run.output / "outputs")
     assert set(got) == set(want)
     for query in want:
-        assert_df_equality(spark.createDataFrame(got[query]), spark.createDataFrame(want[query]),
-                           ignore_row_order=True, ignore_nullable=True)
+        assert_df_equality(
+            spark.createDataFrame(got[query]), spark.createDataFrame(want[query]), ignore_row_order=True, ignore_nullable=True
+        )
 
 
 def test_bad_configuration_fails_at_construction(spark, replay_df, tmp_path):
@@ -189,8 +227,15 @@ def test_listener_sees_sparkqos_metrics(spark, replay_df, tmp_path):
     from sparkqos.spark.listener import QosProgressListener
 
     seen = []
-    handle = stream(replay_df(), sensor_queries(), strategy="fifo", trigger_s="available_now",
-                    checkpoint=tmp_path / "ckpt", output=tmp_path, name="listened")
+    handle = stream(
+        replay_df(),
+        sensor_queries(),
+        strategy="fifo",
+        trigger_s="available_now",
+        checkpoint=tmp_path / "ckpt",
+        output=tmp_path,
+        name="listened",
+    )
     listener = QosProgressListener(handle, lambda sp, qp: seen.append((sp.batchId, qp)))
     spark.streams.addListener(listener)
     try:
@@ -210,13 +255,20 @@ def test_time_parameters_are_sized_to_the_trigger(replay_df, tmp_path):
     user sets is kept."""
     h = stream(replay_df(), sensor_queries(), strategy="cqc", trigger_s=1.0, budget_s=0.4, checkpoint=tmp_path / "a")
     assert h.scheduler.k == pytest.approx(0.4) and h.scheduler.quantum == pytest.approx(0.04)
-    h = stream(replay_df(), sensor_queries(), strategy="cqc", strategy_params={"k": 2.0}, trigger_s=1.0,
-               checkpoint=tmp_path / "b")
+    h = stream(
+        replay_df(), sensor_queries(), strategy="cqc", strategy_params={"k": 2.0}, trigger_s=1.0, checkpoint=tmp_path / "b"
+    )
     assert h.scheduler.k == 2.0 and h.scheduler.quantum == pytest.approx(0.1)
     h = stream(replay_df(), sensor_queries(), strategy="pc", trigger_s=0.5, checkpoint=tmp_path / "c")
     assert h.scheduler.quantum == pytest.approx(0.05)
-    h = stream(replay_df(), sensor_queries(), strategy="adaptive", trigger_s=0.5, checkpoint=tmp_path / "d",
-               strategy_params={"candidates": ["fifo", "pc", "cqc"], "member_params": {"cqc": {"k": 3.0}}})
+    h = stream(
+        replay_df(),
+        sensor_queries(),
+        strategy="adaptive",
+        trigger_s=0.5,
+        checkpoint=tmp_path / "d",
+        strategy_params={"candidates": ["fifo", "pc", "cqc"], "member_params": {"cqc": {"k": 3.0}}},
+    )
     members = h.scheduler._members
     assert members["cqc"].k == 3.0 and members["cqc"].quantum == pytest.approx(0.05)
     assert members["pc"].quantum == pytest.approx(0.05)
@@ -225,8 +277,7 @@ def test_time_parameters_are_sized_to_the_trigger(replay_df, tmp_path):
 def test_stop_ends_a_running_query_without_error(replay_df, tmp_path):
     """QosStream.stop() on a handle never started does nothing; on a running query it stops it
     with no exception (it waits for the running trigger first; that wait is not observed here)."""
-    h = stream(replay_df(), sensor_queries(), strategy="fifo", trigger_s=0.5, checkpoint=tmp_path / "ckpt",
-               output=tmp_path)
+    h = stream(replay_df(), sensor_queries(), strategy="fifo", trigger_s=0.5, checkpoint=tmp_path / "ckpt", output=tmp_path)
     h.stop()  # not started: nothing to stop
     query = h.start()
     deadline = time.time() + 60

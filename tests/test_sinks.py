@@ -24,8 +24,9 @@ TS = pa.timestamp("us", tz="UTC")
 def outputs(b: int) -> dict[str, pa.Table]:
     """A trigger's outputs: a fire query with alerts, a stats query with aggregates."""
     return {
-        "fire": pa.table({"sensor_id": [b, b + 1], "temperature": [70.0 + b, 80.0 + b],
-                          "ts": pa.array([b * 1_000_000, b * 1_000_000 + 5], TS)}),
+        "fire": pa.table(
+            {"sensor_id": [b, b + 1], "temperature": [70.0 + b, 80.0 + b], "ts": pa.array([b * 1_000_000, b * 1_000_000 + 5], TS)}
+        ),
         "stats": pa.table({"location": ["zone-0"], "n": pa.array([10 * b], pa.int64())}),
     }
 
@@ -134,10 +135,8 @@ def test_missing_sink_directory_is_named(tmp_path):
 def test_memory_sink_is_idempotent_and_accepts_record_batches():
     sink = MemorySink()
     sink.write(0, outputs(0))
-    sink.write(1, {"fire": pa.record_batch({"sensor_id": [9], "temperature": [99.0],
-                                            "ts": pa.array([1], TS)})})
-    sink.write(1, {"fire": pa.record_batch({"sensor_id": [9], "temperature": [99.0],
-                                            "ts": pa.array([1], TS)})})
+    sink.write(1, {"fire": pa.record_batch({"sensor_id": [9], "temperature": [99.0], "ts": pa.array([1], TS)})})
+    sink.write(1, {"fire": pa.record_batch({"sensor_id": [9], "temperature": [99.0], "ts": pa.array([1], TS)})})
     assert sink.table("fire").column("sensor_id").to_pylist() == [0, 1, 9]
     sink.write(0, {"fire": outputs(0)["fire"]})  # replay of 0 without stats output
     assert sink.queries() == ["fire"]
@@ -182,8 +181,8 @@ def test_dataframe_sink_one_job_per_trigger_and_idempotent_partitioned_writer(sp
     assert calls == [0, 1, 1]
     df = spark.read.parquet(str(target))
     assert df.count() == 6  # 2 batches x (2 fire + 1 stats)
-    assert sorted((r.batch_id, r.query, r.c) for r in df.groupBy("batch_id", "query").count()
-                  .withColumnRenamed("count", "c").collect()) == [(0, "fire", 2), (0, "stats", 1),
-                                                                  (1, "fire", 2), (1, "stats", 1)]
+    assert sorted(
+        (r.batch_id, r.query, r.c) for r in df.groupBy("batch_id", "query").count().withColumnRenamed("count", "c").collect()
+    ) == [(0, "fire", 2), (0, "stats", 1), (1, "fire", 2), (1, "stats", 1)]
     with pytest.raises(SinkError, match="fn must be callable"):
         DataFrameSink(spark, "parquet")

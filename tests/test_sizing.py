@@ -88,16 +88,20 @@ def named_by_hand(name: str, params: dict, qos, trigger_s, budget_s: float) -> d
 
 
 @pytest.mark.parametrize("trigger_s, budget_s", [(2.0, None), (0.5, 0.2), ("available_now", None), ("available_now", 3.0)])
-@pytest.mark.parametrize("name, params, qos", [
-    *[(n, {}, None) for n in schedulers.available()],
-    ("cqc", {"k": 2.0}, None),
-    ("pc", {"quantum": 0.3}, None),
-    ("adaptive", {"candidates": ["fifo", "pc", "cqc", "segment"], "member_params": {"cqc": {"k": 3.0}}}, "low_latency"),
-    ("adaptive", {"candidates": "cqc", "period": 5.0}, None),
-])
+@pytest.mark.parametrize(
+    "name, params, qos",
+    [
+        *[(n, {}, None) for n in schedulers.available()],
+        ("cqc", {"k": 2.0}, None),
+        ("pc", {"quantum": 0.3}, None),
+        ("adaptive", {"candidates": ["fifo", "pc", "cqc", "segment"], "member_params": {"cqc": {"k": 3.0}}}, "low_latency"),
+        ("adaptive", {"candidates": "cqc", "period": 5.0}, None),
+    ],
+)
 def test_the_runner_builds_the_same_schedulers_as_before(tmp_path, name, params, qos, trigger_s, budget_s):
-    config = RunConfig(checkpoint=tmp_path, strategy=name, strategy_params=params, qos=qos, trigger_s=trigger_s,
-                       budget_s=budget_s)
+    config = RunConfig(
+        checkpoint=tmp_path, strategy=name, strategy_params=params, qos=qos, trigger_s=trigger_s, budget_s=budget_s
+    )
     interval = None if trigger_s == "available_now" else trigger_s
     want = schedulers.get(name, **named_by_hand(name, params, qos, interval, config.effective_budget_s))
     assert repr(config.make_scheduler()) == repr(want)

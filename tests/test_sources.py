@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkqos.errors import SourceError
-from sparkqos.sources.generators import US, BurstyGenerator, PoissonGenerator, ReplayTrace, payload_table, per_second_counts
 from sparkqos.sources.datasources import BurstySource, PoissonSource, ReplaySource, register
+from sparkqos.sources.generators import US, BurstyGenerator, PoissonGenerator, ReplayTrace, payload_table, per_second_counts
 
 ORIGIN = "2026-01-01T00:00:00Z"
 ORIGIN_US = 1_767_225_600 * US
@@ -69,8 +69,11 @@ def test_poisson_rate_within_10_percent_and_mean_shifts_thesis_6_1():
 # -- replayability: rows are a pure function of (options, seed, range) -----------------------------
 
 
-@pytest.mark.parametrize("make", [lambda: BurstyGenerator(rate=200.0, flows=16, off_scale=2.0, seed=5),
-                                  lambda: PoissonGenerator(rate=200.0, seed=5)], ids=["bursty", "poisson"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: BurstyGenerator(rate=200.0, flows=16, off_scale=2.0, seed=5), lambda: PoissonGenerator(rate=200.0, seed=5)],
+    ids=["bursty", "poisson"],
+)
 def test_rows_do_not_depend_on_how_the_stream_is_cut(make):
     whole_flow, whole_ts = make().arrivals(0, 40 * US)
     assert len(whole_ts) > 1000

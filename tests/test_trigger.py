@@ -31,13 +31,15 @@ T0 = 1_700_000_000.0
 
 def sensor_table(n: int, seed: int, start: float = T0) -> pa.Table:
     rng = np.random.default_rng(seed)
-    return pa.table({
-        "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
-        "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
-        "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
-        "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
-        "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
-    })
+    return pa.table(
+        {
+            "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
+            "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
+            "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
+            "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
+            "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
+        }
+    )
 
 
 BATCHES = [sensor_table(150, b, start=T0 + 4 * b) for b in range(5)]
@@ -77,8 +79,19 @@ def test_two_triggers_write_outputs_checkpoints_and_progress(tmp_path):
     last = loop.progress.last
     assert last is progress[-1] and last["strategy"] == "chain"
     assert {q["query"] for q in last["queries"]} == set(loop.compiled.roots)
-    for key in ("queuedRows", "queuedBytes", "delayMsMean", "delayMsP50", "delayMsP99", "delayMsMax",
-                "inputRowsPerSecond", "processedRowsPerSecond", "scores", "timestamp", "id"):
+    for key in (
+        "queuedRows",
+        "queuedBytes",
+        "delayMsMean",
+        "delayMsP50",
+        "delayMsP99",
+        "delayMsMax",
+        "inputRowsPerSecond",
+        "processedRowsPerSecond",
+        "scores",
+        "timestamp",
+        "id",
+    ):
         assert key in last
     assert last["durationMs"]["triggerExecution"] >= 0
 
@@ -167,17 +180,25 @@ def test_the_environment_does_not_inject_faults(tmp_path, monkeypatch):
     assert make_loop(tmp_path).config.faults == {}
 
 
-@pytest.mark.parametrize("options, error, parameter, message", [
-    ({"trigger_s": 0}, RunnerError, "trigger_s", r"trigger_s must be a finite number > 0 or 'available_now', got 0"),
-    ({"trigger_s": "soon"}, RunnerError, "trigger_s", r"trigger_s must be .* or 'available_now', got 'soon'"),
-    ({"trigger_s": True}, RunnerError, "trigger_s", r"trigger_s must be"),
-    ({"budget_s": float("nan")}, RunnerError, "budget_s", r"budget_s must be a finite number > 0 or None, got nan"),
-    ({"budget_s": -1}, RunnerError, "budget_s", r"budget_s must be"),
-    ({"keep_checkpoints": 0}, RunnerError, "keep_checkpoints", r"keep_checkpoints must be an integer >= 1, got 0"),
-    ({"strategy": "chian"}, UnknownStrategy, "strategy", r"unknown strategy 'chian'; registered strategies are: .*chain"),
-    ({"strategy": "chain", "qos": "low_latency"}, RunnerError, "qos", r"qos applies to the 'adaptive' strategy, not to 'chain'"),
-    ({"strategy": Fifo(), "strategy_params": {"quantum": 1}}, RunnerError, "strategy", r"not with a Scheduler instance"),
-])
+@pytest.mark.parametrize(
+    "options, error, parameter, message",
+    [
+        ({"trigger_s": 0}, RunnerError, "trigger_s", r"trigger_s must be a finite number > 0 or 'available_now', got 0"),
+        ({"trigger_s": "soon"}, RunnerError, "trigger_s", r"trigger_s must be .* or 'available_now', got 'soon'"),
+        ({"trigger_s": True}, RunnerError, "trigger_s", r"trigger_s must be"),
+        ({"budget_s": float("nan")}, RunnerError, "budget_s", r"budget_s must be a finite number > 0 or None, got nan"),
+        ({"budget_s": -1}, RunnerError, "budget_s", r"budget_s must be"),
+        ({"keep_checkpoints": 0}, RunnerError, "keep_checkpoints", r"keep_checkpoints must be an integer >= 1, got 0"),
+        ({"strategy": "chian"}, UnknownStrategy, "strategy", r"unknown strategy 'chian'; registered strategies are: .*chain"),
+        (
+            {"strategy": "chain", "qos": "low_latency"},
+            RunnerError,
+            "qos",
+            r"qos applies to the 'adaptive' strategy, not to 'chain'",
+        ),
+        ({"strategy": Fifo(), "strategy_params": {"quantum": 1}}, RunnerError, "strategy", r"not with a Scheduler instance"),
+    ],
+)
 def test_run_config_rejects_garbage_naming_the_key(tmp_path, options, error, parameter, message):
     with pytest.raises(error, match=message) as exc:
         RunConfig(checkpoint=tmp_path, **options)
@@ -208,7 +229,9 @@ def test_loop_checks_what_depends_on_the_plan(tmp_path):
 
 
 def test_the_trigger_loop_does_not_import_pyspark():
-    code = ("import sys, sparkqos.spark.trigger, sparkqos.spark.config, sparkqos.spark.progress; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))")
+    code = (
+        "import sys, sparkqos.spark.trigger, sparkqos.spark.config, sparkqos.spark.progress; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

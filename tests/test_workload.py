@@ -11,8 +11,8 @@ import pytest
 
 from sparkqos.cli import main
 from sparkqos.errors import PlanError, WorkloadError
-from sparkqos.sim import Simulator, chain_plan, load_workload
 from sparkqos.schedulers import get
+from sparkqos.sim import Simulator, chain_plan, load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,17 +54,49 @@ def test_issue_example_loads(tmp_path):
 @pytest.mark.parametrize(
     "edit, error, message",
     [
-        (lambda t: t.replace('run = "quantum"', 'run = "forever"'), WorkloadError, "run must be one of 'one', 'quantum', got 'forever'"),
-        (lambda t: t.replace("slotted = false", "slottd = false"), WorkloadError, r"unknown key\(s\) \['slottd'\]; allowed keys are"),
-        (lambda t: t.replace("selectivity = 0.2", "selectivty = 0.2"), WorkloadError, r"operator #1 \('O1'\): unknown key\(s\) \['selectivty'\]"),
-        (lambda t: t.replace("selectivity = 0.2", 'selectivity = "high"'), WorkloadError, r"operator #1 \('O1'\): selectivity must be a finite number, got 'high'"),
-        (lambda t: t.replace("selectivity = 0.2", "selectivity = nan"), WorkloadError, "selectivity must be a finite number, got nan"),
-        (lambda t: t.replace("selectivity = 0.2", "selectivity = -0.2"), PlanError, "selectivity must be a finite number >= 0, got -0.2"),
+        (
+            lambda t: t.replace('run = "quantum"', 'run = "forever"'),
+            WorkloadError,
+            "run must be one of 'one', 'quantum', got 'forever'",
+        ),
+        (
+            lambda t: t.replace("slotted = false", "slottd = false"),
+            WorkloadError,
+            r"unknown key\(s\) \['slottd'\]; allowed keys are",
+        ),
+        (
+            lambda t: t.replace("selectivity = 0.2", "selectivty = 0.2"),
+            WorkloadError,
+            r"operator #1 \('O1'\): unknown key\(s\) \['selectivty'\]",
+        ),
+        (
+            lambda t: t.replace("selectivity = 0.2", 'selectivity = "high"'),
+            WorkloadError,
+            r"operator #1 \('O1'\): selectivity must be a finite number, got 'high'",
+        ),
+        (
+            lambda t: t.replace("selectivity = 0.2", "selectivity = nan"),
+            WorkloadError,
+            "selectivity must be a finite number, got nan",
+        ),
+        (
+            lambda t: t.replace("selectivity = 0.2", "selectivity = -0.2"),
+            PlanError,
+            "selectivity must be a finite number >= 0, got -0.2",
+        ),
         (lambda t: t.replace("cost = 1.0", "cost = 0"), PlanError, "cost must be a finite number > 0, got 0.0"),
         (lambda t: t.replace('input = "S1"', 'input = "S9"'), PlanError, "reads unknown input 'S9'"),
         (lambda t: t.replace('input = ["O1"]', 'input = ["O2"]'), PlanError, "cycle"),
-        (lambda t: t.replace("[[1, 1.0], [3, 1.0]]", "[[1, 1.0], [3]]"), WorkloadError, r"arrivals.S1\[1\] must be \[time, amount\]"),
-        (lambda t: t.replace("[[1, 1.0], [3, 1.0]]", "[[1, 1.0], [3, -1.0]]"), WorkloadError, r"arrivals.S1\[1\] amount must be a finite number > 0, got -1.0"),
+        (
+            lambda t: t.replace("[[1, 1.0], [3, 1.0]]", "[[1, 1.0], [3]]"),
+            WorkloadError,
+            r"arrivals.S1\[1\] must be \[time, amount\]",
+        ),
+        (
+            lambda t: t.replace("[[1, 1.0], [3, 1.0]]", "[[1, 1.0], [3, -1.0]]"),
+            WorkloadError,
+            r"arrivals.S1\[1\] amount must be a finite number > 0, got -1.0",
+        ),
         (lambda t: t + "\n[[", WorkloadError, "not valid TOML"),
         (lambda t: t.replace('name = "O2"', 'name = "O1"'), PlanError, "duplicate operator name 'O1'"),
     ],
@@ -104,8 +136,22 @@ def test_cli_unknown_strategy_exits_2_with_the_list(capsys):
 
 
 def test_cli_strategy_parameters(capsys):
-    assert main(["simulate", str(ROOT / "conf/workloads/jiang_table_2.toml"), "-s", "rr",
-                 "-p", "quantum=0.5", "--until", "4", "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(ROOT / "conf/workloads/jiang_table_2.toml"),
+                "-s",
+                "rr",
+                "-p",
+                "quantum=0.5",
+                "--until",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["snapshots"]["4"] >= 0
 
 
@@ -118,9 +164,22 @@ def test_cli_table_output(capsys):
 def test_python_dash_m_entry_point():
     """The documented command, as a user types it."""
     proc = subprocess.run(
-        [sys.executable, "-m", "sparkqos", "simulate", "conf/workloads/jiang_table_2.toml",
-         "--scheduler", "fifo", "--until", "10", "--json"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "sparkqos",
+            "simulate",
+            "conf/workloads/jiang_table_2.toml",
+            "--scheduler",
+            "fifo",
+            "--until",
+            "10",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     doc = json.loads(proc.stdout)
     assert doc["snapshots"]["3"] == 3.0

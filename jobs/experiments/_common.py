@@ -12,8 +12,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +27,18 @@ US = 1_000_000
 ORIGIN_US = 1_700_000_000 * US
 
 
-def write_bursty_trace(path: str | Path, rate: float, seconds: float, seed: int = 7, flows: int = 64,
-                       off_scale: float = 8.0, payload: str = "sensor", rate_profile: Callable[[float], float] | None = None,
-                       warmup_s: float = 0.0, warmup_rate: float = 4.0) -> int:
+def write_bursty_trace(
+    path: str | Path,
+    rate: float,
+    seconds: float,
+    seed: int = 7,
+    flows: int = 64,
+    off_scale: float = 8.0,
+    payload: str = "sensor",
+    rate_profile: Callable[[float], float] | None = None,
+    warmup_s: float = 0.0,
+    warmup_rate: float = 4.0,
+) -> int:
     """Record ``seconds`` of the bursty source (sensor or packet payload) into Parquet.
 
     ``rate_profile(t)`` (a factor ≥ 0 per stream second) shapes the load: the trace is drawn at
@@ -142,9 +152,12 @@ class RunStats:
         self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
         if not self.quiet:
             el = time.time() - self.t0
-            print(f"  [{self.label} {el:5.1f}/{self.expected_s:.0f}s] batch {p['batchId']:>3} in {p['numInputRows']:>6} "
-                  f"out {p['numOutputRows']:>6} queued {p['queuedRows']:>8.0f} rows {p['queuedBytes'] / 1e6:6.2f} MB "
-                  f"p99 {p['delayMsP99']:8.0f} ms  {p['strategy']}", flush=True)
+            print(
+                f"  [{self.label} {el:5.1f}/{self.expected_s:.0f}s] batch {p['batchId']:>3} in {p['numInputRows']:>6} "
+                f"out {p['numOutputRows']:>6} queued {p['queuedRows']:>8.0f} rows {p['queuedBytes'] / 1e6:6.2f} MB "
+                f"p99 {p['delayMsP99']:8.0f} ms  {p['strategy']}",
+                flush=True,
+            )
 
     @property
     def mean_queued(self) -> float:
@@ -195,11 +208,26 @@ def p99_ms(d: np.ndarray) -> float:
     return float(np.percentile(d, 99) * 1000) if d.size else math.nan
 
 
-def run_sparkqos(spark, trace: str | Path, compiled, strategy: str, *, out: str | Path, name: str,
-                 input_rows: int, trace_s: float, trigger_s: float = 1.0, budget_s: float | None = None,
-                 strategy_params: Mapping[str, Any] | None = None, qos: Any = None,
-                 max_seconds_per_trigger: float | None = None, drain: bool = True, quiet: bool = False,
-                 executor_args: Mapping[str, Any] | None = None, lead_s: float = 4.0) -> RunStats:
+def run_sparkqos(
+    spark,
+    trace: str | Path,
+    compiled,
+    strategy: str,
+    *,
+    out: str | Path,
+    name: str,
+    input_rows: int,
+    trace_s: float,
+    trigger_s: float = 1.0,
+    budget_s: float | None = None,
+    strategy_params: Mapping[str, Any] | None = None,
+    qos: Any = None,
+    max_seconds_per_trigger: float | None = None,
+    drain: bool = True,
+    quiet: bool = False,
+    executor_args: Mapping[str, Any] | None = None,
+    lead_s: float = 4.0,
+) -> RunStats:
     """Replay ``trace`` through ``compiled`` under ``strategy``; stop once every row was read
     (then ``finish()`` drains the queues if ``drain``). The replay starts ``lead_s`` after the
     query, so start-up is not measured as delay. Metrics go to ``out/metrics`` (run ``name``),
@@ -219,10 +247,21 @@ def run_sparkqos(spark, trace: str | Path, compiled, strategy: str, *, out: str 
     stats.readers = max(1, sum(1 for op in compiled.plan for src in op.inputs if src in compiled.plan.streams))
     stats.replay_start = time.time() + lead_s
     handle = sparkqos.stream(
-        replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start), compiled.fresh(), strategy=strategy,
-        strategy_params=dict(strategy_params or {}), qos=qos, trigger_s=trigger_s, budget_s=budget_s,
-        checkpoint=ckpt, output=out, sink=ParquetSink(out / "outputs" / name), name=name,
-        on_progress=stats.on_progress, on_delays=stats.on_delays, executor_args=executor_args)
+        replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start),
+        compiled.fresh(),
+        strategy=strategy,
+        strategy_params=dict(strategy_params or {}),
+        qos=qos,
+        trigger_s=trigger_s,
+        budget_s=budget_s,
+        checkpoint=ckpt,
+        output=out,
+        sink=ParquetSink(out / "outputs" / name),
+        name=name,
+        on_progress=stats.on_progress,
+        on_delays=stats.on_delays,
+        executor_args=executor_args,
+    )
     query = handle.start()
     deadline = time.time() + 4 * trace_s + 60
     try:
@@ -243,6 +282,7 @@ def run_sparkqos(spark, trace: str | Path, compiled, strategy: str, *, out: str 
 
 def print_table(title: str, header: list[str], rows: Iterable[list[Any]], file=None) -> str:
     """Print (and return) a fixed-width table; floats with one decimal."""
+
     def fmt(v: Any) -> str:
         if isinstance(v, float):
             return "-" if math.isnan(v) else (f"{v:.1f}" if abs(v) < 1e6 else f"{v:.3g}")
@@ -328,13 +368,35 @@ def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list
     rows = []
     for plan_name, strategy, st in runs:
         d = st.all_delays()
-        rows.append([plan_name, strategy, st.rows_out(), mean_ms(d), p99_ms(d), st.mean_queued, st.peak_rows,
-                     st.peak_bytes / 1e6, st.mean_in_system, st.peak_system])
+        rows.append(
+            [
+                plan_name,
+                strategy,
+                st.rows_out(),
+                mean_ms(d),
+                p99_ms(d),
+                st.mean_queued,
+                st.peak_rows,
+                st.peak_bytes / 1e6,
+                st.mean_in_system,
+                st.peak_system,
+            ]
+        )
     return rows
 
 
-SUMMARY_HEADER = ["plan", "strategy", "rows out", "mean delay ms", "p99 ms", "mean queued", "peak queued", "peak MB",
-                  "mean in system", "peak in system"]
+SUMMARY_HEADER = [
+    "plan",
+    "strategy",
+    "rows out",
+    "mean delay ms",
+    "p99 ms",
+    "mean queued",
+    "peak queued",
+    "peak MB",
+    "mean in system",
+    "peak in system",
+]
 
 
 def experiment_args(description: str, defaults: Mapping[str, Any]):
@@ -357,30 +419,51 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
     return ap
 
 
-def run_experiment(title: str, args, plans: Mapping[str, Callable[[], Any]], strategies: list[str],
-                   strategy_params: Callable[[str, str], Mapping[str, Any]] | None = None,
-                   qos: Callable[[str, str], Any] | None = None, rate_profile=None,
-                   run_name: Callable[[str, str], str] | None = None) -> tuple[list[tuple[str, str, RunStats]], int]:
+def run_experiment(
+    title: str,
+    args,
+    plans: Mapping[str, Callable[[], Any]],
+    strategies: list[str],
+    strategy_params: Callable[[str, str], Mapping[str, Any]] | None = None,
+    qos: Callable[[str, str], Any] | None = None,
+    rate_profile=None,
+    run_name: Callable[[str, str], str] | None = None,
+) -> tuple[list[tuple[str, str, RunStats]], int]:
     """Record one trace, run every (plan, strategy) through Spark in one session, print a line per
     trigger; returns [(plan, strategy, stats)] and the trace's row count."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.parquet"
-    rows = write_bursty_trace(trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale,
-                              rate_profile=rate_profile)
+    rows = write_bursty_trace(trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale, rate_profile=rate_profile)
     pairs = [(p, s) for p in plans for s in strategies]
     per_run = args.seconds + 4 + 6
-    print(f"{title}: trace {rows} rows over {args.seconds:g}s (bursty, mean {args.rate:g}/s); {len(pairs)} runs "
-          f"({', '.join(plans)} × {', '.join(strategies)}); expect about {len(pairs) * per_run / 60 + 0.5:.0f} min "
-          f"(more on a loaded machine)", flush=True)
+    print(
+        f"{title}: trace {rows} rows over {args.seconds:g}s (bursty, mean {args.rate:g}/s); {len(pairs)} runs "
+        f"({', '.join(plans)} × {', '.join(strategies)}); expect about {len(pairs) * per_run / 60 + 0.5:.0f} min "
+        f"(more on a loaded machine)",
+        flush=True,
+    )
     spark = session(title)
     # A throw-away first streaming query: the first one of a session pays start-up costs (source
     # runner, workers, JIT) that would otherwise land on whichever strategy runs first.
     p0, s0 = pairs[0]
     print("-- warm-up run (not measured)", flush=True)
-    run_sparkqos(spark, trace, plans[p0]().build(), s0.split(":")[0], out=out, name="_warmup", input_rows=1,
-                 trace_s=args.seconds, trigger_s=args.trigger, drain=False, quiet=True, lead_s=2.0,
-                 strategy_params=strategy_params(p0, s0) if strategy_params else None, qos=qos(p0, s0) if qos else None)
+    run_sparkqos(
+        spark,
+        trace,
+        plans[p0]().build(),
+        s0.split(":")[0],
+        out=out,
+        name="_warmup",
+        input_rows=1,
+        trace_s=args.seconds,
+        trigger_s=args.trigger,
+        drain=False,
+        quiet=True,
+        lead_s=2.0,
+        strategy_params=strategy_params(p0, s0) if strategy_params else None,
+        qos=qos(p0, s0) if qos else None,
+    )
     drop_metrics(out, "_warmup")
     shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
     results = []
@@ -389,10 +472,21 @@ def run_experiment(title: str, args, plans: Mapping[str, Callable[[], Any]], str
         name = run_name(p, s) if run_name else f"{p}-{s}"
         print(f"-- run {i + 1}/{len(pairs)}: {name}  (elapsed {time.time() - t0:.0f}s)", flush=True)
         compiled = plans[p]().build()
-        st = run_sparkqos(spark, trace, compiled, s.split(":")[0], out=out, name=name, input_rows=rows,
-                          trace_s=args.seconds, trigger_s=args.trigger, budget_s=args.budget or None,
-                          strategy_params=strategy_params(p, s) if strategy_params else None,
-                          qos=qos(p, s) if qos else None, quiet=args.quiet)
+        st = run_sparkqos(
+            spark,
+            trace,
+            compiled,
+            s.split(":")[0],
+            out=out,
+            name=name,
+            input_rows=rows,
+            trace_s=args.seconds,
+            trigger_s=args.trigger,
+            budget_s=args.budget or None,
+            strategy_params=strategy_params(p, s) if strategy_params else None,
+            qos=qos(p, s) if qos else None,
+            quiet=args.quiet,
+        )
         results.append((p, s, st))
     spark.stop()
     return results, rows

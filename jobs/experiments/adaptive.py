@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _common as C  # noqa: E402
 import numpy as np  # noqa: E402
-
 from adaptive_sim import CANDIDATES, SETTINGS, chain_dominated_plan, filters_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +33,11 @@ SETTING_KEYS = {f"adaptive:{i}": (label, goals) for i, (label, goals) in enumera
 
 def measures(st: C.RunStats) -> dict[str, float]:
     d = st.all_delays()
-    return {"delay": float(d.mean()) if d.size else math.nan,
-            "output_rate": st.rows_out() / max(st.elapsed, 1e-9),
-            "queued": st.mean_in_system}
+    return {
+        "delay": float(d.mean()) if d.size else math.nan,
+        "output_rate": st.rows_out() / max(st.elapsed, 1e-9),
+        "queued": st.mean_in_system,
+    }
 
 
 def weighted_score(values: dict[str, dict[str, float]], goals) -> dict[str, float]:
@@ -52,15 +53,23 @@ def weighted_score(values: dict[str, dict[str, float]], goals) -> dict[str, floa
 
 
 def main(argv=None) -> int:
-    ap = C.experiment_args(__doc__, {"seconds": 15.0, "rate": 2000.0, "strategies": list(CANDIDATES) + list(SETTING_KEYS),
-                                     "plans": ["filters"], "out": str(ROOT / "output" / "experiments" / "adaptive")})
+    ap = C.experiment_args(
+        __doc__,
+        {
+            "seconds": 15.0,
+            "rate": 2000.0,
+            "strategies": list(CANDIDATES) + list(SETTING_KEYS),
+            "plans": ["filters"],
+            "out": str(ROOT / "output" / "experiments" / "adaptive"),
+        },
+    )
     ap.add_argument("--load", type=float, default=0.9, help="executor load at the mean rate (share of one core)")
     args = ap.parse_args(argv)
     plans = {}
     for p in args.plans.split(","):
         plan = PLANS[p]()
         unit = C.cost_unit_for(plan, args.rate, args.load)
-        plans[p] = (lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, classes={}))
+        plans[p] = lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, classes={})
     strategies = args.strategies.split(",")
     singles = [s for s in strategies if not s.startswith("adaptive")]
 
@@ -70,18 +79,35 @@ def main(argv=None) -> int:
     def qos(p, s):
         return [tuple(g) for g in SETTING_KEYS[s][1]] if s in SETTING_KEYS else None
 
-    results, rows = C.run_experiment("adaptive", args, plans, strategies, strategy_params=params, qos=qos,
-                                     run_name=lambda p, s: f"{p}-{s.replace(':', '')}")
+    results, rows = C.run_experiment(
+        "adaptive", args, plans, strategies, strategy_params=params, qos=qos, run_name=lambda p, s: f"{p}-{s.replace(':', '')}"
+    )
     header = ["plan", "run", "QoS (adaptive)", "mean delay ms", "rows/s", "mean in system", "peak queued", "strategy mix"]
     body, verdicts = [], []
     for p in plans:
         runs = {s: st for pp, s, st in results if pp == p}
         m = {s: measures(st) for s, st in runs.items()}
         for s, st in runs.items():
-            mix = ", ".join(f"{k} {v / max(sum(st.strategies.values()), 1):.0%}" for k, v in
-                            sorted(st.strategies.items(), key=lambda kv: -kv[1])) if s.startswith("adaptive") else ""
-            body.append([p, s, SETTING_KEYS[s][0] if s in SETTING_KEYS else "", m[s]["delay"] * 1000,
-                         m[s]["output_rate"], m[s]["queued"], st.peak_rows, mix])
+            mix = (
+                ", ".join(
+                    f"{k} {v / max(sum(st.strategies.values()), 1):.0%}"
+                    for k, v in sorted(st.strategies.items(), key=lambda kv: -kv[1])
+                )
+                if s.startswith("adaptive")
+                else ""
+            )
+            body.append(
+                [
+                    p,
+                    s,
+                    SETTING_KEYS[s][0] if s in SETTING_KEYS else "",
+                    m[s]["delay"] * 1000,
+                    m[s]["output_rate"],
+                    m[s]["queued"],
+                    st.peak_rows,
+                    mix,
+                ]
+            )
         for s in runs:
             if s not in SETTING_KEYS or not singles:
                 continue
@@ -89,9 +115,13 @@ def main(argv=None) -> int:
             sc = weighted_score({k: m[k] for k in singles + [s] if k in m}, goals)
             best = max((k for k in singles if k in sc), key=sc.get)
             avg = float(np.mean([sc[k] for k in singles if k in sc]))
-            verdicts.append(C.verdict(f"{p} / {label}: adaptive scores at least the singles' average",
-                                      sc[s] >= avg, f"adaptive {sc[s]:.2f}, best single {best} {sc[best]:.2f}, "
-                                      f"singles' average {avg:.2f}"))
+            verdicts.append(
+                C.verdict(
+                    f"{p} / {label}: adaptive scores at least the singles' average",
+                    sc[s] >= avg,
+                    f"adaptive {sc[s]:.2f}, best single {best} {sc[best]:.2f}, singles' average {avg:.2f}",
+                )
+            )
     table = C.print_table(f"\nadaptive (thesis §6): {rows} rows, {args.seconds:g}s, load {args.load:g}", header, body)
     C.finish_experiment(args, "adaptive", table, verdicts)
     return 0

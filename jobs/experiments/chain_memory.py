@@ -1,6 +1,7 @@
 """Chain paper §6 on Spark: queued memory against time for chain, fifo, greedy and rr.
 
-    ./spark-submit.sh jobs/experiments/chain_memory.py [--seconds 15] [--rate 3000] [--load 0.6] [--budget 0.8] [--plans two,four,join,mix]
+    ./spark-submit.sh jobs/experiments/chain_memory.py [--seconds 15] [--rate 3000] [--load 0.6] [--budget 0.8] \
+        [--plans two,four,join,mix]
 
 Plans on the replayed bursty trace (synthetic operators, costs scaled so the mean rate loads the
 executor to ``--load`` of one core; bursts overload it):
@@ -46,13 +47,17 @@ def join(unit_s: float) -> QuerySet:
     ``--load`` (see plans_for)."""
     qs = QuerySet()
     s = qs.stream("sensors", SENSOR_SCHEMA)
-    left = (s.where((col("sensor_id") < 16) & (col("temperature") > 22.0))
-              .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=3).select("sensor_id", "temperature", "ts"))
-    right = (s.where((col("sensor_id") < 16) & (col("humidity") > 55.0))
-               .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=4)
-               .select("sensor_id", col("humidity").alias("r_humidity")))
-    (left.join(right, on="sensor_id", seconds=0.05)
-         .synthetic(selectivity=0.1, cost_s=unit_s, seed=5).sink("join"))
+    left = (
+        s.where((col("sensor_id") < 16) & (col("temperature") > 22.0))
+        .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=3)
+        .select("sensor_id", "temperature", "ts")
+    )
+    right = (
+        s.where((col("sensor_id") < 16) & (col("humidity") > 55.0))
+        .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=4)
+        .select("sensor_id", col("humidity").alias("r_humidity"))
+    )
+    (left.join(right, on="sensor_id", seconds=0.05).synthetic(selectivity=0.1, cost_s=unit_s, seed=5).sink("join"))
     return qs
 
 
@@ -64,11 +69,11 @@ def plans_for(names, rate: float, load: float) -> dict:
             # Measured on the default trace with the executor alone: the branches see ≈ 0.83 cost
             # units per input row, and the join itself takes ≈ 0.07 of a core at 3000 rows/s.
             unit = max(load - 0.07 * rate / 3000.0, 0.05) / (rate * 0.83)
-            out[name] = (lambda unit=unit: join(unit))
+            out[name] = lambda unit=unit: join(unit)
         elif name in CHAINS:
             plan = C.chain_plan(CHAINS[name])
             unit = C.cost_unit_for(plan, rate, load)
-            out[name] = (lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, SENSOR_SCHEMA, classes={}))
+            out[name] = lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, SENSOR_SCHEMA, classes={})
         else:
             raise SystemExit(f"unknown plan {name!r}; choose from two, four, join, mix")
     return out
@@ -78,17 +83,32 @@ PLANS = ("two", "four", "join", "mix")
 
 
 def main(argv=None) -> int:
-    ap = C.experiment_args(__doc__, {"seconds": 15.0, "rate": 3000.0, "budget": 0.8,
-                                     "strategies": ["chain", "fifo", "greedy", "rr"], "plans": list(PLANS),
-                                     "out": str(ROOT / "output" / "experiments" / "chain_memory")})
-    ap.add_argument("--load", type=float, default=0.6,
-                    help="executor load at the mean rate (share of one core; Spark's per-trigger work comes on top)")
+    ap = C.experiment_args(
+        __doc__,
+        {
+            "seconds": 15.0,
+            "rate": 3000.0,
+            "budget": 0.8,
+            "strategies": ["chain", "fifo", "greedy", "rr"],
+            "plans": list(PLANS),
+            "out": str(ROOT / "output" / "experiments" / "chain_memory"),
+        },
+    )
+    ap.add_argument(
+        "--load",
+        type=float,
+        default=0.6,
+        help="executor load at the mean rate (share of one core; Spark's per-trigger work comes on top)",
+    )
     args = ap.parse_args(argv)
     plans = plans_for(args.plans.split(","), args.rate, args.load)
     strategies = args.strategies.split(",")
     results, rows = C.run_experiment("chain_memory", args, plans, strategies)
-    table = C.print_table(f"\nchain_memory (Chain §6): {rows} rows, {args.seconds:g}s trace, {args.rate:g} rows/s",
-                          C.SUMMARY_HEADER, C.summary_rows(results, rows))
+    table = C.print_table(
+        f"\nchain_memory (Chain §6): {rows} rows, {args.seconds:g}s trace, {args.rate:g} rows/s",
+        C.SUMMARY_HEADER,
+        C.summary_rows(results, rows),
+    )
     verdicts = []
     for p in plans:
         runs = {s: st for pp, s, st in results if pp == p}
@@ -102,8 +122,13 @@ def main(argv=None) -> int:
             print(line, flush=True)
             verdicts.append(line)
             continue
-        verdicts.append(C.verdict(f"{p}: chain has the least mean memory (rows in the system)", best == "chain" or mean_q["chain"] <= 1.05 * mean_q[best],
-                                  f"mean rows in the system {others}"))
+        verdicts.append(
+            C.verdict(
+                f"{p}: chain has the least mean memory (rows in the system)",
+                best == "chain" or mean_q["chain"] <= 1.05 * mean_q[best],
+                f"mean rows in the system {others}",
+            )
+        )
     C.finish_experiment(args, "chain_memory", table, verdicts)
     return 0
 

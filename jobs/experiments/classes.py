@@ -25,13 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _common as C  # noqa: E402
 import numpy as np  # noqa: E402
-
 from cqc_sim import cqc_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Workload → (cqc_sim workload, class priorities).
-WORKLOADS = {"A": ("A", {"H": 6, "C": 3, "N": 1}), "B": ("B", {"H": 3, "C": 2, "N": 1}),
-             "C": ("B", {"H": 6, "C": 3, "N": 1})}
+WORKLOADS = {"A": ("A", {"H": 6, "C": 3, "N": 1}), "B": ("B", {"H": 3, "C": 2, "N": 1}), "C": ("B", {"H": 6, "C": 3, "N": 1})}
 
 
 def class_response_ms(st: C.RunStats) -> dict[str, float]:
@@ -44,12 +42,21 @@ def class_response_ms(st: C.RunStats) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    ap = C.experiment_args(__doc__, {"seconds": 15.0, "rate": 600.0, "strategies": ["rr", "hr", "cqc"],
-                                     "plans": list(WORKLOADS), "out": str(ROOT / "output" / "experiments" / "classes")})
+    ap = C.experiment_args(
+        __doc__,
+        {
+            "seconds": 15.0,
+            "rate": 600.0,
+            "strategies": ["rr", "hr", "cqc"],
+            "plans": list(WORKLOADS),
+            "out": str(ROOT / "output" / "experiments" / "classes"),
+        },
+    )
     ap.add_argument("--load", type=float, default=0.85, help="executor load at the mean rate (share of one core)")
     ap.add_argument("--plan-seed", type=int, default=1, help="selectivities of the CQC plan (cqc_sim --seed)")
-    ap.add_argument("--cqc-k", type=float, default=0.5,
-                    help="cqc round length in seconds (the library default 20 is the paper's time units)")
+    ap.add_argument(
+        "--cqc-k", type=float, default=0.5, help="cqc round length in seconds (the library default 20 is the paper's time units)"
+    )
     ap.add_argument("--cqc-quantum", type=float, default=0.05, help="cqc's longest unit, seconds")
     args = ap.parse_args(argv)
     plans, units = {}, {}
@@ -57,10 +64,15 @@ def main(argv=None) -> int:
         base, classes = WORKLOADS[w]
         plan = cqc_plan(base, args.plan_seed)
         units[w] = C.cost_unit_for(plan, args.rate, args.load)
-        plans[w] = (lambda plan=plan, classes=classes, unit=units[w]: C.synthetic_queries(plan, unit, classes=classes))
+        plans[w] = lambda plan=plan, classes=classes, unit=units[w]: C.synthetic_queries(plan, unit, classes=classes)
     args.work_us = 0
-    results, rows = C.run_experiment("classes", args, plans, args.strategies.split(","),
-                                     strategy_params=lambda p, s: {"k": args.cqc_k, "quantum": args.cqc_quantum} if s == "cqc" else {})
+    results, rows = C.run_experiment(
+        "classes",
+        args,
+        plans,
+        args.strategies.split(","),
+        strategy_params=lambda p, s: {"k": args.cqc_k, "quantum": args.cqc_quantum} if s == "cqc" else {},
+    )
     header = ["workload", "strategy", "H ms", "C ms", "N ms", "rows out", "peak queued"]
     body = []
     resp = {}
@@ -68,20 +80,33 @@ def main(argv=None) -> int:
         r = class_response_ms(st)
         resp[(w, s)] = r
         body.append([w, s, r["H"], r["C"], r["N"], st.rows_out(), st.peak_rows])
-    table = C.print_table(f"\nclasses (CQC §5): mean response time per class (mean over the class's queries), "
-                          f"{rows} rows, {args.seconds:g}s, load {args.load:g}", header, body)
+    table = C.print_table(
+        f"\nclasses (CQC §5): mean response time per class (mean over the class's queries), "
+        f"{rows} rows, {args.seconds:g}s, load {args.load:g}",
+        header,
+        body,
+    )
     verdicts = []
     for w in plans:
         if (w, "cqc") in resp and (w, "hr") in resp:
             h_cqc, h_hr = resp[(w, "cqc")]["H"], resp[(w, "hr")]["H"]
             ratio = h_hr / h_cqc if h_cqc > 0 else math.inf
-            verdicts.append(C.verdict(f"{w}: cqc gives class H lower response time than hr", ratio > 1,
-                                      f"H {h_hr:.0f} ms (hr) / {h_cqc:.0f} ms (cqc) = {ratio:.1f}x "
-                                      f"(paper: {dict(A=9.4, B=19.8, C=19.3)[w]}x)"))
+            verdicts.append(
+                C.verdict(
+                    f"{w}: cqc gives class H lower response time than hr",
+                    ratio > 1,
+                    f"H {h_hr:.0f} ms (hr) / {h_cqc:.0f} ms (cqc) = {ratio:.1f}x (paper: {dict(A=9.4, B=19.8, C=19.3)[w]}x)",
+                )
+            )
         if (w, "cqc") in resp and (w, "rr") in resp:
             h_rr = resp[(w, "rr")]["H"]
-            verdicts.append(C.verdict(f"{w}: cqc gives class H lower response time than rr",
-                                      resp[(w, "cqc")]["H"] < h_rr, f"rr {h_rr:.0f} ms vs cqc {resp[(w, 'cqc')]['H']:.0f} ms"))
+            verdicts.append(
+                C.verdict(
+                    f"{w}: cqc gives class H lower response time than rr",
+                    resp[(w, "cqc")]["H"] < h_rr,
+                    f"rr {h_rr:.0f} ms vs cqc {resp[(w, 'cqc')]['H']:.0f} ms",
+                )
+            )
     C.finish_experiment(args, "classes", table, verdicts)
     return 0
 

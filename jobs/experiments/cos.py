@@ -21,15 +21,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _common as C  # noqa: E402
-
 from cos_sim import cos_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(argv=None) -> int:
-    ap = C.experiment_args(__doc__, {"seconds": 12.0, "rate": 400.0, "strategies": ["fifo", "chain", "cos"],
-                                     "plans": ["5", "10", "20", "40"], "out": str(ROOT / "output" / "experiments" / "cos")})
+    ap = C.experiment_args(
+        __doc__,
+        {
+            "seconds": 12.0,
+            "rate": 400.0,
+            "strategies": ["fifo", "chain", "cos"],
+            "plans": ["5", "10", "20", "40"],
+            "out": str(ROOT / "output" / "experiments" / "cos"),
+        },
+    )
     ap.add_argument("--load", type=float, default=0.85, help="executor load at the mean rate (share of one core)")
     ap.add_argument("--plan-seed", type=int, default=3)
     ap.add_argument("--T", type=float, default=0.3, help="cos similarity threshold")
@@ -38,12 +45,16 @@ def main(argv=None) -> int:
     for n in args.plans.split(","):
         plan = cos_plan(int(n), args.plan_seed)
         unit = C.cost_unit_for(plan, args.rate, args.load)
-        plans[f"{len(plan)}ops"] = (lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, classes={}))
+        plans[f"{len(plan)}ops"] = lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, classes={})
 
-    results, rows = C.run_experiment("cos", args, plans, args.strategies.split(","),
-                                     strategy_params=lambda p, s: {"T": args.T} if s == "cos" else {})
-    table = C.print_table(f"\ncos (COS §5): trace of {rows} rows (each feeds every query), {args.seconds:g}s, load {args.load:g}",
-                          C.SUMMARY_HEADER, C.summary_rows(results, rows))
+    results, rows = C.run_experiment(
+        "cos", args, plans, args.strategies.split(","), strategy_params=lambda p, s: {"T": args.T} if s == "cos" else {}
+    )
+    table = C.print_table(
+        f"\ncos (COS §5): trace of {rows} rows (each feeds every query), {args.seconds:g}s, load {args.load:g}",
+        C.SUMMARY_HEADER,
+        C.summary_rows(results, rows),
+    )
     verdicts = []
     for p in plans:
         runs = {s: st for pp, s, st in results if pp == p}
@@ -51,8 +62,13 @@ def main(argv=None) -> int:
             continue
         mem = {s: st.mean_in_system for s, st in runs.items()}
         lat = {s: C.mean_ms(st.all_delays()) for s, st in runs.items()}
-        verdicts.append(C.verdict(f"{p}: cos queues less than fifo", mem["cos"] < mem["fifo"],
-                                  ", ".join(f"{s} {v:.0f} rows / {lat[s]:.0f} ms" for s, v in mem.items())))
+        verdicts.append(
+            C.verdict(
+                f"{p}: cos queues less than fifo",
+                mem["cos"] < mem["fifo"],
+                ", ".join(f"{s} {v:.0f} rows / {lat[s]:.0f} ms" for s, v in mem.items()),
+            )
+        )
     C.finish_experiment(args, "cos", table, verdicts)
     return 0
 

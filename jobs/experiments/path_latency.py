@@ -41,9 +41,16 @@ def scheduling_plan() -> Plan:
 
 
 def main(argv=None) -> int:
-    ap = C.experiment_args(__doc__, {"seconds": 30.0, "rate": 2500.0,
-                                     "strategies": ["pc", "simplified_segment", "chain", "threshold"],
-                                     "plans": ["paths"], "out": str(ROOT / "output" / "experiments" / "path_latency")})
+    ap = C.experiment_args(
+        __doc__,
+        {
+            "seconds": 30.0,
+            "rate": 2500.0,
+            "strategies": ["pc", "simplified_segment", "chain", "threshold"],
+            "plans": ["paths"],
+            "out": str(ROOT / "output" / "experiments" / "path_latency"),
+        },
+    )
     ap.add_argument("--load", type=float, default=0.8, help="executor load at the base rate (share of one core)")
     ap.add_argument("--load-from", type=float, default=0.5)
     ap.add_argument("--load-to", type=float, default=1.5)
@@ -58,33 +65,74 @@ def main(argv=None) -> int:
     def profile(t: float) -> float:
         return args.load_from + (args.load_to - args.load_from) * t / args.seconds
 
-    results, rows = C.run_experiment("path_latency", args, {"paths": paths}, args.strategies.split(","),
-                                     rate_profile=profile, run_name=lambda p, s: s)
-    header = ["strategy", "rows out", "throughput rows/s", "mean delay ms", "p99 ms", "mean queued", "peak queued",
-              "peak MB", "mean in system", "peak in system"]
+    results, rows = C.run_experiment(
+        "path_latency", args, {"paths": paths}, args.strategies.split(","), rate_profile=profile, run_name=lambda p, s: s
+    )
+    header = [
+        "strategy",
+        "rows out",
+        "throughput rows/s",
+        "mean delay ms",
+        "p99 ms",
+        "mean queued",
+        "peak queued",
+        "peak MB",
+        "mean in system",
+        "peak in system",
+    ]
     body = []
     for _, s, st in results:
         d = st.all_delays()
-        body.append([s, st.rows_out(), st.rows_out() / max(st.elapsed, 1e-9), C.mean_ms(d), C.p99_ms(d), st.mean_queued,
-                     st.peak_rows, st.peak_bytes / 1e6, st.mean_in_system, st.peak_system])
-    table = C.print_table(f"\npath_latency (Jiang §5): {rows} rows, {args.seconds:g}s, load {args.load_from:g}→{args.load_to:g}"
-                          f" × {args.load:g} core at {args.rate:g} rows/s", header, body)
+        body.append(
+            [
+                s,
+                st.rows_out(),
+                st.rows_out() / max(st.elapsed, 1e-9),
+                C.mean_ms(d),
+                C.p99_ms(d),
+                st.mean_queued,
+                st.peak_rows,
+                st.peak_bytes / 1e6,
+                st.mean_in_system,
+                st.peak_system,
+            ]
+        )
+    table = C.print_table(
+        f"\npath_latency (Jiang §5): {rows} rows, {args.seconds:g}s, load {args.load_from:g}→{args.load_to:g}"
+        f" × {args.load:g} core at {args.rate:g} rows/s",
+        header,
+        body,
+    )
     by = {s: st for _, s, st in results}
     verdicts = []
     if "pc" in by:
         lat = {s: C.mean_ms(st.all_delays()) for s, st in by.items()}
-        verdicts.append(C.verdict("pc has the lowest mean tuple latency", min(lat, key=lat.get) == "pc",
-                                  ", ".join(f"{s} {v:.0f} ms" for s, v in lat.items())))
+        verdicts.append(
+            C.verdict(
+                "pc has the lowest mean tuple latency",
+                min(lat, key=lat.get) == "pc",
+                ", ".join(f"{s} {v:.0f} ms" for s, v in lat.items()),
+            )
+        )
         mem = {s: st.mean_in_system for s, st in by.items()}
         for s in ("chain", "simplified_segment"):
             if s in mem:
-                verdicts.append(C.verdict(f"{s} queues less than pc", mem[s] < mem["pc"],
-                                          f"mean rows in the system {s} {mem[s]:.0f} vs pc {mem['pc']:.0f}"))
+                verdicts.append(
+                    C.verdict(
+                        f"{s} queues less than pc",
+                        mem[s] < mem["pc"],
+                        f"mean rows in the system {s} {mem[s]:.0f} vs pc {mem['pc']:.0f}",
+                    )
+                )
         if "threshold" in mem and "chain" in mem:
             lo, hi = sorted((mem["chain"], mem["pc"]))
-            verdicts.append(C.verdict("threshold's memory lies between chain's and pc's",
-                                      lo * 0.95 <= mem["threshold"] <= hi * 1.05,
-                                      f"threshold {mem['threshold']:.0f}, chain {mem['chain']:.0f}, pc {mem['pc']:.0f} rows"))
+            verdicts.append(
+                C.verdict(
+                    "threshold's memory lies between chain's and pc's",
+                    lo * 0.95 <= mem["threshold"] <= hi * 1.05,
+                    f"threshold {mem['threshold']:.0f}, chain {mem['chain']:.0f}, pc {mem['pc']:.0f} rows",
+                )
+            )
     C.finish_experiment(args, "path_latency", table, verdicts)
     return 0
 

@@ -8,6 +8,13 @@ from sparkqos.schedulers import registry
 registry.register("adaptive")(Adaptive)
 
 __all__ = [
-    "Adaptive", "AdaptiveController", "Goal", "QosSpec", "Window", "load_qos", "register_statistic", "resolve",
+    "Adaptive",
+    "AdaptiveController",
+    "Goal",
+    "QosSpec",
+    "Window",
+    "load_qos",
+    "register_statistic",
+    "resolve",
     "template",
 ]

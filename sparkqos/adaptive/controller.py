@@ -50,16 +50,17 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from sparkqos.errors import QosSpecError, SchedulerError, check_choice, check_number
 from sparkqos.adaptive.qos import QosSpec, Window, measure, resolve
-from sparkqos.schedulers import registry
-from sparkqos.schedulers.base import Scheduler
+from sparkqos.errors import QosSpecError, SchedulerError, check_choice, check_number
 from sparkqos.model.state import SchedulerState, Unit
 from sparkqos.model.stats import DEFAULT_WEIGHT, smooth
+from sparkqos.schedulers import registry
+from sparkqos.schedulers.base import Scheduler
 
 AGE_UNITS = ("seconds", "picks")
 SPREADS = ("strategies", "windows")
@@ -255,7 +256,7 @@ class AdaptiveController:
         (1 − explore) · scoreᵏ / Σ scoreᵏ + explore / n, k = ``sharpness``."""
         names = list(self.candidates if names is None else names)
         slices = np.array([0.5 if self.scores[c] is None else max(self.scores[c], 0.0) for c in names])
-        slices = slices ** self.sharpness
+        slices = slices**self.sharpness
         total = slices.sum()
         n = len(names)
         share = slices / total if total > 0 else np.full(n, 1.0 / n)
@@ -291,18 +292,20 @@ class AdaptiveController:
         if nxt is None:
             nxt = self.roulette(exclude)
         logged = {stat: measure(stat, window) for stat in (*LOGGED, *self.spec.statistics)}
-        self.decisions.append({
-            "decision": self._decision,
-            "time": float(now),
-            "ran": ran,
-            "reason": reason,
-            "counted": counted,
-            "window": {"start": window.start, "end": window.end, "picks": window.picks, **logged},
-            "signals": values,
-            "scores": dict(self.scores),
-            "chosen": nxt,
-            "warmup": warmup,
-        })
+        self.decisions.append(
+            {
+                "decision": self._decision,
+                "time": float(now),
+                "ran": ran,
+                "reason": reason,
+                "counted": counted,
+                "window": {"start": window.start, "end": window.end, "picks": window.picks, **logged},
+                "signals": values,
+                "scores": dict(self.scores),
+                "chosen": nxt,
+                "warmup": warmup,
+            }
+        )
         if self.log_limit is not None and len(self.decisions) >= 2 * self.log_limit:
             # Bounded in a long stream: keep the newest ``log_limit`` (the runner persists each
             # trigger's strategy and scores in the metrics table as it goes).
@@ -427,8 +430,9 @@ class Adaptive(Scheduler):
         check_number("period", period, low=0, low_open=True, none_ok=True, error=SchedulerError)
         check_number("period_picks", period_picks, low=1, integer=True, none_ok=True, error=SchedulerError)
         check_number("starvation", starvation, low=1, integer=True, error=SchedulerError)
-        self.controller = AdaptiveController(names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal,
-                                             memory_signal, sharpness, explore, log_limit)
+        self.controller = AdaptiveController(
+            names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal, memory_signal, sharpness, explore, log_limit
+        )
         member_params = {} if member_params is None else member_params
         if not isinstance(member_params, Mapping) or any(not isinstance(v, Mapping) for v in member_params.values()):
             raise SchedulerError(f"member_params maps candidate names to parameter tables, got {member_params!r}")
@@ -490,11 +494,24 @@ class Adaptive(Scheduler):
     def _open(self, state: SchedulerState, now: float) -> None:
         pending = self._pending(state) if self.delay_signal == "little" else 0.0
         self._window = {
-            "start": now, "output": state.output_total, "delay": state.output_delay_total,
-            "input": state.input_total, "work": state.work_total, "q0": state.total_queued,
-            "area": 0.0, "area_bytes": 0.0, "sum": 0.0, "sum_bytes": 0.0, "samples": 0, "picks": 0,
-            "last_t": now, "last_q": state.total_queued, "last_b": state.total_queued_bytes,
-            "area_p": 0.0, "sum_p": 0.0, "last_p": pending,
+            "start": now,
+            "output": state.output_total,
+            "delay": state.output_delay_total,
+            "input": state.input_total,
+            "work": state.work_total,
+            "q0": state.total_queued,
+            "area": 0.0,
+            "area_bytes": 0.0,
+            "sum": 0.0,
+            "sum_bytes": 0.0,
+            "samples": 0,
+            "picks": 0,
+            "last_t": now,
+            "last_q": state.total_queued,
+            "last_b": state.total_queued_bytes,
+            "area_p": 0.0,
+            "sum_p": 0.0,
+            "last_p": pending,
         }
 
     def _advance(self, now: float) -> None:
@@ -519,15 +536,19 @@ class Adaptive(Scheduler):
             queued, queued_bytes = state.total_queued, state.total_queued_bytes
             pending = self._pending(state)
         return Window(
-            start=win["start"], end=now, picks=int(win["picks"]),
+            start=win["start"],
+            end=now,
+            picks=int(win["picks"]),
             outputs=state.output_total - win["output"],
             delay_sum=state.output_delay_total - win["delay"],
-            queued_mean=queued, queued_bytes_mean=queued_bytes,
+            queued_mean=queued,
+            queued_bytes_mean=queued_bytes,
             pending_mean=pending if self.delay_signal == "little" else None,
             # Windows restored from a state written before these counters existed lack them.
             inputs=state.input_total - win["input"] if "input" in win else None,
             work=state.work_total - win["work"] if "work" in win else None,
-            queued_start=win.get("q0"), queued_end=state.total_queued,
+            queued_start=win.get("q0"),
+            queued_end=state.total_queued,
         )
 
     def _due(self, now: float) -> bool:
@@ -558,8 +579,13 @@ class Adaptive(Scheduler):
         self.controller.begin(now)
         win = self._window
         # A restored window only makes sense on counters that kept running (same engine).
-        if (win is None or state.output_total < win["output"] or now < win["last_t"]
-                or state.input_total < win.get("input", 0.0) or state.work_total < win.get("work", 0.0)):
+        if (
+            win is None
+            or state.output_total < win["output"]
+            or now < win["last_t"]
+            or state.input_total < win.get("input", 0.0)
+            or state.work_total < win.get("work", 0.0)
+        ):
             self._open(state, now)
 
     def detach(self) -> None:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from sparkqos.errors import QosSpecError, check_choice, check_number
 
@@ -180,7 +181,7 @@ class QosSpec:
         object.__setattr__(self, "goals", goals)
 
     @classmethod
-    def of(cls, *goals: tuple[str, str, float] | Goal, name: str = "custom", description: str = "") -> "QosSpec":
+    def of(cls, *goals: tuple[str, str, float] | Goal, name: str = "custom", description: str = "") -> QosSpec:
         """Build from ``(statistic, direction, weight)`` triples."""
         built = []
         for g in goals:
@@ -195,7 +196,7 @@ class QosSpec:
         return cls(tuple(built), name, description)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "<dict>") -> "QosSpec":
+    def from_dict(cls, d: Mapping[str, Any], source: str = "<dict>") -> QosSpec:
         """From the TOML layout: ``name``, ``description`` and a list ``goal`` of tables with
         ``statistic``, ``direction``, ``weight``. Unknown keys are errors naming the allowed ones."""
         if not isinstance(d, Mapping):
@@ -267,20 +268,29 @@ _THIRD = 1.0 / 3.0
 #: Built-in templates (thesis §5.1); templates/*.toml holds the same specs as files.
 TEMPLATES: dict[str, QosSpec] = {
     "balanced": QosSpec.of(
-        ("delay", "minimize", _THIRD), ("output_rate", "maximize", _THIRD), ("queued", "minimize", _THIRD),
-        name="balanced", description="The thesis default (§5.1): equal weight on delay, output rate and memory.",
+        ("delay", "minimize", _THIRD),
+        ("output_rate", "maximize", _THIRD),
+        ("queued", "minimize", _THIRD),
+        name="balanced",
+        description="The thesis default (§5.1): equal weight on delay, output rate and memory.",
     ),
     "low_latency": QosSpec.of(
-        ("delay", "minimize", 0.7), ("output_rate", "maximize", 0.3),
-        name="low_latency", description="70% minimise tuple delay, 30% maximise output rate (thesis fig 6.4).",
+        ("delay", "minimize", 0.7),
+        ("output_rate", "maximize", 0.3),
+        name="low_latency",
+        description="70% minimise tuple delay, 30% maximise output rate (thesis fig 6.4).",
     ),
     "high_throughput": QosSpec.of(
-        ("output_rate", "maximize", 0.7), ("delay", "minimize", 0.3),
-        name="high_throughput", description="70% maximise output rate, 30% minimise tuple delay (thesis fig 6.5).",
+        ("output_rate", "maximize", 0.7),
+        ("delay", "minimize", 0.3),
+        name="high_throughput",
+        description="70% maximise output rate, 30% minimise tuple delay (thesis fig 6.5).",
     ),
     "low_memory": QosSpec.of(
-        ("queued", "minimize", 0.75), ("output_rate", "maximize", 0.25),
-        name="low_memory", description="75% minimise queued tuples, 25% maximise output (thesis table 5.1).",
+        ("queued", "minimize", 0.75),
+        ("output_rate", "maximize", 0.25),
+        name="low_memory",
+        description="75% minimise queued tuples, 25% maximise output (thesis table 5.1).",
     ),
 }
 
@@ -295,7 +305,7 @@ def template(name: str) -> QosSpec:
         raise QosSpecError(f"unknown QoS template {name!r}; templates are {sorted(TEMPLATES)}") from None
 
 
-def resolve(qos: "QosSpec | str | Path | Mapping[str, Any] | Iterable | None") -> QosSpec:
+def resolve(qos: QosSpec | str | Path | Mapping[str, Any] | Iterable | None) -> QosSpec:
     """Whatever a user passed as ``qos``: a spec, a template name, a path to a TOML file, a
     TOML-layout mapping, a list of ``(statistic, direction, weight)`` triples, or None (default)."""
     if qos is None:

@@ -8,6 +8,19 @@ from sparkqos.model.state import UNIT_KINDS, EngineState, SchedulerState, Unit
 from sparkqos.model.stats import DEFAULT_WEIGHT, OperatorStats, PlanStats, StatisticsGatherer, smooth
 
 __all__ = [
-    "DEFAULT_CLASS", "DEFAULT_WEIGHT", "OPERATOR_KINDS", "UNIT_KINDS", "EngineState", "Operator", "OperatorPath",
-    "OperatorStats", "Plan", "PlanStats", "Query", "SchedulerState", "StatisticsGatherer", "Unit", "smooth",
+    "DEFAULT_CLASS",
+    "DEFAULT_WEIGHT",
+    "OPERATOR_KINDS",
+    "UNIT_KINDS",
+    "EngineState",
+    "Operator",
+    "OperatorPath",
+    "OperatorStats",
+    "Plan",
+    "PlanStats",
+    "Query",
+    "SchedulerState",
+    "StatisticsGatherer",
+    "Unit",
+    "smooth",
 ]

@@ -10,8 +10,8 @@ the root of its query (Jiang §2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from sparkqos.errors import PlanError, check_choice, check_number
 
@@ -195,8 +195,7 @@ class Plan:
             for src in op.inputs:
                 if src not in stream_set and src not in self._by_name:
                     raise PlanError(
-                        f"operator {op.name!r} reads unknown input {src!r}: "
-                        f"not a stream ({sorted(stream_set)}) nor an operator"
+                        f"operator {op.name!r} reads unknown input {src!r}: not a stream ({sorted(stream_set)}) nor an operator"
                     )
             where = f"operator {op.name!r}: "
             check_number("selectivity", op.selectivity, low=0, error=PlanError, where=where)
@@ -224,7 +223,7 @@ class Plan:
             nxt = self._consumer[op.name]
             while nxt is not None:
                 if nxt in seen:
-                    cycle = seen[seen.index(nxt):] + [nxt]
+                    cycle = seen[seen.index(nxt) :] + [nxt]
                     raise PlanError(f"the plan has a cycle: {' → '.join(cycle)}")
                 seen.append(nxt)
                 nxt = self._consumer[nxt]
@@ -254,8 +253,7 @@ class Plan:
         used = {q.klass for q in self.queries.values()}
         out: dict[str, float] = {}
         for name, prio in classes.items():
-            out[name] = float(check_number("priority", prio, low=0, low_open=True, error=PlanError,
-                                           where=f"class {name!r}: "))
+            out[name] = float(check_number("priority", prio, low=0, low_open=True, error=PlanError, where=f"class {name!r}: "))
         for klass in sorted(used):
             out.setdefault(klass, 1.0)
         return out

@@ -8,8 +8,8 @@ state through :class:`EngineState`. See docs/ARCHITECTURE.md, "The scheduler con
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from sparkqos.model.plan import Plan
 
@@ -203,8 +203,12 @@ class EngineState(SchedulerState):
         """The running totals (outputs, their delays, inputs, work), for a checkpoint: a
         strategy that measures windows by their differences (the adaptive controller) resumes
         exactly only if they continue where they were."""
-        return {"output": self._output_total, "output_delay": self._output_delay_total,
-                "input": self._input_total, "work": self._work_total}
+        return {
+            "output": self._output_total,
+            "output_delay": self._output_delay_total,
+            "input": self._input_total,
+            "work": self._work_total,
+        }
 
     def load_totals(self, totals: dict[str, float]) -> None:
         """Continue the running totals saved by :meth:`totals`."""

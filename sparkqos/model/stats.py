@@ -12,7 +12,7 @@ about Arrow, Spark or clocks: callers pass durations and timestamps.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sparkqos.errors import CheckpointError, check_number
 
@@ -149,7 +149,7 @@ class StatisticsGatherer:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StatisticsGatherer":
+    def from_dict(cls, d: dict) -> StatisticsGatherer:
         """Restore :meth:`to_dict`; a snapshot that does not fit raises :class:`CheckpointError`
         naming what does not."""
         keys = {"w", "operators", "plan", "window", "version"}

@@ -29,17 +29,17 @@ sparkqos.errors.ExpressionError: operator 'bad/1:where': cannot compare column '
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
 from sparkqos.errors import PlanError
-from sparkqos.executor.expressions import INTERNAL, Agg, Expr
+from sparkqos.executor.expressions import Agg, Expr
 from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union, WindowAggregate, WindowJoin
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.model.plan import Operator, Plan
 from sparkqos.executor.queues import with_internal
+from sparkqos.model.plan import Operator, Plan
 
 
 def _as_schema(schema: pa.Schema | Mapping[str, pa.DataType] | Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
@@ -48,14 +48,22 @@ def _as_schema(schema: pa.Schema | Mapping[str, pa.DataType] | Sequence[tuple[st
     try:
         return pa.schema(list(schema.items()) if isinstance(schema, Mapping) else list(schema))
     except (TypeError, ValueError, KeyError) as exc:
-        raise PlanError(f"a stream schema is a pyarrow.Schema or a mapping of column name to type, got {schema!r} ({exc})") from None
+        raise PlanError(
+            f"a stream schema is a pyarrow.Schema or a mapping of column name to type, got {schema!r} ({exc})"
+        ) from None
 
 
 class Relation:
     """A node of the builder: a stream, or an operator over other relations."""
 
-    def __init__(self, queries: QuerySet, label: str, op: PhysicalOperator | None = None,
-                 inputs: tuple[Relation, ...] = (), stream: str | None = None):
+    def __init__(
+        self,
+        queries: QuerySet,
+        label: str,
+        op: PhysicalOperator | None = None,
+        inputs: tuple[Relation, ...] = (),
+        stream: str | None = None,
+    ):
         self._queries = queries
         self._label = label
         self._op = op
@@ -88,15 +96,30 @@ class Relation:
         """All rows of this relation and ``others`` (same columns; Spark ``unionByName``)."""
         return self._then("union", Union(1 + len(others)), *others)
 
-    def join(self, other: Relation, on: str | Sequence[str], *, rows: int | None = None,
-             seconds: float | None = None, time_col: str | tuple[str, str] | None = None) -> Relation:
+    def join(
+        self,
+        other: Relation,
+        on: str | Sequence[str],
+        *,
+        rows: int | None = None,
+        seconds: float | None = None,
+        time_col: str | tuple[str, str] | None = None,
+    ) -> Relation:
         """Sliding-window symmetric hash join with ``other`` on equal ``on`` keys; the window is
         the last ``rows`` rows or ``seconds`` of ``time_col`` (default: arrival time; a
         ``(left, right)`` pair when the two sides name their time columns differently)."""
         return self._then("join", WindowJoin(on, rows=rows, seconds=seconds, time_col=time_col), other)
 
-    def window_agg(self, by: str | Sequence[str], aggs: Sequence[Agg], *, time_col: str, size: float,
-                   slide: float | None = None, lateness: float = 0.0) -> Relation:
+    def window_agg(
+        self,
+        by: str | Sequence[str],
+        aggs: Sequence[Agg],
+        *,
+        time_col: str,
+        size: float,
+        slide: float | None = None,
+        lateness: float = 0.0,
+    ) -> Relation:
         """Aggregates per key over tumbling (``slide`` None) or sliding event-time windows."""
         return self._then("window_agg", WindowAggregate(by, aggs, time_col, size, slide, lateness))
 
@@ -161,21 +184,21 @@ class QuerySet:
         plan_ops: list[Operator] = []
         roots: dict[str, str] = {}
         for q in self._queries.values():
-            counter = [0]
-
-            def compile_node(rel: Relation) -> tuple[str, pa.Schema]:
-                if rel._stream is not None:
-                    return rel._stream, with_internal(self._streams[rel._stream])
-                inputs = [compile_node(i) for i in rel._inputs]
-                counter[0] += 1
-                name = f"{q.name}/{counter[0]}:{rel._label}"
-                op = rel._op.copy()
-                schema = op.bind(name, [s for _, s in inputs])
-                ops[name] = op
-                plan_ops.append(Operator(name, tuple(n for n, _ in inputs), op.selectivity, op.cost_s,
-                                         q.name, q.klass, op.kind))
-                return name, schema
-
-            roots[q.name] = compile_node(q.relation)[0]
+            roots[q.name] = self._compile(q, q.relation, [0], ops, plan_ops)[0]
         plan = Plan(plan_ops, streams=list(self._streams), classes=self._classes)
         return CompiledPlan(plan, ops, dict(self._streams), roots)
+
+    def _compile(
+        self, q: _Query, rel: Relation, counter: list[int], ops: dict[str, PhysicalOperator], plan_ops: list[Operator]
+    ) -> tuple[str, pa.Schema]:
+        """Compile ``rel`` for query ``q`` bottom-up; operators are numbered in ``counter`` order."""
+        if rel._stream is not None:
+            return rel._stream, with_internal(self._streams[rel._stream])
+        inputs = [self._compile(q, i, counter, ops, plan_ops) for i in rel._inputs]
+        counter[0] += 1
+        name = f"{q.name}/{counter[0]}:{rel._label}"
+        op = rel._op.copy()
+        schema = op.bind(name, [s for _, s in inputs])
+        ops[name] = op
+        plan_ops.append(Operator(name, tuple(n for n, _ in inputs), op.selectivity, op.cost_s, q.name, q.klass, op.kind))
+        return name, schema

@@ -44,16 +44,18 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         d = g["delayMean_s"].to_numpy()
         ok = np.isfinite(d) & (w > 0)
         mix = g["strategy"].value_counts(normalize=True)
-        out.append({
-            "run": run,
-            "triggers": len(g),
-            "rows out": float(w.sum()),
-            "mean delay (s)": float(np.sum(d[ok] * w[ok]) / w[ok].sum()) if ok.any() else math.nan,
-            "worst p99 delay (s)": float(np.nanmax(g["delayP99_s"])) if g["delayP99_s"].notna().any() else math.nan,
-            "peak queued": float(g["queuedRows"].max()),
-            "mean queued": float(g["queuedRows"].mean()),
-            "strategy mix": ", ".join(f"{k} {v:.0%}" for k, v in mix.items()),
-        })
+        out.append(
+            {
+                "run": run,
+                "triggers": len(g),
+                "rows out": float(w.sum()),
+                "mean delay (s)": float(np.sum(d[ok] * w[ok]) / w[ok].sum()) if ok.any() else math.nan,
+                "worst p99 delay (s)": float(np.nanmax(g["delayP99_s"])) if g["delayP99_s"].notna().any() else math.nan,
+                "peak queued": float(g["queuedRows"].max()),
+                "mean queued": float(g["queuedRows"].mean()),
+                "strategy mix": ", ".join(f"{k} {v:.0%}" for k, v in mix.items()),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -119,8 +121,16 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
         names = sorted(set(plan[plan["run"].isin(adaptive)]["strategy"]))
         for i, run in enumerate(adaptive):
             g = plan[plan["run"] == run].sort_values("time_s")
-            ax.scatter(g["time_s"], [i] * len(g), c=[names.index(s) for s in g["strategy"]],
-                       cmap="tab10", vmin=0, vmax=9, marker="s", s=14)
+            ax.scatter(
+                g["time_s"],
+                [i] * len(g),
+                c=[names.index(s) for s in g["strategy"]],
+                cmap="tab10",
+                vmin=0,
+                vmax=9,
+                marker="s",
+                s=14,
+            )
         ax.set_yticks(range(len(adaptive)), adaptive)
         ax.set_xlabel("time (s)")
         handles = [plt.Line2D([], [], marker="s", linestyle="", color=plt.get_cmap("tab10")(k)) for k in range(len(names))]
@@ -158,12 +168,17 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
         table_summary.to_html(index=False, float_format=lambda v: f"{v:,.3f}", border=0, escape=True),
     ]
     if not per_class.empty:
-        parts += ["<h2>Mean delay per class (s)</h2>",
-                  per_class.pivot(index="run", columns="klass", values="mean delay (s)")
-                  .to_html(float_format=lambda v: f"{v:,.3f}", border=0)]
+        parts += [
+            "<h2>Mean delay per class (s)</h2>",
+            per_class.pivot(index="run", columns="klass", values="mean delay (s)").to_html(
+                float_format=lambda v: f"{v:,.3f}", border=0
+            ),
+        ]
     for name, caption in figures:
-        parts.append(f"<figure><img src='{name}' alt='{html.escape(caption)}' width='780'>"
-                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        parts.append(
+            f"<figure><img src='{name}' alt='{html.escape(caption)}' width='780'>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
     parts.append("</body></html>")
     page = folder / "index.html"
     page.write_text("\n".join(parts), encoding="utf-8")

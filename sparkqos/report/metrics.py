@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,26 +27,28 @@ from sparkqos.errors import ArgumentError
 #: ``query`` value of the row that sums the whole plan.
 PLAN_ROW = "*"
 
-SCHEMA = pa.schema([
-    ("run", pa.string()),  # experiment label: a strategy name, "adaptive", a job name
-    ("batchId", pa.int64()),
-    ("time_s", pa.float64()),  # end of the trigger/window, seconds (virtual time in the simulator)
-    ("query", pa.string()),  # query name, or "*" for the plan
-    ("klass", pa.string()),
-    ("rowsIn", pa.float64()),
-    ("rowsOut", pa.float64()),
-    ("queuedRows", pa.float64()),
-    ("queuedBytes", pa.float64()),
-    ("delayMean_s", pa.float64()),
-    ("delayP50_s", pa.float64()),
-    ("delayP99_s", pa.float64()),
-    ("delayMax_s", pa.float64()),
-    ("strategy", pa.string()),  # strategy in force
-    ("scores", pa.string()),  # JSON {candidate: score} (adaptive), or "{}"
-    ("durationMs", pa.float64()),
-    ("inputRowsPerSecond", pa.float64()),
-    ("processedRowsPerSecond", pa.float64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),  # experiment label: a strategy name, "adaptive", a job name
+        ("batchId", pa.int64()),
+        ("time_s", pa.float64()),  # end of the trigger/window, seconds (virtual time in the simulator)
+        ("query", pa.string()),  # query name, or "*" for the plan
+        ("klass", pa.string()),
+        ("rowsIn", pa.float64()),
+        ("rowsOut", pa.float64()),
+        ("queuedRows", pa.float64()),
+        ("queuedBytes", pa.float64()),
+        ("delayMean_s", pa.float64()),
+        ("delayP50_s", pa.float64()),
+        ("delayP99_s", pa.float64()),
+        ("delayMax_s", pa.float64()),
+        ("strategy", pa.string()),  # strategy in force
+        ("scores", pa.string()),  # JSON {candidate: score} (adaptive), or "{}"
+        ("durationMs", pa.float64()),
+        ("inputRowsPerSecond", pa.float64()),
+        ("processedRowsPerSecond", pa.float64()),
+    ]
+)
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -167,8 +170,9 @@ def read(directory: str | Path) -> pa.Table:
     return pa.concat_tables([pq.read_table(f, schema=SCHEMA) for f in files])
 
 
-def from_simulation(result, plan, run: str, window: float = 1.0, strategy: str | None = None,
-                    decisions: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+def from_simulation(
+    result, plan, run: str, window: float = 1.0, strategy: str | None = None, decisions: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """Metrics rows for a simulator run, one window of ``window`` time units per batch.
 
     ``decisions`` (adaptive's log: dicts with ``time``, ``pick`` and ``scores``) set the strategy
@@ -195,10 +199,25 @@ def from_simulation(result, plan, run: str, window: float = 1.0, strategy: str |
         common = dict(run=run, batchId=k, time_s=t_end, strategy=current, scores=scores)
         for qname, query in plan.queries.items():
             qo = by_query.get(qname, [])
-            rows.append(row(query=qname, klass=query.klass, rowsOut=float(sum(o.amount for o in qo)),
-                            **delay_summary([o.delay for o in qo], [o.amount for o in qo]), **common))
-        rows.append(row(query=PLAN_ROW, klass=PLAN_ROW, rowsOut=float(sum(o.amount for o in outs)),
-                        queuedRows=float(queued), queuedBytes=float(queued),
-                        processedRowsPerSecond=float(sum(o.amount for o in outs)) / window,
-                        **delay_summary([o.delay for o in outs], [o.amount for o in outs]), **common))
+            rows.append(
+                row(
+                    query=qname,
+                    klass=query.klass,
+                    rowsOut=float(sum(o.amount for o in qo)),
+                    **delay_summary([o.delay for o in qo], [o.amount for o in qo]),
+                    **common,
+                )
+            )
+        rows.append(
+            row(
+                query=PLAN_ROW,
+                klass=PLAN_ROW,
+                rowsOut=float(sum(o.amount for o in outs)),
+                queuedRows=float(queued),
+                queuedBytes=float(queued),
+                processedRowsPerSecond=float(sum(o.amount for o in outs)) / window,
+                **delay_summary([o.delay for o in outs], [o.amount for o in outs]),
+                **common,
+            )
+        )
     return rows

@@ -12,12 +12,13 @@ from __future__ import annotations
 import heapq
 import inspect
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState, Unit
+
 
 class Scheduler(ABC):
     """Base class of every strategy.
@@ -50,7 +51,7 @@ class Scheduler(ABC):
     def params(self) -> dict[str, Any]:
         return {p: getattr(self, p) for p in self._param_names()}
 
-    def clone(self, **overrides: Any) -> "Scheduler":
+    def clone(self, **overrides: Any) -> Scheduler:
         """A fresh, unattached scheduler with the same parameters (some overridden)."""
         return type(self)(**{**self.params(), **overrides})
 
@@ -71,8 +72,7 @@ class Scheduler(ABC):
         is not None becomes a tenth of the budget. What ``params`` sets is kept.
         """
         check_number("budget_s", budget_s, low=0, low_open=True, error=SchedulerError, where=f"{cls.__name__}: ")
-        check_number("period_s", period_s, low=0, low_open=True, none_ok=True, error=SchedulerError,
-                     where=f"{cls.__name__}: ")
+        check_number("period_s", period_s, low=0, low_open=True, none_ok=True, error=SchedulerError, where=f"{cls.__name__}: ")
         out = dict(params)
         quantum = inspect.signature(cls.__init__).parameters.get("quantum")
         if quantum is not None and quantum.default not in (None, inspect.Parameter.empty) and "quantum" not in out:

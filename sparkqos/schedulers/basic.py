@@ -6,20 +6,21 @@ Thesis (raindrop, Sutherland 2004) §4.2–4.5; Chain paper (Babcock et al. 2003
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sparkqos.errors import SchedulerError
 from sparkqos.model.plan import Plan
-from sparkqos.schedulers.base import HeapScheduler, PriorityScheduler, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.schedulers.base import HeapScheduler, PriorityScheduler, Scheduler
 
 
 class RoundRobin(Scheduler):
     """Cycle over the operators that have work, one run each (thesis §4.2).
 
     Runnable operators sit in a circular queue in the order they received work; an operator
-    that runs goes to the back, behind any operator that became runnable while it ran. ``quantum`` caps each run's time (None: the engine's
-    run rule).
+    that runs goes to the back, behind any operator that became runnable while it ran. ``quantum``
+    caps each run's time (None: the engine's run rule).
 
     >>> from sparkqos.sim import Simulator, chain_plan
     >>> sim = Simulator(chain_plan([(0.5, 1.0), (0.5, 1.0), (0.5, 1.0)]), RoundRobin(),

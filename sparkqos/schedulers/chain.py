@@ -6,11 +6,11 @@ Stream Systems", SIGMOD 2003, §3–5.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sparkqos.model.plan import OperatorPath, Plan
-from sparkqos.schedulers.base import PriorityScheduler
 from sparkqos.model.state import SchedulerState
+from sparkqos.schedulers.base import PriorityScheduler
 
 
 def progress_chart(

@@ -16,12 +16,13 @@ identical operators and T = 1 puts every operator in one cluster.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
-from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.schedulers.chain import Chain
 
 Point = tuple[float, float]
@@ -100,9 +101,7 @@ def s_means(points: Sequence[Point], T: float, width: float = 0.25, max_iter: in
         members: list[list[Point]] = [[] for _ in renumber]
         for p, lab in zip(points, new_labels):
             members[lab].append(p)
-        new_centres = [
-            (math.fsum(p[0] for p in m) / len(m), math.fsum(p[1] for p in m) / len(m)) for m in members
-        ]
+        new_centres = [(math.fsum(p[0] for p in m) / len(m), math.fsum(p[1] for p in m) / len(m)) for m in members]
         old_by_new = {new: old for old, new in renumber.items()}
         moved = len(new_centres) != len(centres) or any(
             abs(c[0] - centres[old_by_new[k]][0]) > 1e-12 or abs(c[1] - centres[old_by_new[k]][1]) > 1e-12
@@ -215,7 +214,8 @@ class Cos(Scheduler):
         unknown = set(state) - {"cursor"}
         if unknown:
             raise SchedulerError(f"Cos state has unknown keys {sorted(unknown)}; expected ['cursor']")
-        self._cursor = check_number("cursor", state.get("cursor", 0), low=0, integer=True, error=SchedulerError,
-                                    where="Cos state: ")
+        self._cursor = check_number(
+            "cursor", state.get("cursor", 0), low=0, integer=True, error=SchedulerError, where="Cos state: "
+        )
         if self._heaps:
             self._cursor %= len(self._heaps)

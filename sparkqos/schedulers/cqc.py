@@ -11,11 +11,12 @@ operator of the class has input.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sparkqos.errors import SchedulerError, check_number
-from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.schedulers.rate import highest_rate_priorities
 
 #: Credit below this is spent (float error of summed run times).

@@ -10,10 +10,10 @@ import math
 from typing import Any
 
 from sparkqos.errors import SchedulerError, check_number
-from sparkqos.schedulers import registry
-from sparkqos.schedulers.path import PathCapacity
-from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.schedulers import registry
+from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.schedulers.path import PathCapacity
 
 
 def _resolve(inner: str | Scheduler, wrapper: str) -> Scheduler:
@@ -101,8 +101,16 @@ class OldestPathGuard(Scheduler):
         unknown = set(state) - {"count", "inner"}
         if unknown:
             raise SchedulerError(f"OldestPathGuard state has unknown keys {sorted(unknown)}")
-        self._count = check_number("count", state.get("count", 0), low=0, high=self.period, high_open=True,
-                                   integer=True, error=SchedulerError, where="OldestPathGuard state: ")
+        self._count = check_number(
+            "count",
+            state.get("count", 0),
+            low=0,
+            high=self.period,
+            high_open=True,
+            integer=True,
+            error=SchedulerError,
+            where="OldestPathGuard state: ",
+        )
         self._inner.load_state_dict(state.get("inner", {}))
 
 
@@ -135,13 +143,11 @@ class DynamicPriority(Scheduler):
 
     def __init__(self, inner: str | Scheduler = "pc", period: int = 10):
         self.inner = inner
-        self.period = check_number("period", period, low=1, integer=True, error=SchedulerError,
-                                   where="dynamic_priority: ")
+        self.period = check_number("period", period, low=1, integer=True, error=SchedulerError, where="dynamic_priority: ")
         self._inner = _resolve(inner, "dynamic_priority")
         if not callable(getattr(self._inner, "priorities", None)):
             raise SchedulerError(
-                f"dynamic_priority needs an inner strategy with static priorities (pc, segment, chain…), "
-                f"got {self._inner!r}"
+                f"dynamic_priority needs an inner strategy with static priorities (pc, segment, chain…), got {self._inner!r}"
             )
         self._count = 0
         self._static: dict[str, float] = {}
@@ -212,8 +218,16 @@ class DynamicPriority(Scheduler):
         unknown = set(state) - {"count", "dynamic"}
         if unknown:
             raise SchedulerError(f"DynamicPriority state has unknown keys {sorted(unknown)}")
-        count = check_number("count", state.get("count", 0), low=0, high=self.period, high_open=True, integer=True,
-                             error=SchedulerError, where="DynamicPriority state: ")
+        count = check_number(
+            "count",
+            state.get("count", 0),
+            low=0,
+            high=self.period,
+            high_open=True,
+            integer=True,
+            error=SchedulerError,
+            where="DynamicPriority state: ",
+        )
         dynamic = state.get("dynamic", {})
         if not isinstance(dynamic, dict) or not all(
             isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) for k, v in dynamic.items()

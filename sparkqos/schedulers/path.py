@@ -16,12 +16,13 @@ streams) have the same operators, hence one unit and one capacity.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from sparkqos.errors import SchedulerError, check_choice, check_number
 from sparkqos.model.plan import Plan
-from sparkqos.schedulers.base import LazyHeap, PriorityScheduler, Scheduler
 from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.schedulers.base import LazyHeap, PriorityScheduler, Scheduler
 
 Stat = Callable[[str], float]
 
@@ -125,8 +126,7 @@ class SegmentList:
         self._users: list[dict[str, set[str]]] = []  # per segment: operator -> queries using it
 
     @classmethod
-    def build(cls, plan: Plan, selectivity: Stat, cost: Stat, gamma: float = 1.0,
-              two_segments: bool = False) -> "SegmentList":
+    def build(cls, plan: Plan, selectivity: Stat, cost: Stat, gamma: float = 1.0, two_segments: bool = False) -> SegmentList:
         """Segments of every query of ``plan``."""
         segs = cls()
         for query in plan.queries:
@@ -137,8 +137,9 @@ class SegmentList:
     def segments(self) -> list[tuple[str, ...]]:
         return list(self._segments)
 
-    def add_query(self, plan: Plan, query: str, selectivity: Stat, cost: Stat, gamma: float = 1.0,
-                  two_segments: bool = False) -> None:
+    def add_query(
+        self, plan: Plan, query: str, selectivity: Stat, cost: Stat, gamma: float = 1.0, two_segments: bool = False
+    ) -> None:
         """Partition the operator paths of ``query`` and merge their segments into the list."""
         if query not in plan.queries:
             raise SchedulerError(f"no query named {query!r} in the plan; it has {sorted(plan.queries)}")
@@ -337,8 +338,9 @@ class SimplifiedSegment(Segment):
 
     def __init__(self, gamma: float = 0.75, quantum: float | None = 1.0):
         super().__init__(quantum)
-        self.gamma = float(check_number("gamma", gamma, low=0, high=1, low_open=True, error=SchedulerError,
-                                        where="similarity factor "))
+        self.gamma = float(
+            check_number("gamma", gamma, low=0, high=1, low_open=True, error=SchedulerError, where="similarity factor ")
+        )
 
     @property
     def _gamma(self) -> float:  # type: ignore[override]
@@ -384,12 +386,10 @@ class Threshold(Scheduler):
     'normal'
     """
 
-    def __init__(self, memory_limit: float | None = None, beta: float = 0.9, gamma: float = 0.75,
-                 quantum: float | None = 1.0):
+    def __init__(self, memory_limit: float | None = None, beta: float = 0.9, gamma: float = 0.75, quantum: float | None = 1.0):
         # memory_limit: the queue memory available, in the engine's memory units (None: no limit).
         check_number("memory_limit", memory_limit, low=0, low_open=True, none_ok=True, error=SchedulerError)
-        check_number("beta", beta, low=0.5, high=1, low_open=True, high_open=True, error=SchedulerError,
-                     where="safety factor ")
+        check_number("beta", beta, low=0.5, high=1, low_open=True, high_open=True, error=SchedulerError, where="safety factor ")
         check_number("gamma", gamma, low=0, high=1, low_open=True, error=SchedulerError, where="similarity factor ")
         check_number("quantum", quantum, low=0, low_open=True, none_ok=True, error=SchedulerError)
         self.memory_limit = memory_limit
@@ -446,15 +446,18 @@ class Threshold(Scheduler):
     _STATE_KEYS = ("mode", "queued_area", "start", "last_time", "last_queued")
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "queued_area": self._area, "start": self._start,
-                "last_time": self._last_time, "last_queued": self._last_queued}
+        return {
+            "mode": self.mode,
+            "queued_area": self._area,
+            "start": self._start,
+            "last_time": self._last_time,
+            "last_queued": self._last_queued,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unknown = set(state) - set(self._STATE_KEYS)
         if unknown:
-            raise SchedulerError(
-                f"Threshold state has unknown keys {sorted(unknown)}; expected {list(self._STATE_KEYS)}"
-            )
+            raise SchedulerError(f"Threshold state has unknown keys {sorted(unknown)}; expected {list(self._STATE_KEYS)}")
         where = "Threshold state: "
         mode = check_choice("mode", state.get("mode", NORMAL), (NORMAL, SAVING), error=SchedulerError, where=where)
         values = {}

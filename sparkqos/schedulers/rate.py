@@ -16,11 +16,11 @@ highest S / (C·T) first, so short queries are not slowed down relative to their
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sparkqos.model.plan import Plan
-from sparkqos.schedulers.base import PriorityScheduler
 from sparkqos.model.state import SchedulerState
+from sparkqos.schedulers.base import PriorityScheduler
 
 
 def fragment_statistics(

@@ -9,7 +9,8 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sparkqos.errors import SchedulerError, UnknownStrategy
 from sparkqos.schedulers.base import Scheduler
@@ -64,6 +65,4 @@ def get(name: str, **params: Any) -> Scheduler:
         return cls(**params)
     except TypeError as exc:
         allowed = cls._param_names()
-        raise SchedulerError(
-            f"strategy {name!r} takes parameters {allowed or 'none'}; got {sorted(params)} ({exc})"
-        ) from None
+        raise SchedulerError(f"strategy {name!r} takes parameters {allowed or 'none'}; got {sorted(params)} ({exc})") from None

@@ -164,8 +164,13 @@ def poisson_shifting(
     >>> len(a), a[0][0]
     (20, 0.0)
     """
-    for name, value in (("mean_rate", mean_rate), ("until", until), ("period", period), ("resolution", resolution),
-                        ("burst_factor", burst_factor)):
+    for name, value in (
+        ("mean_rate", mean_rate),
+        ("until", until),
+        ("period", period),
+        ("resolution", resolution),
+        ("burst_factor", burst_factor),
+    ):
         check_number(name, value, low=0, low_open=True, error=WorkloadError)
     check_number("spread", spread, low=0, high=1, high_open=True, error=WorkloadError)
     check_number("burst_probability", burst_probability, low=0, high=1, error=WorkloadError)

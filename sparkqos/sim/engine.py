@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from sparkqos.errors import SchedulerError, WorkloadError, check_choice, check_number
 from sparkqos.model.plan import Plan
@@ -98,8 +98,12 @@ class SimResult:
         return {
             "snapshots": {str(t): round(q, digits) for t, q in sorted(self.snapshots.items())},
             "outputs": [
-                {"time": round(o.time, digits), "amount": round(o.amount, digits),
-                 "delay": round(o.delay, digits), "query": o.query}
+                {
+                    "time": round(o.time, digits),
+                    "amount": round(o.amount, digits),
+                    "delay": round(o.delay, digits),
+                    "query": o.query,
+                }
                 for o in self.outputs
             ],
         }
@@ -341,8 +345,7 @@ class Simulator:
         if until is None and self._next_snap - 1 < t - TIME_EPS:  # the drained state, once
             self._snapshot(t)
         self._time = t
-        return SimResult(dict(self.snapshots), list(self.outputs), self.picks, self.starved_picks, t,
-                         dict(self.fluid_snapshots))
+        return SimResult(dict(self.snapshots), list(self.outputs), self.picks, self.starved_picks, t, dict(self.fluid_snapshots))
 
     def _snapshot(self, t: float) -> None:
         queued = self.state.total_queued
@@ -366,9 +369,7 @@ class Simulator:
             unit = self.scheduler.pick(state)
             if unit is None:
                 if state.any_runnable:
-                    raise SchedulerError(
-                        f"{self.scheduler!r} returned no unit while {state.runnable_operators()} can run"
-                    )
+                    raise SchedulerError(f"{self.scheduler!r} returned no unit while {state.runnable_operators()} can run")
                 return False
             if not unit.operators or any(op not in self.plan for op in unit.operators):
                 raise SchedulerError(f"{self.scheduler!r} returned a unit with unknown operators: {unit!r}")
@@ -376,9 +377,7 @@ class Simulator:
                 break
             self.starved_picks += 1
         else:
-            raise SchedulerError(
-                f"{self.scheduler!r} picked units with no work {self.starvation_limit} times in a row at t={t}"
-            )
+            raise SchedulerError(f"{self.scheduler!r} picked units with no work {self.starvation_limit} times in a row at t={t}")
         self._unit = unit
         self._step = 0
         self._carry_left = 0.0

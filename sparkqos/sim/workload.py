@@ -50,8 +50,16 @@ class Workload:
         """A :class:`~sparkqos.sim.Simulator` for this workload."""
         from sparkqos.sim.engine import Simulator
 
-        return Simulator(self.plan, scheduler, self.arrivals, run=self.run, slotted=self.slotted,
-                         quantum=self.quantum, overhead=self.overhead, **kwargs)
+        return Simulator(
+            self.plan,
+            scheduler,
+            self.arrivals,
+            run=self.run,
+            slotted=self.slotted,
+            quantum=self.quantum,
+            overhead=self.overhead,
+            **kwargs,
+        )
 
 
 def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
@@ -64,8 +72,7 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     slotted = doc.get("slotted", False)
     if not isinstance(slotted, bool):
         raise WorkloadError(f"{source}: slotted must be true or false, got {slotted!r}")
-    quantum = float(check_number("quantum", doc.get("quantum", 1.0), low=0, low_open=True, error=WorkloadError,
-                                 where=top))
+    quantum = float(check_number("quantum", doc.get("quantum", 1.0), low=0, low_open=True, error=WorkloadError, where=top))
     overhead = float(check_number("overhead", doc.get("overhead", 0.0), low=0, error=WorkloadError, where=top))
 
     raw_ops = doc.get("operator")
@@ -95,18 +102,22 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
             if key in raw and not isinstance(raw[key], str):
                 raise WorkloadError(f"{where}: {key} must be a string, got {raw[key]!r}")
         # Finite numbers here; their bounds are the plan's to check (a PlanError).
-        number = {key: float(check_number(key, raw.get(key, 1.0), error=WorkloadError, where=f"{where}: "))
-                  for key in ("selectivity", "cost", "tuple_size")}
-        ops.append(Operator(
-            name=name,
-            inputs=tuple(inputs),
-            selectivity=number["selectivity"],
-            cost=number["cost"],
-            query=raw.get("query"),
-            klass=raw.get("class"),
-            kind=kind,
-            tuple_size=number["tuple_size"],
-        ))
+        number = {
+            key: float(check_number(key, raw.get(key, 1.0), error=WorkloadError, where=f"{where}: "))
+            for key in ("selectivity", "cost", "tuple_size")
+        }
+        ops.append(
+            Operator(
+                name=name,
+                inputs=tuple(inputs),
+                selectivity=number["selectivity"],
+                cost=number["cost"],
+                query=raw.get("query"),
+                klass=raw.get("class"),
+                kind=kind,
+                tuple_size=number["tuple_size"],
+            )
+        )
 
     raw_arrivals = doc.get("arrivals", {})
     if not isinstance(raw_arrivals, dict):

@@ -7,10 +7,25 @@
 
 from sparkqos.sources.datasources import BurstySource, PoissonSource, ReplaySource, register
 from sparkqos.sources.generators import (
-    PACKET_SCHEMA, PAYLOADS, SENSOR_SCHEMA, BurstyGenerator, PoissonGenerator, ReplayTrace, payload_table,
+    PACKET_SCHEMA,
+    PAYLOADS,
+    SENSOR_SCHEMA,
+    BurstyGenerator,
+    PoissonGenerator,
+    ReplayTrace,
+    payload_table,
 )
 
 __all__ = [
-    "PACKET_SCHEMA", "PAYLOADS", "SENSOR_SCHEMA", "BurstyGenerator", "BurstySource", "PoissonGenerator",
-    "PoissonSource", "ReplaySource", "ReplayTrace", "payload_table", "register",
+    "PACKET_SCHEMA",
+    "PAYLOADS",
+    "SENSOR_SCHEMA",
+    "BurstyGenerator",
+    "BurstySource",
+    "PoissonGenerator",
+    "PoissonSource",
+    "ReplaySource",
+    "ReplayTrace",
+    "payload_table",
+    "register",
 ]

@@ -4,24 +4,29 @@
 from __future__ import annotations
 
 import math
-import os
 import secrets
-import time
-from collections.abc import Iterator, Mapping
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
 from sparkqos.errors import SourceError
+from sparkqos.sim.arrivals import flow_on_rate
 from sparkqos.sources.generators import (
-    _COMMON, PAYLOADS, TS_TYPE, US, BurstyGenerator, PoissonGenerator, ReplayTrace, _bursty_arrivals, _now_us, _Options,
+    _COMMON,
+    PAYLOADS,
+    TS_TYPE,
+    US,
+    BurstyGenerator,
+    PoissonGenerator,
+    ReplayTrace,
+    _bursty_arrivals,
+    _now_us,
+    _Options,
     payload_table,
 )
-from sparkqos.sim.arrivals import flow_on_rate, flow_periods, shifted_rate
 
 
 def register(spark) -> None:
@@ -200,8 +205,6 @@ class PoissonSource(BurstySource):
 # -- replay ----------------------------------------------------------------------------------------
 
 
-
-
 class _ReplayReader(_TimeReader):
     def __init__(self, opts: _Options):
         super().__init__(opts)
@@ -219,9 +222,7 @@ class _ReplayReader(_TimeReader):
         self.duration_us = int(trace.max()) + 1 if len(trace) else 0
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return [
-            InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"]}) for t0, t1 in self._slices(start, end)
-        ]
+        return [InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"]}) for t0, t1 in self._slices(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value

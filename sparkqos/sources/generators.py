@@ -54,12 +54,10 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import time
-from collections.abc import Iterator, Mapping
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -87,8 +85,6 @@ PACKET_SCHEMA = pa.schema(
 PAYLOADS = {"sensor": SENSOR_SCHEMA, "packet": PACKET_SCHEMA}
 #: probability that a sensor reading is a fire reading (60-90 °C)
 FIRE_PROBABILITY = 0.002
-
-
 
 
 class _Options:
@@ -150,11 +146,9 @@ class _Options:
         try:
             dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError:
-            raise SourceError(
-                f"{self.source}: option {key} must be epoch seconds or an ISO-8601 time, got {raw!r}"
-            ) from None
+            raise SourceError(f"{self.source}: option {key} must be epoch seconds or an ISO-8601 time, got {raw!r}") from None
         if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
+            dt = dt.replace(tzinfo=UTC)
         return int(round(dt.timestamp() * US))
 
     def string(self, key: str, default: str | None = None) -> str | None:
@@ -267,9 +261,7 @@ class BurstyGenerator:
     True
     """
 
-    def __init__(
-        self, rate: float = 100.0, flows: int = 64, on_scale: float = 1.0, off_scale: float = 60.0, seed: int = 0
-    ):
+    def __init__(self, rate: float = 100.0, flows: int = 64, on_scale: float = 1.0, off_scale: float = 60.0, seed: int = 0):
         # Parameters are named as the source's options are.
         for name, value in (("rate", rate), ("onScale", on_scale), ("offScale", off_scale)):
             check_number(name, value, low=0, low_open=True, error=SourceError, where="bursty: ")
@@ -475,9 +467,7 @@ class ReplayTrace:
         i = table.column_names.index(self.timestamp_column)
         col = table.column(i)
         if not pa.types.is_timestamp(col.type):
-            raise SourceError(
-                f"replay: column {self.timestamp_column!r} must hold timestamps, got {col.type} in {self.path!r}"
-            )
+            raise SourceError(f"replay: column {self.timestamp_column!r} must hold timestamps, got {col.type} in {self.path!r}")
         if col.null_count:
             raise SourceError(f"replay: column {self.timestamp_column!r} has {col.null_count} null timestamps")
         if col.type.tz is None:
@@ -508,5 +498,3 @@ class ReplayTrace:
             return table.slice(int(lo), int(hi - lo)), trace[lo:hi]
         keep = (trace >= t0_us) & (trace < t1_us)
         return table.filter(pa.array(keep)), trace[keep]
-
-

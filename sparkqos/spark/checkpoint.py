@@ -111,9 +111,7 @@ class CheckpointStore:
             sections = [_write_section(f, "state", "json", state_bytes)]
             for name, table in queues.items():
                 sections.append(_write_section(f, name, "arrow", _ipc_bytes(table)))
-            manifest = json.dumps(
-                {"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True
-            ).encode()
+            manifest = json.dumps({"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True).encode()
             f.write(manifest)
             f.write(_FOOTER.pack(len(manifest), hashlib.sha256(manifest).digest(), END))
 

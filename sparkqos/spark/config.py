@@ -124,8 +124,12 @@ class RunConfig:
                 check_number("trigger_s", self.trigger_s, low=0, low_open=True, error=RunnerError)
             except RunnerError as exc:  # the one non-number it accepts belongs in what is expected
                 expected = f"{exc.expected} or {AVAILABLE_NOW!r}"
-                raise RunnerError(f"trigger_s must be {expected}, got {self.trigger_s!r}", parameter="trigger_s",
-                                  value=self.trigger_s, expected=expected) from None
+                raise RunnerError(
+                    f"trigger_s must be {expected}, got {self.trigger_s!r}",
+                    parameter="trigger_s",
+                    value=self.trigger_s,
+                    expected=expected,
+                ) from None
             set_("trigger_s", float(self.trigger_s))
         check_number("budget_s", self.budget_s, low=0, low_open=True, none_ok=True, error=RunnerError)
         if self.budget_s is not None:
@@ -143,8 +147,12 @@ class RunConfig:
     def _resolve_strategy(self) -> type[Scheduler]:
         if isinstance(self.strategy, Scheduler):
             if self.strategy_params or self.qos is not None:
-                raise RunnerError("give strategy_params/qos with a strategy name, not with a Scheduler instance",
-                                  parameter="strategy", value=self.strategy, expected="a strategy name")
+                raise RunnerError(
+                    "give strategy_params/qos with a strategy name, not with a Scheduler instance",
+                    parameter="strategy",
+                    value=self.strategy,
+                    expected="a strategy name",
+                )
             return type(self.strategy)
         try:
             cls = type(schedulers.get(self.strategy))
@@ -153,8 +161,12 @@ class RunConfig:
             raise
         if self.qos is not None and "qos" not in cls._param_names():
             takers = " or ".join(repr(n) for n in _strategies_taking("qos")) or "no registered"
-            raise RunnerError(f"qos applies to the {takers} strategy, not to {self.strategy!r}", parameter="qos",
-                              value=self.qos, expected=f"None with strategy {self.strategy!r}")
+            raise RunnerError(
+                f"qos applies to the {takers} strategy, not to {self.strategy!r}",
+                parameter="qos",
+                value=self.qos,
+                expected=f"None with strategy {self.strategy!r}",
+            )
         return cls
 
     # -- derived -------------------------------------------------------------------------------------

@@ -46,13 +46,15 @@ from sparkqos.errors import SinkError, check_number
 
 __all__ = ["DEAD_LETTER_SCHEMA", "RowChecks", "DeadLetterSink", "read_dead_letters"]
 
-DEAD_LETTER_SCHEMA = pa.schema([
-    ("batch_id", pa.int64()),
-    ("row", pa.int64()),
-    ("reason", pa.string()),
-    ("column", pa.string()),
-    ("record", pa.string()),
-])
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("row", pa.int64()),
+        ("reason", pa.string()),
+        ("column", pa.string()),
+        ("record", pa.string()),
+    ]
+)
 
 _BATCH_FILE = re.compile(r"^batch=(\d+)\.parquet$")
 
@@ -75,8 +77,12 @@ class RowChecks:
     ``finite`` whether NaN / ±inf in a floating column is rejected.
     """
 
-    def __init__(self, required: Iterable[str] | None = None,
-                 ranges: Mapping[str, tuple[float | None, float | None]] | None = None, finite: bool = True):
+    def __init__(
+        self,
+        required: Iterable[str] | None = None,
+        ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
+        finite: bool = True,
+    ):
         self.required = None if required is None else tuple(required)
         self.ranges = dict(ranges or {})
         for name, bounds in self.ranges.items():
@@ -91,7 +97,7 @@ class RowChecks:
         return f"RowChecks(required={self.required!r}, ranges={self.ranges!r}, finite={self.finite})"
 
     def _check_names(self, schema: pa.Schema) -> None:
-        for name in (self.required or ()):
+        for name in self.required or ():
             if name not in schema.names:
                 raise SinkError(f"required column {name!r} is not in the stream's schema {schema.names}")
         for name in self.ranges:
@@ -119,8 +125,11 @@ class RowChecks:
         columns: list[pa.Array] = []
         for field in schema:
             if field.name not in table.column_names:
-                reject(np.ones(n, dtype=bool), field.name,
-                       f"missing column {field.name!r} ({field.type}); the batch has {table.column_names}")
+                reject(
+                    np.ones(n, dtype=bool),
+                    field.name,
+                    f"missing column {field.name!r} ({field.type}); the batch has {table.column_names}",
+                )
                 columns.append(pa.nulls(n, field.type))
                 continue
             raw = table.column(field.name).combine_chunks() if n else pa.array([], table.schema.field(field.name).type)
@@ -133,8 +142,11 @@ class RowChecks:
                 reject(nulls, field.name, f"null in key column {field.name!r}")
             if self.finite and pa.types.is_floating(field.type) and n:
                 num = values.to_numpy(zero_copy_only=False)
-                reject(~np.isfinite(num) & ~np.asarray(values.is_null(), dtype=bool), field.name,
-                       lambda i, v=num, f=field.name: f"{'NaN' if math.isnan(v[i]) else 'infinite value'} in column {f!r}")
+                reject(
+                    ~np.isfinite(num) & ~np.asarray(values.is_null(), dtype=bool),
+                    field.name,
+                    lambda i, v=num, f=field.name: f"{'NaN' if math.isnan(v[i]) else 'infinite value'} in column {f!r}",
+                )
             if field.name in self.ranges and n:
                 low, high = self.ranges[field.name]
                 num = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
@@ -144,8 +156,11 @@ class RowChecks:
                         out |= num < low
                     if high is not None:
                         out |= num > high
-                reject(out, field.name,
-                       lambda i, v=num, f=field.name, lo=low, hi=high: f"column {f!r} = {float(v[i])!r} is outside [{lo}, {hi}]")
+                reject(
+                    out,
+                    field.name,
+                    lambda i, v=num, f=field.name, lo=low, hi=high: f"column {f!r} = {float(v[i])!r} is outside [{lo}, {hi}]",
+                )
             columns.append(values)
         good = pa.Table.from_arrays(columns, schema=schema)
         if bad.any():
@@ -158,14 +173,18 @@ class RowChecks:
         if not rows.size:
             return DEAD_LETTER_SCHEMA.empty_table()
         originals = table.take(pa.array(rows)).to_pylist()
-        return pa.table({
-            "batch_id": pa.array(np.full(rows.size, batch_id), pa.int64()),
-            "row": pa.array(rows, pa.int64()),
-            "reason": pa.array([reason[i] for i in rows], pa.string()),
-            "column": pa.array([column[i] for i in rows], pa.string()),
-            "record": pa.array([json.dumps({k: _json_value(v) for k, v in r.items()}, sort_keys=True) for r in originals],
-                               pa.string()),
-        }, schema=DEAD_LETTER_SCHEMA)
+        return pa.table(
+            {
+                "batch_id": pa.array(np.full(rows.size, batch_id), pa.int64()),
+                "row": pa.array(rows, pa.int64()),
+                "reason": pa.array([reason[i] for i in rows], pa.string()),
+                "column": pa.array([column[i] for i in rows], pa.string()),
+                "record": pa.array(
+                    [json.dumps({k: _json_value(v) for k, v in r.items()}, sort_keys=True) for r in originals], pa.string()
+                ),
+            },
+            schema=DEAD_LETTER_SCHEMA,
+        )
 
 
 def _cast(raw: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:

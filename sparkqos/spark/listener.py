@@ -10,7 +10,8 @@ pairs each ``QueryProgressEvent`` of a sparkqos query with the runner's matching
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 

@@ -50,8 +50,9 @@ class ProgressReporter:
     """Builds each trigger's progress record, writes its metrics rows (under ``output``, when
     given), keeps the newest :data:`KEEP` records in ``recent`` and calls ``on_progress``."""
 
-    def __init__(self, name: str, plan: Plan, output: Path | None = None,
-                 on_progress: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(
+        self, name: str, plan: Plan, output: Path | None = None, on_progress: Callable[[dict[str, Any]], None] | None = None
+    ):
         self.name = name
         self.plan = plan
         self.output = output
@@ -63,9 +64,19 @@ class ProgressReporter:
     def last(self) -> dict[str, Any] | None:
         return self.recent[-1] if self.recent else None
 
-    def report(self, batch_id: int, started: float, *, rows_in: int, dead_rows: int, consumed: int,
-               rows_out: Mapping[str, int], delays: Mapping[str, np.ndarray], state: SchedulerState,
-               scheduler: Scheduler) -> dict[str, Any]:
+    def report(
+        self,
+        batch_id: int,
+        started: float,
+        *,
+        rows_in: int,
+        dead_rows: int,
+        consumed: int,
+        rows_out: Mapping[str, int],
+        delays: Mapping[str, np.ndarray],
+        state: SchedulerState,
+        scheduler: Scheduler,
+    ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
         executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, and
@@ -75,35 +86,61 @@ class ProgressReporter:
         since = now - self._last_start if self._last_start is not None else duration
         self._last_start = started
         strategy, scores = strategy_in_force(scheduler)
-        common = dict(run=self.name, batchId=batch_id, time_s=now, strategy=strategy, scores=scores,
-                      durationMs=duration * 1000.0, rowsIn=float(rows_in),
-                      inputRowsPerSecond=rows_in / since if since > 0 else math.nan,
-                      processedRowsPerSecond=consumed / duration if duration > 0 else math.nan)
+        common = dict(
+            run=self.name,
+            batchId=batch_id,
+            time_s=now,
+            strategy=strategy,
+            scores=scores,
+            durationMs=duration * 1000.0,
+            rowsIn=float(rows_in),
+            inputRowsPerSecond=rows_in / since if since > 0 else math.nan,
+            processedRowsPerSecond=consumed / duration if duration > 0 else math.nan,
+        )
         per_query = [
-            metrics.row(query=qname, klass=query.klass, rowsOut=float(rows_out[qname]),
-                        queuedRows=float(sum(state.queued(op) for op in query.operators)),
-                        queuedBytes=float(sum(state.queued_bytes(op) for op in query.operators)),
-                        **metrics.delay_summary(delays[qname]), **common)
+            metrics.row(
+                query=qname,
+                klass=query.klass,
+                rowsOut=float(rows_out[qname]),
+                queuedRows=float(sum(state.queued(op) for op in query.operators)),
+                queuedBytes=float(sum(state.queued_bytes(op) for op in query.operators)),
+                **metrics.delay_summary(delays[qname]),
+                **common,
+            )
             for qname, query in self.plan.queries.items()
         ]
         all_delays = [d for d in delays.values() if d.size]
         total_out = int(sum(rows_out.values()))
-        plan_row = metrics.row(query=metrics.PLAN_ROW, klass=metrics.PLAN_ROW, rowsOut=float(total_out),
-                               queuedRows=float(state.total_queued), queuedBytes=float(state.total_queued_bytes),
-                               **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []), **common)
+        plan_row = metrics.row(
+            query=metrics.PLAN_ROW,
+            klass=metrics.PLAN_ROW,
+            rowsOut=float(total_out),
+            queuedRows=float(state.total_queued),
+            queuedBytes=float(state.total_queued_bytes),
+            **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
+            **common,
+        )
         if self.output is not None:
             metrics.write_batch(self.output, self.name, batch_id, [*per_query, plan_row])
         progress = {
-            "id": self.name, "batchId": batch_id, "timestamp": now,
-            "numInputRows": rows_in, "numOutputRows": total_out,
-            "processedRows": rows_in - dead_rows, "deadLetteredRows": dead_rows,
+            "id": self.name,
+            "batchId": batch_id,
+            "timestamp": now,
+            "numInputRows": rows_in,
+            "numOutputRows": total_out,
+            "processedRows": rows_in - dead_rows,
+            "deadLetteredRows": dead_rows,
             "inputRowsPerSecond": plan_row["inputRowsPerSecond"],
             "processedRowsPerSecond": plan_row["processedRowsPerSecond"],
             "durationMs": {"triggerExecution": plan_row["durationMs"]},
-            "queuedRows": plan_row["queuedRows"], "queuedBytes": plan_row["queuedBytes"],
-            "delayMsMean": plan_row["delayMean_s"] * 1000.0, "delayMsP50": plan_row["delayP50_s"] * 1000.0,
-            "delayMsP99": plan_row["delayP99_s"] * 1000.0, "delayMsMax": plan_row["delayMax_s"] * 1000.0,
-            "strategy": strategy, "scores": scores,
+            "queuedRows": plan_row["queuedRows"],
+            "queuedBytes": plan_row["queuedBytes"],
+            "delayMsMean": plan_row["delayMean_s"] * 1000.0,
+            "delayMsP50": plan_row["delayP50_s"] * 1000.0,
+            "delayMsP99": plan_row["delayP99_s"] * 1000.0,
+            "delayMsMax": plan_row["delayMax_s"] * 1000.0,
+            "strategy": strategy,
+            "scores": scores,
             "queries": per_query,
         }
         self.recent.append(progress)

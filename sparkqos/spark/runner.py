@@ -45,8 +45,10 @@ class QosStream:
 
     def __init__(self, df, queries: QuerySet | CompiledPlan, config: RunConfig | None = None, **options: Any):
         if not getattr(df, "isStreaming", False):
-            raise RunnerError("sparkqos.stream needs a streaming DataFrame (spark.readStream…); "
-                              "for a static DataFrame run the executor directly (sparkqos.executor.replay)")
+            raise RunnerError(
+                "sparkqos.stream needs a streaming DataFrame (spark.readStream…); "
+                "for a static DataFrame run the executor directly (sparkqos.executor.replay)"
+            )
         if config is None:
             config = RunConfig(**options)
         elif options:
@@ -103,9 +105,11 @@ class QosStream:
     def start(self):
         """Restore from the checkpoint and start the streaming query; returns the StreamingQuery."""
         self.restore()
-        writer = (self.df.writeStream.foreachBatch(self._process)
-                  .option("checkpointLocation", str(self.config.checkpoint / "spark"))
-                  .queryName(self.config.name))
+        writer = (
+            self.df.writeStream.foreachBatch(self._process)
+            .option("checkpointLocation", str(self.config.checkpoint / "spark"))
+            .queryName(self.config.name)
+        )
         interval = self.config.interval_s
         if interval is None:
             writer = writer.trigger(availableNow=True)

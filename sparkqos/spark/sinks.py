@@ -52,9 +52,7 @@ def check_outputs(outputs: Any) -> dict[str, pa.Table]:
     checked = {}
     for name, table in outputs.items():
         if not isinstance(name, str) or not _QUERY_NAME.match(name):
-            raise SinkError(
-                f"query name {name!r} cannot name a sink partition; use letters, digits, '_', '.', '-'"
-            )
+            raise SinkError(f"query name {name!r} cannot name a sink partition; use letters, digits, '_', '.', '-'")
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         if not isinstance(table, pa.Table):
@@ -105,8 +103,12 @@ class ParquetSink(Sink):
                 continue
             folder = self.path / f"query={query}"
             folder.mkdir(exist_ok=True)
-            write_atomic(folder / name, lambda f: pq.write_table(table, f, compression=self.compression),
-                         fsync=self.fsync, sync_dir=False)
+            write_atomic(
+                folder / name,
+                lambda f, table=table: pq.write_table(table, f, compression=self.compression),
+                fsync=self.fsync,
+                sync_dir=False,
+            )
             written.add(folder)
         for folder in self.path.glob("query=*"):
             stale = folder / name

@@ -104,25 +104,41 @@ class TriggerLoop:
     def __init__(self, queries: QuerySet | CompiledPlan, config: RunConfig):
         compiled = queries.build() if isinstance(queries, QuerySet) else queries
         if not isinstance(compiled, CompiledPlan):
-            raise RunnerError(f"queries must be a QuerySet or a CompiledPlan, got {type(queries).__name__}",
-                              parameter="queries", value=queries, expected="a QuerySet or a CompiledPlan")
+            raise RunnerError(
+                f"queries must be a QuerySet or a CompiledPlan, got {type(queries).__name__}",
+                parameter="queries",
+                value=queries,
+                expected="a QuerySet or a CompiledPlan",
+            )
         streams = list(compiled.sources)
         stream = config.stream
         if stream is None:
             if len(streams) != 1:
-                raise RunnerError(f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
-                                  parameter="stream", value=None, expected=f"one of {streams}")
+                raise RunnerError(
+                    f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
+                    parameter="stream",
+                    value=None,
+                    expected=f"one of {streams}",
+                )
             stream = streams[0]
         elif stream not in compiled.sources:
-            raise RunnerError(f"stream {stream!r} is not read by the query set; it reads {streams}", parameter="stream",
-                              value=stream, expected=f"one of {streams}")
+            raise RunnerError(
+                f"stream {stream!r} is not read by the query set; it reads {streams}",
+                parameter="stream",
+                value=stream,
+                expected=f"one of {streams}",
+            )
         schema = compiled.sources[stream]
         arrival_col = config.arrival_col
         if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
             arrival_col = DEFAULT_ARRIVAL_COLUMN
         elif arrival_col is not None and arrival_col not in schema.names:
-            raise RunnerError(f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
-                              parameter="arrival_col", value=arrival_col, expected=f"one of {schema.names}")
+            raise RunnerError(
+                f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
+                parameter="arrival_col",
+                value=arrival_col,
+                expected=f"one of {schema.names}",
+            )
         self.config = config
         self.compiled = compiled
         self.stream = stream
@@ -140,8 +156,9 @@ class TriggerLoop:
             dead_letter = DeadLetterSink(dead_letter)
         self.dead_letter: DeadLetterSink | None = dead_letter
         self.dead_lettered_total = 0
-        self.executor = Executor(compiled.fresh(), self.scheduler, clock=time.time, whole_batches=config.whole_batches,
-                                 **config.executor_args)
+        self.executor = Executor(
+            compiled.fresh(), self.scheduler, clock=time.time, whole_batches=config.whole_batches, **config.executor_args
+        )
         self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
         self.last_batch = -1
         self._restored = False
@@ -176,8 +193,10 @@ class TriggerLoop:
             schema = self.compiled.sources[self.stream]
             good, dead = self.checks.split(self._conform(table), schema, batch_id)
             if dead.num_rows and self.dead_letter is None:
-                raise SchemaMismatch(f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
-                                     f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)")
+                raise SchemaMismatch(
+                    f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
+                    f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)"
+                )
             if good.num_rows:
                 self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
         self._fault("after_ingest", batch_id)
@@ -225,27 +244,43 @@ class TriggerLoop:
         print(f"sparkqos: fault injection: SIGKILL at {point} of batch {batch_id}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def _commit(self, batch_id: int, started: float, rows_in: int, consumed: int,
-                dead: pa.Table | None = None) -> dict[str, Any]:
+    def _commit(self, batch_id: int, started: float, rows_in: int, consumed: int, dead: pa.Table | None = None) -> dict[str, Any]:
         outputs = self.executor.take_outputs()
-        delays = {q: pc.subtract(t.column(EMIT), t.column(ARRIVAL)).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
-                  for q, t in outputs.items()}
+        delays = {
+            q: pc.subtract(t.column(EMIT), t.column(ARRIVAL)).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
+            for q, t in outputs.items()
+        }
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
         dead_rows = 0 if dead is None else dead.num_rows
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        self.sink.write(batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT])
-                                   for q, t in outputs.items()})
+        self.sink.write(
+            batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
+        )
         self._fault("after_sink", batch_id)
-        self.store.save(batch_id, self.executor.queue_tables(),
-                        {"executor": encode_state(self.executor.to_state(queues=False)), "batch_id": batch_id,
-                         "dead_lettered_total": self.dead_lettered_total + dead_rows})
+        self.store.save(
+            batch_id,
+            self.executor.queue_tables(),
+            {
+                "executor": encode_state(self.executor.to_state(queues=False)),
+                "batch_id": batch_id,
+                "dead_lettered_total": self.dead_lettered_total + dead_rows,
+            },
+        )
         self._fault("after_checkpoint", batch_id)
         self.last_batch = batch_id
         self.dead_lettered_total += dead_rows
-        progress = self.progress.report(batch_id, started, rows_in=rows_in, dead_rows=dead_rows, consumed=consumed,
-                                        rows_out={q: t.num_rows for q, t in outputs.items()}, delays=delays,
-                                        state=self.executor.state, scheduler=self.scheduler)
+        progress = self.progress.report(
+            batch_id,
+            started,
+            rows_in=rows_in,
+            dead_rows=dead_rows,
+            consumed=consumed,
+            rows_out={q: t.num_rows for q, t in outputs.items()},
+            delays=delays,
+            state=self.executor.state,
+            scheduler=self.scheduler,
+        )
         self._fault("after_progress", batch_id)
         return progress
