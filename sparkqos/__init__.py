@@ -1,8 +1,9 @@
 """sparkqos: QoS-aware operator scheduling for continuous queries on Spark Structured Streaming.
 
 One import gives the common path: ``sparkqos.stream`` (a streaming DataFrame served by a
-strategy), the query API (``QuerySet``, ``col``, ...), ``QosSpec`` and the errors. The parts and
-how they depend on each other: docs/ARCHITECTURE.md.
+strategy), ``sparkqos.run`` (a finite one through the executor), the query API (``QuerySet``,
+``col``, ... or plain PySpark transforms), ``QosSpec`` and the errors. The parts and how they
+depend on each other: docs/ARCHITECTURE.md.
 """
 
 from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
@@ -20,6 +21,7 @@ from sparkqos.errors import (
     SourceError,
     SparkqosError,
     UnknownStrategy,
+    UnsupportedTransform,
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
@@ -34,6 +36,15 @@ def stream(df, queries, **kwargs):
     from sparkqos.spark.runner import stream as _stream  # Spark-side code loads only when used
 
     return _stream(df, queries, **kwargs)
+
+
+def run(df, queries, strategy="fifo", **kwargs):
+    """Every query's output (a dict of pyarrow Tables) on the finite DataFrame ``df``, computed
+    by the executor under ``strategy``; ``queries`` maps query name → PySpark transform. The
+    options are :func:`sparkqos.spark.transforms.run`'s."""
+    from sparkqos.spark.transforms import run as _run  # Spark-side code loads only when used
+
+    return _run(df, queries, strategy, **kwargs)
 
 
 __all__ = [
@@ -55,6 +66,7 @@ __all__ = [
     "SourceError",
     "SparkqosError",
     "UnknownStrategy",
+    "UnsupportedTransform",
     "WorkloadError",
     "__version__",
     "adaptive",
@@ -64,6 +76,7 @@ __all__ = [
     "lit",
     "max_",
     "min_",
+    "run",
     "schedulers",
     "stream",
     "sum_",

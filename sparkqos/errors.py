@@ -109,6 +109,21 @@ class RunnerError(SparkqosError, ValueError):
     """The streaming runner was configured wrongly."""
 
 
+class UnsupportedTransform(SparkqosError, ValueError):
+    """A query given as PySpark code uses a Spark operation or function sparkqos cannot run
+    (yet); raised by ``sparkqos.stream`` / ``sparkqos.run`` before any data moves. ``query``,
+    ``operation`` name what and where."""
+
+    def __init__(self, query: str, operation: str, detail: str = ""):
+        self.query = query
+        self.operation = operation
+        more = f" ({detail})" if detail else ""
+        super().__init__(
+            f"query {query!r}: {operation}{more} is not supported by sparkqos "
+            "(supported: README, 'Using it from your own Spark code')"
+        )
+
+
 E = TypeVar("E", bound=SparkqosError)
 
 

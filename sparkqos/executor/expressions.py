@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -210,8 +211,11 @@ class Col(Expr):
 
 
 class Lit(Expr):
-    def __init__(self, value: Any):
-        self.type = _literal_type(value)
+    """A literal; ``type`` (default: inferred, ints as int64) gives it an exact Arrow type, as
+    literals read from Spark's plans carry Spark's own type (an int literal is int32 there)."""
+
+    def __init__(self, value: Any, type: pa.DataType | None = None):
+        self.type = _literal_type(value) if type is None else type
         self.value = value
 
     def __repr__(self) -> str:
@@ -224,7 +228,7 @@ class Lit(Expr):
         return pa.scalar(self.value, type=self.type)
 
     def to_arrow(self) -> pc.Expression:
-        return pc.scalar(self.value)
+        return pc.scalar(pa.scalar(self.value, type=self.type))
 
 
 class Alias(Expr):
@@ -453,6 +457,401 @@ def evaluate_array(expr: Expr, batch: pa.RecordBatch) -> pa.Array:
     if isinstance(out, pa.Scalar):
         out = pa.repeat(out, batch.num_rows)
     return out
+
+
+# -- Spark SQL semantics ------------------------------------------------------------------------
+# The nodes below are what sparkqos.query.spark_plan builds from Spark's analyzed plans. Spark has
+# already inserted every implicit cast there, so the operands of a binary node have one type and
+# each node computes exactly Spark's (non-ANSI) result for it: NaN equals NaN and sorts above every
+# other number, integer arithmetic wraps around, division by zero gives null.
+
+
+def _is_float(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t)
+
+
+def _type_of(x: pa.Array | pa.Scalar) -> pa.DataType:
+    return x.type
+
+
+def _null_of(t: pa.DataType) -> pa.Scalar:
+    return pa.scalar(None, type=t)
+
+
+def _nan(x: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    return pc.is_nan(x) if _is_float(x.type) else pc.if_else(pc.is_null(x), _null_of(pa.bool_()), False)
+
+
+def spark_compare(op: str, a: pa.Array | pa.Scalar, b: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    """``a op b`` as Spark compares: null if either side is null; on floats NaN = NaN is true and
+    NaN is greater than every other value (Arrow's IEEE comparisons say false for both)."""
+    base = getattr(pc, _COMPARE[op])(a, b)
+    if not (_is_float(a.type) or _is_float(b.type)):
+        return base
+    na, nb = _nan(a), _nan(b)
+    both = pc.and_(na, nb)
+    if op == "==":
+        return pc.or_(base, both)
+    if op == "!=":
+        return pc.and_(base, pc.invert(both))
+    if op in ("<", "<="):
+        below = pc.and_(pc.invert(na), nb)  # x < NaN for every x but NaN
+        return pc.or_(pc.or_(base, below), both) if op == "<=" else pc.or_(base, below)
+    above = pc.and_(na, pc.invert(nb))
+    return pc.or_(pc.or_(base, above), both) if op == ">=" else pc.or_(base, above)
+
+
+class SqlCompare(_Binary):
+    """Spark's ``= != < <= > >=`` (``<=>`` with ``null_safe``) on operands of one type."""
+
+    def __init__(self, op: str, left: Expr, right: Expr, null_safe: bool = False):
+        if op not in _COMPARE or (null_safe and op != "=="):
+            raise ExpressionError(f"unknown comparison {op!r}")
+        super().__init__(op, left, right)
+        self.null_safe = null_safe
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {'<=>' if self.null_safe else self.op} {self.right!r})"
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        return Compare.check(self, schema, where)
+
+    def evaluate(self, batch: pa.RecordBatch):
+        a, b = self.left.evaluate(batch), self.right.evaluate(batch)
+        out = spark_compare(self.op, a, b)
+        if self.null_safe:  # null <=> null is true, null <=> x is false
+            an, bn = pc.is_null(a), pc.is_null(b)
+            out = pc.if_else(pc.or_(an, bn), pc.and_(an, bn), out)
+        return out
+
+
+class InList(Expr):
+    """Spark's ``x IN (v1, v2, ...)``: ``x = v1 OR x = v2 OR ...`` in three-valued logic (true
+    if any is true, else null if any is null, else false), with Spark's equality (NaN = NaN,
+    -0.0 = 0.0). One kernel call per value, no recursion however long the list."""
+
+    def __init__(self, child: Expr, values: Sequence[Expr]):
+        if not values:
+            raise ExpressionError(f"{child!r} IN () needs at least one value")
+        self.child, self.values = child, tuple(values)
+
+    def __repr__(self) -> str:
+        return f"{self.child!r}.isin({list(self.values)!r})"
+
+    def columns(self) -> set[str]:
+        return self.child.columns().union(*(v.columns() for v in self.values))
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        for v in self.values:
+            SqlCompare("==", self.child, v).check(schema, where)
+        return pa.bool_()
+
+    def evaluate(self, batch: pa.RecordBatch):
+        x = self.child.evaluate(batch)
+        out = None
+        for v in self.values:
+            eq = spark_compare("==", x, v.evaluate(batch))
+            out = eq if out is None else pc.or_kleene(out, eq)
+        return out
+
+
+class SqlArith(_Binary):
+    """Spark's ``+ - * / % div`` on operands of one type: integers wrap around on overflow
+    (pyarrow's unchecked kernels, like the JVM's); ``/`` (always on doubles in Spark's plans),
+    ``%`` and ``div`` (integer division of longs, toward zero) give null when the divisor is zero,
+    -0.0 included. ``%`` has the sign of the dividend, as the JVM's (C's ``fmod`` on floats)."""
+
+    _KERNELS = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "%": "remainder", "div": "div"}
+
+    def __init__(self, op: str, left: Expr, right: Expr):
+        if op not in self._KERNELS:
+            raise ExpressionError(f"unknown arithmetic operator {op!r}")
+        super().__init__(op, left, right)
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        lt = self.left.check(schema, where)
+        rt = self.right.check(schema, where)
+        for side, t in ((self.left, lt), (self.right, rt)):
+            if _kind(t) not in ("numeric", "null"):
+                raise ExpressionError(f"operator {where!r}: arithmetic {self.op!r} needs numbers, got {_describe(side, t)}")
+        if self.op == "div":
+            return pa.int64()
+        return lt if not pa.types.is_null(lt) else rt
+
+    def evaluate(self, batch: pa.RecordBatch):
+        a, b = self.left.evaluate(batch), self.right.evaluate(batch)
+        if self.op in ("%", "div"):
+            return _remainder_or_div(self.op, a, b)
+        if self.op != "/":
+            return getattr(pc, self._KERNELS[self.op])(a, b)
+        if pa.types.is_null(a.type) or pa.types.is_null(b.type):
+            return _null_of(pa.float64())
+        a, b = _as_type(a, pa.float64()), _as_type(b, pa.float64())  # Spark's plans divide doubles
+        return pc.if_else(pc.equal(b, 0.0), _null_of(pa.float64()), pc.divide(a, b))
+
+
+def _remainder_or_div(op: str, a: pa.Array | pa.Scalar, b: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    t = a.type if not pa.types.is_null(a.type) else b.type
+    if op == "div":
+        t = pa.int64()
+    if pa.types.is_null(t):
+        return _null_of(t)
+    a, b = _as_type(a, t), _as_type(b, t)
+    zero = pc.equal(b, pa.scalar(0, t))
+    if _is_float(t):  # the JVM's % on doubles is C's fmod (NaN for inf % x, x for x % inf)
+        x = a.to_numpy(zero_copy_only=False) if isinstance(a, pa.Array) else a.as_py()
+        y = b.to_numpy(zero_copy_only=False) if isinstance(b, pa.Array) else b.as_py()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.fmod(np.asarray(x if x is not None else np.nan, dtype=float), np.asarray(y if y is not None else np.nan))
+        out = pa.array(np.broadcast_to(r, (len(a) if isinstance(a, pa.Array) else len(b),)), t) if r.ndim else pa.scalar(r, t)
+        unknown = pc.or_(pc.or_(pc.is_null(a), pc.is_null(b)), zero)
+        return pc.if_else(unknown, _null_of(t), out)
+    # Integers: Arrow's division truncates toward zero like the JVM's, but MIN / -1 gives 0 there
+    # (the JVM: MIN) and a zero divisor raises, so those divisors are taken out first.
+    minus_one = pc.equal(b, pa.scalar(-1, t))
+    safe = pc.if_else(pc.or_(zero, minus_one), pa.scalar(1, t), b)
+    q = pc.if_else(minus_one, pc.negate(a), pc.divide(a, safe))
+    out = q if op == "div" else pc.subtract(a, pc.multiply(q, b))
+    return pc.if_else(zero, _null_of(t), out)
+
+
+class Negate(Expr):
+    """Spark's unary minus (wraps around for the smallest integer, as the JVM does)."""
+
+    def __init__(self, child: Expr):
+        self.child = child
+
+    def __repr__(self) -> str:
+        return f"-{self.child!r}"
+
+    def columns(self) -> set[str]:
+        return self.child.columns()
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        t = self.child.check(schema, where)
+        if _kind(t) not in ("numeric", "null"):
+            raise ExpressionError(f"operator {where!r}: unary '-' needs a number, got {_describe(self.child, t)}")
+        return t
+
+    def evaluate(self, batch: pa.RecordBatch):
+        return pc.negate(self.child.evaluate(batch))
+
+
+class CaseWhen(Expr):
+    """``when(c1, v1).when(c2, v2).otherwise(e)``: the value of the first condition that is true
+    (null counts as false); ``otherwise`` (null when there is none) if none is."""
+
+    def __init__(self, branches: Sequence[tuple[Expr, Expr]], otherwise: Expr | None, type: pa.DataType):
+        if not branches:
+            raise ExpressionError("when() needs at least one branch")
+        self.branches = [(c, v) for c, v in branches]
+        self.otherwise = otherwise
+        self.type = type
+
+    def __repr__(self) -> str:
+        parts = "".join(f".when({c!r}, {v!r})" for c, v in self.branches)
+        return f"case{parts}.otherwise({self.otherwise!r})"
+
+    def columns(self) -> set[str]:
+        out = set().union(*(c.columns() | v.columns() for c, v in self.branches))
+        return out | (self.otherwise.columns() if self.otherwise is not None else set())
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        for cond, value in self.branches:
+            t = cond.check(schema, where)
+            if _kind(t) not in ("boolean", "null"):
+                raise ExpressionError(f"operator {where!r}: a when() condition gives {t}, not a boolean")
+            value.check(schema, where)
+        if self.otherwise is not None:
+            self.otherwise.check(schema, where)
+        return self.type
+
+    def evaluate(self, batch: pa.RecordBatch):
+        out = _null_of(self.type) if self.otherwise is None else _as_type(self.otherwise.evaluate(batch), self.type)
+        for cond, value in reversed(self.branches):  # the first true branch is applied last
+            c = pc.fill_null(evaluate_array(cond, batch), False)
+            out = pc.if_else(c, _as_type(value.evaluate(batch), self.type), out)
+        return out
+
+
+def _as_type(x: pa.Array | pa.Scalar, t: pa.DataType) -> pa.Array | pa.Scalar:
+    return x if x.type == t else pc.cast(x, t)
+
+
+def _float_to_integer(x: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
+    """The JVM's ``(int)`` / ``(long)`` of a float: toward zero, NaN → 0, saturating at the
+    bounds; byte and short go through int and then wrap (Scala's ``toInt.toByte``, Spark's
+    non-ANSI cast)."""
+    wide = pa.int64() if to == pa.int64() else pa.int32()
+    info = np.iinfo(wide.to_pandas_dtype())
+    t = pc.trunc(pc.cast(x, pa.float64()))
+    t = pc.if_else(pc.is_nan(t), 0.0, t)
+    big, small = pc.greater_equal(t, float(info.max)), pc.less_equal(t, float(info.min))
+    inside = pc.cast(pc.if_else(pc.or_(big, small), 0.0, t), wide)
+    out = pc.if_else(big, pa.scalar(int(info.max), wide), pc.if_else(small, pa.scalar(int(info.min), wide), inside))
+    return out if wide == to else pc.cast(out, to, safe=False)
+
+
+def cast_supported(src: pa.DataType, to: pa.DataType) -> bool:
+    """Whether :class:`Cast` computes Spark's exact result for ``src`` → ``to``: numbers and
+    booleans between themselves, integers and booleans to strings, anything to itself and null to
+    anything. (Floats to strings use the JVM's number formatting; strings to numbers Spark's own
+    parser: not matched.)"""
+    sk, tk = _kind(src), _kind(to)
+    if src == to or sk == "null":
+        return True
+    if tk in ("numeric", "boolean") and sk in ("numeric", "boolean"):
+        return not (pa.types.is_decimal(src) or pa.types.is_decimal(to))
+    if tk == "string":
+        return pa.types.is_integer(src) or pa.types.is_boolean(src)
+    return False
+
+
+def spark_cast(x: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar:
+    """Spark's non-ANSI ``cast`` for what :func:`cast_supported` accepts."""
+    src = x.type
+    if src == to:
+        return x
+    if pa.types.is_null(src):
+        return pc.cast(x, to)
+    if pa.types.is_boolean(to) and not pa.types.is_boolean(src):
+        return pc.not_equal(x, pa.scalar(0, src))  # NaN is true, as in Spark
+    if pa.types.is_integer(to) and _is_float(src):
+        return _float_to_integer(x, to)
+    return pc.cast(x, to, safe=False)  # integers narrow by wrapping around, like the JVM
+
+
+class Cast(Expr):
+    """Spark's ``cast`` (non-ANSI) for the pairs :func:`cast_supported` accepts."""
+
+    def __init__(self, child: Expr, to: pa.DataType):
+        self.child, self.to = child, to
+
+    def __repr__(self) -> str:
+        return f"{self.child!r}.cast({self.to})"
+
+    def columns(self) -> set[str]:
+        return self.child.columns()
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        src = self.child.check(schema, where)
+        if not cast_supported(src, self.to):
+            raise ExpressionError(f"operator {where!r}: cannot cast {_describe(self.child, src)} to {self.to}")
+        return self.to
+
+    def evaluate(self, batch: pa.RecordBatch):
+        return spark_cast(self.child.evaluate(batch), self.to)
+
+
+def _float_to_long(x: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    return _float_to_integer(x, pa.int64())
+
+
+def _round_half_up(x: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    # round(x) with scale 0: half away from zero (Spark's HALF_UP); NaN and ±inf stay as they are.
+    if not _is_float(x.type):
+        return x
+    r = pc.round(x, ndigits=0, round_mode="half_towards_infinity")
+    return pc.if_else(pc.equal(r, 0.0), pa.scalar(0.0, r.type), r)  # Spark's BigDecimal has no -0.0
+
+
+def _greatest(*xs: pa.Array | pa.Scalar, op: str = ">") -> pa.Array | pa.Scalar:
+    # Nulls are skipped (null only when every argument is); NaN is the largest value.
+    out = xs[0]
+    for x in xs[1:]:
+        better = pc.fill_null(spark_compare(op, x, out), False)
+        out = pc.if_else(pc.is_null(out), x, pc.if_else(better, x, out))
+    return out
+
+
+def _floor_or_ceil(fn: str) -> Any:
+    def apply(x: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+        # Spark's floor/ceil of a double is a long (NaN → 0, saturating); of a long, itself.
+        return _float_to_long(getattr(pc, fn)(x)) if _is_float(x.type) else pc.cast(x, pa.int64())
+
+    return apply
+
+
+def _is_nan(x: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    return pc.fill_null(pc.is_nan(x), False)  # isnan(null) is false in Spark
+
+
+#: Functions :class:`Call` evaluates, by name: their vectorised Spark-exact implementation and
+#: the kinds of arguments they take (None: any). The result type is what the implementation
+#: gives on the argument types (checked when the plan is built).
+FUNCTIONS: dict[str, tuple[Any, tuple[str, ...] | None]] = {
+    "abs": (pc.abs, ("numeric",)),
+    "sqrt": (pc.sqrt, ("numeric",)),  # sqrt of a negative number is NaN, as in Spark
+    "floor": (_floor_or_ceil("floor"), ("numeric",)),
+    "ceil": (_floor_or_ceil("ceil"), ("numeric",)),
+    "isnan": (_is_nan, ("numeric",)),
+    "is_not_null": (lambda x: pc.is_valid(x), None),
+    "lower": (pc.utf8_lower, ("string",)),
+    "upper": (pc.utf8_upper, ("string",)),
+    "length": (pc.utf8_length, ("string",)),
+    "round": (_round_half_up, ("numeric",)),
+    "coalesce": (lambda *xs: pc.coalesce(*xs), None),
+    "greatest": (lambda *xs: _greatest(*xs, op=">"), None),
+    "least": (lambda *xs: _greatest(*xs, op="<"), None),
+}
+
+
+class Call(Expr):
+    """One of :data:`FUNCTIONS` applied to ``args`` (Spark has made their types agree)."""
+
+    def __init__(self, fn: str, *args: Expr):
+        if fn not in FUNCTIONS:
+            raise ExpressionError(f"unknown function {fn!r}; functions are {sorted(FUNCTIONS)}")
+        if not args:
+            raise ExpressionError(f"{fn}() needs at least one argument")
+        self.fn, self.args = fn, tuple(args)
+
+    def __repr__(self) -> str:
+        return f"{self.fn}({', '.join(repr(a) for a in self.args)})"
+
+    def columns(self) -> set[str]:
+        return set().union(*(a.columns() for a in self.args))
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        impl, kinds = FUNCTIONS[self.fn]
+        types = [a.check(schema, where) for a in self.args]
+        for a, t in zip(self.args, types, strict=True):
+            if kinds is not None and _kind(t) not in (*kinds, "null"):
+                raise ExpressionError(f"operator {where!r}: {self.fn}() needs {' or '.join(kinds)}, got {_describe(a, t)}")
+        return impl(*(pa.array([], t) for t in types)).type
+
+    def evaluate(self, batch: pa.RecordBatch):
+        return FUNCTIONS[self.fn][0](*(a.evaluate(batch) for a in self.args))
+
+
+class StringMatch(Expr):
+    """``contains`` / ``startswith`` / ``endswith`` / ``like`` of a string against a literal
+    pattern (null pattern: null). ``like`` uses ``%`` / ``_`` with ``\\`` as escape, as Spark."""
+
+    _KERNELS = {"contains": "match_substring", "startswith": "starts_with", "endswith": "ends_with", "like": "match_like"}
+
+    def __init__(self, fn: str, child: Expr, pattern: str | None):
+        if fn not in self._KERNELS:
+            raise ExpressionError(f"unknown string match {fn!r}")
+        self.fn, self.child, self.pattern = fn, child, pattern
+
+    def __repr__(self) -> str:
+        return f"{self.child!r}.{self.fn}({self.pattern!r})"
+
+    def columns(self) -> set[str]:
+        return self.child.columns()
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        t = self.child.check(schema, where)
+        if _kind(t) not in ("string", "null"):
+            raise ExpressionError(f"operator {where!r}: {self.fn}() needs a string, got {_describe(self.child, t)}")
+        return pa.bool_()
+
+    def evaluate(self, batch: pa.RecordBatch):
+        x = self.child.evaluate(batch)
+        if self.pattern is None or pa.types.is_null(x.type):
+            return _null_of(pa.bool_())
+        return getattr(pc, self._KERNELS[self.fn])(x, pattern=self.pattern)
 
 
 # -- aggregates -------------------------------------------------------------------------------

@@ -1,0 +1,525 @@
+"""Spark's analyzed logical plans (parsed JSON) → a :class:`~sparkqos.executor.plan.CompiledPlan`.
+
+Users write each continuous query as an ordinary PySpark transform (a function DataFrame →
+DataFrame); :mod:`sparkqos.spark.transforms` applies it to the input DataFrame and hands this
+module the analyzed plan as JSON (``queryExecution().analyzed().toJSON()``, parsed). Nothing here
+imports pyspark: it maps one sparkqos operator to each Spark operator (Filter → ``where``,
+Project → ``select``, Union → ``union``), so the strategies see operator-level selectivity and
+cost, and each Spark expression to a typed executor expression computing Spark's result.
+
+The JSON is a tree flattened in pre-order: every node has ``class`` and ``num-children`` and its
+children follow it; expression-valued fields of a plan node (``condition``, ``projectList``) hold
+their expression trees flattened the same way. After analysis every attribute reference carries
+its ``exprId`` and type and every implicit cast is explicit, so the translation never guesses a
+type. The input DataFrame's own plan appears as a subtree (renumbered when a query reads it twice,
+e.g. ``df.union(df)``); it is found by comparing subtrees with expression ids canonicalised.
+
+Anything not mapped raises :class:`~sparkqos.errors.UnsupportedTransform` naming the query and
+the Spark operation or function, before any data moves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pyarrow as pa
+
+from sparkqos.errors import PlanError, UnsupportedTransform
+from sparkqos.executor.expressions import (
+    Alias,
+    Call,
+    CaseWhen,
+    Cast,
+    Col,
+    Expr,
+    InList,
+    IsNull,
+    Lit,
+    Logical,
+    Negate,
+    Not,
+    SqlArith,
+    SqlCompare,
+    StringMatch,
+    cast_supported,
+)
+from sparkqos.executor.operators import PhysicalOperator, Project, Select, Union
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.executor.queues import with_internal
+from sparkqos.model.plan import Operator, Plan
+
+__all__ = ["DEFAULT_STREAM", "compile_plans", "spark_type"]
+
+#: Name of the stream the input DataFrame feeds.
+DEFAULT_STREAM = "input"
+
+_TYPES = {
+    "byte": pa.int8(),
+    "short": pa.int16(),
+    "integer": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+    "void": pa.null(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
+}
+
+#: Plan nodes that do not change which rows come out (only how Spark distributes them).
+_PASS_THROUGH = {"SubqueryAlias", "Repartition", "RepartitionByExpression"}
+#: Plan nodes sparkqos runs.
+_OPERATORS = {"__source__", "Filter", "Project", "Union", *_PASS_THROUGH}
+
+#: What users wrote, for the plan nodes sparkqos does not run yet (phase 2 of issue 14).
+_OPERATION_HINTS = {
+    "Aggregate": "groupBy/agg",
+    "Join": "join",
+    "Deduplicate": "dropDuplicates/distinct",
+    "DeduplicateWithinWatermark": "dropDuplicatesWithinWatermark",
+    "Distinct": "distinct",
+    "Window": "a window function, .over(...)",
+    "Sort": "orderBy/sort",
+    "GlobalLimit": "limit",
+    "LocalLimit": "limit",
+    "Sample": "sample",
+    "Generate": "explode",
+    "Expand": "cube/rollup",
+    "Intersect": "intersect",
+    "Except": "subtract/exceptAll",
+    "EventTimeWatermark": "withWatermark",
+    "MapInPandas": "mapInPandas",
+    "MapInArrow": "mapInArrow",
+    "FlatMapGroupsInPandas": "groupBy().applyInPandas",
+    "FlatMapGroupsWithState": "mapGroupsWithState",
+    "TransformWithState": "transformWithState",
+    "Offset": "offset",
+}
+
+#: SQL names of common Spark functions whose class names differ from them.
+_FUNCTION_NAMES = {
+    "RegExpExtract": "regexp_extract",
+    "RegExpReplace": "regexp_replace",
+    "RLike": "rlike",
+    "Substring": "substring",
+    "StringTrim": "trim",
+    "StringTrimLeft": "ltrim",
+    "StringTrimRight": "rtrim",
+    "Concat": "concat",
+    "ConcatWs": "concat_ws",
+    "PythonUDF": "a Python UDF",
+    "ScalaUDF": "a Scala UDF",
+    "Pmod": "pmod",
+    "DateFormatClass": "date_format",
+    "CurrentTimestamp": "current_timestamp",
+    "Rand": "rand",
+    "Randn": "randn",
+    "MonotonicallyIncreasingID": "monotonically_increasing_id",
+    "Round": "round",
+    "BRound": "bround",
+}
+
+_COMPARISONS = {
+    "EqualTo": "==",
+    "LessThan": "<",
+    "LessThanOrEqual": "<=",
+    "GreaterThan": ">",
+    "GreaterThanOrEqual": ">=",
+}
+_ARITHMETIC = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%", "IntegralDivide": "div"}
+_CALLS = {
+    "Abs": "abs",
+    "Sqrt": "sqrt",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "IsNaN": "isnan",
+    "IsNotNull": "is_not_null",
+    "Lower": "lower",
+    "Upper": "upper",
+    "Length": "length",
+    "Coalesce": "coalesce",
+    "Greatest": "greatest",
+    "Least": "least",
+}
+#: Functions Spark computes with the JVM's StrictMath (fdlibm): its results differ from the C
+#: library's in the last bit (exp(1) is 2.7182818284590455 there), so sparkqos does not offer them.
+_STRICT_MATH = {
+    "Exp": "exp",
+    "Expm1": "expm1",
+    "Log": "ln",
+    "Logarithm": "log",
+    "Log10": "log10",
+    "Log2": "log2",
+    "Log1p": "log1p",
+    "Pow": "pow",
+    "Cbrt": "cbrt",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Tan": "tan",
+    "Asin": "asin",
+    "Acos": "acos",
+    "Atan": "atan",
+    "Atan2": "atan2",
+    "Sinh": "sinh",
+    "Cosh": "cosh",
+    "Tanh": "tanh",
+    "Hypot": "hypot",
+}
+_MATCHES = {"Contains": "contains", "StartsWith": "startswith", "EndsWith": "endswith", "Like": "like"}
+
+
+def spark_type(name: str) -> pa.DataType | None:
+    """The Arrow type of a Spark type name of the plan JSON (None: not one sparkqos computes on)."""
+    return _TYPES.get(name)
+
+
+@dataclass
+class _Node:
+    """One node of a plan or expression tree: its short class name, its JSON fields and children."""
+
+    cls: str
+    fields: dict[str, Any]
+    children: list[_Node] = field(default_factory=list)
+
+
+def _short(cls: str) -> str:
+    return cls.rsplit(".", 1)[-1]
+
+
+def _canonical(nodes: Sequence[dict[str, Any]]) -> tuple[str, list[int]]:
+    """``nodes`` as text with expression ids numbered by first appearance, and those ids in
+    that order: two copies of one plan give the same text even when Spark renumbered one."""
+    order: dict[int, int] = {}
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, dict):
+            if _short(str(x.get("product-class", ""))) == "ExprId":
+                return {"exprId": order.setdefault(x["id"], len(order))}
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    text = json.dumps(walk(list(nodes)), sort_keys=True)
+    return text, list(order)
+
+
+@dataclass
+class _Source:
+    """The input DataFrame's plan, as it appears in a query's plan; ``ids`` are its output
+    attributes' expression ids in that copy."""
+
+    ids: list[int]
+
+
+def _parse_plan(nodes: Sequence[dict[str, Any]], source: Sequence[dict[str, Any]], source_ids: Sequence[int]) -> _Node:
+    """The plan tree of ``nodes``, with every copy of ``source`` replaced by a ``__source__`` node."""
+    n = len(source)
+    src_text, src_order = _canonical(source)
+    position = {eid: i for i, eid in enumerate(src_order)}
+    try:
+        out_positions = [position[i] for i in source_ids]
+    except KeyError:  # the input's output ids do not appear in its plan: compare by position only
+        out_positions = []
+    pos = 0
+
+    def build() -> _Node:
+        nonlocal pos
+        if nodes[pos]["class"] == source[0]["class"] and pos + n <= len(nodes):
+            text, order = _canonical(nodes[pos : pos + n])
+            if text == src_text:
+                pos += n
+                return _Node("__source__", {"source": _Source([order[p] for p in out_positions])})
+        d = nodes[pos]
+        pos += 1
+        kids = [build() for _ in range(int(d.get("num-children", 0)))]
+        return _Node(_short(d["class"]), d, kids)
+
+    root = build()
+    if pos != len(nodes):
+        raise PlanError(f"malformed plan JSON: {len(nodes) - pos} node(s) after the root")
+    return root
+
+
+def _parse_expr(nodes: Sequence[dict[str, Any]]) -> _Node:
+    pos = 0
+
+    def build() -> _Node:
+        nonlocal pos
+        d = nodes[pos]
+        pos += 1
+        kids = [build() for _ in range(int(d.get("num-children", 0)))]
+        return _Node(_short(d["class"]), d, kids)
+
+    return build()
+
+
+@dataclass
+class _Rel:
+    """A compiled relation: its operator (or the stream), Arrow schema with the executor's
+    columns, and output attributes as (expression id, column name)."""
+
+    name: str
+    schema: pa.Schema
+    attrs: list[tuple[int, str]]
+
+
+class _QueryCompiler:
+    """Compiles one query's plan tree into operators named ``query/k:label``."""
+
+    def __init__(
+        self,
+        query: str,
+        klass: str | None,
+        stream: str,
+        schema: pa.Schema,
+        ops: dict[str, PhysicalOperator],
+        plan_ops: list[Operator],
+        time_zone: str = "UTC",
+    ):
+        self.query, self.klass, self.stream, self.schema = query, klass, stream, schema
+        self.ops, self.plan_ops = ops, plan_ops
+        self.time_zone = time_zone
+        self.counter = 0
+
+    def unsupported(self, operation: str, detail: str = "") -> UnsupportedTransform:
+        return UnsupportedTransform(self.query, operation, detail)
+
+    # -- operators -----------------------------------------------------------------------------
+    def add(self, label: str, op: PhysicalOperator, inputs: Sequence[_Rel], attrs: list[tuple[int, str]]) -> _Rel:
+        self.counter += 1
+        name = f"{self.query}/{self.counter}:{label}"
+        schema = op.bind(name, [r.schema for r in inputs])
+        self.ops[name] = op
+        self.plan_ops.append(
+            Operator(name, tuple(r.name for r in inputs), op.selectivity, op.cost_s, self.query, self.klass, op.kind)
+        )
+        return _Rel(name, schema, attrs)
+
+    def relation(self, node: _Node) -> _Rel:
+        if node.cls == "__source__":
+            ids = node.fields["source"].ids or [None] * len(self.schema)
+            return _Rel(self.stream, with_internal(self.schema), list(zip(ids, self.schema.names, strict=True)))
+        if node.cls in _PASS_THROUGH:
+            return self.relation(node.children[0])
+        if node.cls == "Filter":
+            child = self.relation(node.children[0])
+            pred = self.expr(_parse_expr(node.fields["condition"]), child)
+            return self.add("where", Select(pred), [child], child.attrs)
+        if node.cls == "Project":
+            return self.project(node)
+        if node.cls == "Union":
+            return self.union(node)
+        raise self.unsupported_operation(node)
+
+    def check_operations(self, node: _Node) -> None:
+        """Raise for the first operation (top down) sparkqos cannot run, before any expression is
+        looked at: what a user most needs to hear is which operation, not which function."""
+        if node.cls not in _OPERATORS:
+            raise self.unsupported_operation(node)
+        for child in node.children:
+            self.check_operations(child)
+
+    def unsupported_operation(self, node: _Node) -> UnsupportedTransform:
+        if not node.children:
+            return self.unsupported(
+                f"reading {node.cls}",
+                "a query may only read the DataFrame given to sparkqos.stream()/run(), not another DataFrame",
+            )
+        hint = _OPERATION_HINTS.get(node.cls)
+        return self.unsupported(f"Spark operation {node.cls!r}", hint or "")
+
+    def project(self, node: _Node) -> _Rel:
+        child = self.relation(node.children[0])
+        exprs: list[Expr] = []
+        attrs: list[tuple[int, str]] = []
+        for item in node.fields["projectList"]:
+            tree = _parse_expr(item)
+            if tree.cls == "Alias":
+                name = tree.fields["name"]
+                e = self.expr(tree.children[0], child)
+                eid = tree.fields["exprId"]["id"]
+            elif tree.cls == "AttributeReference":
+                name, eid = tree.fields["name"], tree.fields["exprId"]["id"]
+                e = self.expr(tree, child)
+            else:
+                raise self.unsupported(f"Spark expression {tree.cls!r} at the top of a select")
+            if name in (n for _, n in attrs):
+                raise self.unsupported("two output columns with the same name", f"{name!r}; rename one")
+            if not (isinstance(e, Col) and e.column == name):
+                e = Alias(e, name)  # an Alias of a column under its own name stays a plain Col
+            exprs.append(e)
+            attrs.append((eid, name))
+        names = [n for _, n in attrs]
+        if names == [n for _, n in child.attrs] and all(isinstance(e, Col) for e in exprs):
+            # Every column as it is (Spark adds these, e.g. to renumber a stream read twice in a
+            # union): nothing to run; the columns go on under their new expression ids.
+            return _Rel(child.name, child.schema, attrs)
+        return self.add("select", Project(exprs), [child], attrs)
+
+    def union(self, node: _Node) -> _Rel:
+        kids = [self.relation(c) for c in node.children]
+        first = [n for _, n in kids[0].attrs]
+        inputs: list[_Rel] = []
+        for i, kid in enumerate(kids):
+            names = [n for _, n in kid.attrs]
+            if i and (names != first or kid.name in {r.name for r in inputs}):
+                # Spark's union matches columns by position and names them after the first input;
+                # the executor's matches by name, and an operator cannot read one input twice.
+                cols = [Col(n) if n == f else Alias(Col(n), f) for n, f in zip(names, first, strict=True)]
+                kid = self.add("select", Project(cols), [kid], list(zip([a for a, _ in kid.attrs], first, strict=True)))
+            inputs.append(kid)
+        return self.add("union", Union(len(inputs)), inputs, kids[0].attrs)
+
+    # -- expressions -----------------------------------------------------------------------------
+    def expr(self, node: _Node, rel: _Rel) -> Expr:
+        """The executor expression computing Spark's ``node`` over ``rel``'s columns."""
+        cls, f, kids = node.cls, node.fields, node.children
+        sub: Callable[[_Node], Expr] = lambda n: self.expr(n, rel)  # noqa: E731
+        if cls == "AttributeReference":
+            eid = f["exprId"]["id"]
+            for a, name in rel.attrs:
+                if a == eid or (a is None and name == f["name"]):
+                    return Col(name)
+            raise self.unsupported(f"column {f['name']!r}", "a reference to a column of another DataFrame")
+        if cls == "Literal":
+            return self.literal(f)
+        if cls in ("Alias", "UnaryPositive"):
+            return sub(kids[0])
+        if cls in _ARITHMETIC:
+            return SqlArith(_ARITHMETIC[cls], sub(kids[0]), sub(kids[1]))
+        if cls == "UnaryMinus":
+            return Negate(sub(kids[0]))
+        if cls in _COMPARISONS:
+            return SqlCompare(_COMPARISONS[cls], sub(kids[0]), sub(kids[1]))
+        if cls == "EqualNullSafe":
+            return SqlCompare("==", sub(kids[0]), sub(kids[1]), null_safe=True)
+        if cls in ("And", "Or"):
+            return Logical(cls.lower(), sub(kids[0]), sub(kids[1]))
+        if cls == "Not":
+            return Not(sub(kids[0]))
+        if cls == "IsNull":
+            return IsNull(sub(kids[0]))
+        if cls == "In":
+            return InList(sub(kids[0]), [sub(k) for k in kids[1:]])
+        if cls == "CaseWhen":
+            parts = [sub(k) for k in kids]
+            branches = list(zip(parts[0::2], parts[1::2], strict=False))
+            otherwise = parts[-1] if len(parts) % 2 else None
+            types = [v.check(rel.schema, self.query) for _, v in branches]
+            if otherwise is not None:
+                types.append(otherwise.check(rel.schema, self.query))
+            known = [t for t in types if not pa.types.is_null(t)]
+            return CaseWhen(branches, otherwise, known[0] if known else pa.null())
+        if cls == "Cast":
+            child = sub(kids[0])
+            to = spark_type(f["dataType"])
+            src = child.check(rel.schema, self.query)
+            if to is None or not cast_supported(src, to):
+                raise self.unsupported(f"Spark function 'cast' from {src} to {f['dataType']}")
+            return Cast(child, to)
+        if cls == "Round":
+            scale = kids[1]
+            if scale.cls != "Literal" or scale.fields.get("value") != "0":
+                raise self.unsupported("Spark function 'round' with a scale other than 0")
+            return Call("round", sub(kids[0]))
+        if cls in _CALLS:
+            return Call(_CALLS[cls], *(sub(k) for k in kids))
+        if cls in _MATCHES:
+            if cls == "Like" and f.get("escapeChar") not in (None, "\\"):
+                raise self.unsupported("Spark function 'like' with an escape character other than '\\'")
+            pattern = kids[1]
+            if pattern.cls != "Literal":
+                raise self.unsupported(f"Spark function {_MATCHES[cls]!r} with a pattern that is not a literal")
+            return StringMatch(_MATCHES[cls], sub(kids[0]), pattern.fields.get("value"))
+        if cls in _STRICT_MATH:
+            raise self.unsupported(
+                f"Spark function {_STRICT_MATH[cls]!r}",
+                "Spark computes it with the JVM's StrictMath, whose last bits sparkqos does not reproduce yet",
+            )
+        name = _FUNCTION_NAMES.get(cls, cls)
+        raise self.unsupported(f"Spark function {name!r}")
+
+    def literal(self, f: dict[str, Any]) -> Lit:
+        t = spark_type(f["dataType"])
+        if t is None:
+            raise self.unsupported(f"a {f['dataType']} literal")
+        raw = f.get("value")
+        if raw is None:
+            return Lit(None, t)
+        if pa.types.is_timestamp(t):
+            # Spark prints a timestamp literal as wall-clock time in the session time zone (an
+            # ambiguous time of a DST change reads as the earlier instant); timestamp_ntz as is.
+            value: Any = datetime.fromisoformat(raw)
+            if t.tz is not None:
+                try:
+                    zone = ZoneInfo(self.time_zone)
+                except (ValueError, KeyError, ZoneInfoNotFoundError):
+                    raise self.unsupported(f"a timestamp literal in session time zone {self.time_zone!r}") from None
+                value = value.replace(tzinfo=zone).astimezone(UTC)
+        elif pa.types.is_integer(t):
+            value = int(raw)
+        elif pa.types.is_floating(t):
+            value = float(raw)  # "NaN", "Infinity" and "-Infinity" parse too
+        elif pa.types.is_boolean(t):
+            value = raw == "true"
+        else:
+            value = str(raw)
+        return Lit(value, t)
+
+
+def compile_plans(
+    plans: Mapping[str, Sequence[dict[str, Any]]],
+    source: Sequence[dict[str, Any]],
+    source_ids: Sequence[int],
+    schema: pa.Schema,
+    *,
+    outputs: Mapping[str, pa.Schema] | None = None,
+    time_zone: str = "UTC",
+    classes: Mapping[str, str] | None = None,
+    priorities: Mapping[str, float] | None = None,
+    stream: str = DEFAULT_STREAM,
+) -> CompiledPlan:
+    """Compile each query's analyzed plan (parsed JSON) over the input whose own analyzed plan is
+    ``source`` (output expression ids ``source_ids``, Arrow ``schema``) into one plan.
+
+    ``outputs`` (query → the Arrow schema Spark gives the query's result) is checked against what
+    the executor will deliver; ``time_zone`` is the session's (timestamp literals are printed in
+    it); ``classes`` maps query → class, ``priorities`` class → priority.
+    """
+    classes = dict(classes or {})
+    unknown = sorted(set(classes) - set(plans))
+    if unknown:
+        raise PlanError(f"classes names unknown queries {unknown}; queries are {sorted(plans)}")
+    if len(set(schema.names)) != len(schema.names):
+        raise PlanError(f"the input DataFrame has duplicate column names: {schema.names}")
+    ops: dict[str, PhysicalOperator] = {}
+    plan_ops: list[Operator] = []
+    roots: dict[str, str] = {}
+    for query, nodes in plans.items():
+        if not isinstance(query, str) or not query or "/" in query:
+            raise PlanError(f"query names are non-empty strings without '/', got {query!r}")
+        qc = _QueryCompiler(query, classes.get(query), stream, schema, ops, plan_ops, time_zone)
+        tree = _parse_plan(nodes, source, source_ids)
+        qc.check_operations(tree)
+        rel = qc.relation(tree)
+        if rel.name == stream:  # the transform returns its input: one operator passing it on
+            rel = qc.add("select", Project([Col(n) for n in schema.names]), [rel], rel.attrs)
+        roots[query] = rel.name
+        expected = (outputs or {}).get(query)
+        got = [(f.name, f.type) for f in rel.schema if f.name in {n for _, n in rel.attrs}]
+        if expected is not None and got != [(f.name, f.type) for f in expected]:
+            # A safety net: every node is meant to give Spark's type; never deliver another one.
+            raise UnsupportedTransform(
+                query,
+                "a result type sparkqos does not reproduce",
+                f"Spark gives {expected.types}, sparkqos {[t for _, t in got]}",
+            )
+    plan = Plan(plan_ops, streams=[stream], classes=dict(priorities or {}))
+    return CompiledPlan(plan, ops, {stream: schema}, roots)

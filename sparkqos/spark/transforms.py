@@ -1,0 +1,178 @@
+"""Queries as ordinary PySpark code: transforms (DataFrame → DataFrame) read from Spark's plans.
+
+:func:`compile_transforms` applies each transform to the input DataFrame, reads the analyzed
+logical plan Spark built for it (classic pyspark: ``queryExecution().analyzed().toJSON()``) and
+hands the parsed JSON to :func:`sparkqos.query.spark_plan.compile_plans`, which maps it to the
+executor's operators. Nothing runs on Spark: the transform only builds a plan, so an unsupported
+operation is reported (:class:`~sparkqos.errors.UnsupportedTransform`) before any data moves.
+:func:`run` pushes a finite DataFrame through the executor under a strategy and returns every
+query's output; :func:`sparkqos.stream` takes the same mapping of transforms for a stream.
+
+>>> def fire(df):  # doctest: +SKIP
+...     return df.where(F.col("temperature") > 60).select("sensor_id", "temperature")
+>>> sparkqos.run(sensors_df, {"fire": fire}, strategy="chain")["fire"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from sparkqos import schedulers
+from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
+from sparkqos.executor.loop import replay
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.query.spark_plan import DEFAULT_STREAM, compile_plans
+from sparkqos.schedulers.base import Scheduler
+
+__all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
+
+#: A continuous query written as PySpark code.
+Transform = Callable[[DataFrame], DataFrame]
+
+
+def is_transforms(queries: Any) -> bool:
+    """Whether ``queries`` is a mapping of query name → transform (not a QuerySet)."""
+    return isinstance(queries, Mapping)
+
+
+def _analyzed(df: DataFrame) -> Any:
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        raise RunnerError(
+            "queries given as PySpark transforms need classic pyspark (a DataFrame with a JVM plan); "
+            f"got {type(df).__module__}.{type(df).__name__} (Spark Connect is not supported yet)"
+        )
+    return jdf.queryExecution().analyzed()
+
+
+def _arrow_schema(df: DataFrame) -> pa.Schema:
+    """The Arrow schema ``df.toArrow()`` (and so ``foreachBatch``'s ``toArrow()``) gives: UTC
+    timestamps, large strings when the session asks for them."""
+    large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+    return to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=large)
+
+
+def _cast_modes(plan: Any) -> set[str]:
+    """Eval modes (LEGACY, ANSI, TRY) of the casts in a JVM plan. The JSON leaves ``evalMode``
+    null, and a ``try_cast`` (null where a cast overflows) must not run as a plain one."""
+    modes: set[str] = set()
+
+    def items(seq: Any) -> list[Any]:
+        return [seq.apply(i) for i in range(seq.size())]
+
+    nodes = [plan]
+    while nodes:
+        node = nodes.pop()
+        exprs = items(node.expressions())
+        while exprs:
+            e = exprs.pop()
+            if e.getClass().getSimpleName() == "Cast":
+                modes.add(str(e.evalMode().toString()))
+            exprs.extend(items(e.children()))
+        nodes.extend(items(node.children()))
+    return modes
+
+
+def compile_transforms(
+    df: DataFrame,
+    queries: Mapping[str, Transform],
+    classes: Mapping[str, str] | None = None,
+    priorities: Mapping[str, float] | None = None,
+) -> CompiledPlan:
+    """One :class:`CompiledPlan` for every transform of ``queries`` over ``df`` (the plan's one
+    stream is ``"input"``); ``classes`` maps query → class, ``priorities`` class → priority.
+    Raises :class:`~sparkqos.errors.UnsupportedTransform` for what sparkqos cannot run."""
+    if not isinstance(df, DataFrame):
+        raise ArgumentError(f"expected a pyspark DataFrame, got {type(df).__name__}", parameter="df", value=df)
+    if not is_transforms(queries) or not queries:
+        raise ArgumentError(
+            "queries must be a non-empty mapping of query name to a function DataFrame -> DataFrame",
+            parameter="queries",
+            value=queries,
+            expected="{name: transform, ...}",
+        )
+    source = _analyzed(df)
+    source_json = json.loads(source.toJSON())
+    output = source.output()
+    source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
+    plans: dict[str, list[dict[str, Any]]] = {}
+    outputs: dict[str, pa.Schema] = {}
+    for name, transform in queries.items():
+        if not callable(transform):
+            raise ArgumentError(
+                f"query {name!r} must be a function DataFrame -> DataFrame, got {transform!r}",
+                parameter="queries",
+                value=transform,
+                expected="a callable",
+            )
+        result = transform(df)
+        if not isinstance(result, DataFrame):
+            raise ArgumentError(
+                f"query {name!r}: the transform returned {type(result).__name__}, not a DataFrame",
+                parameter="queries",
+                value=result,
+                expected="a DataFrame",
+            )
+        analyzed = _analyzed(result)
+        plans[name] = json.loads(analyzed.toJSON())
+        if '.Cast"' in json.dumps(plans[name]) and "TRY" in _cast_modes(analyzed):
+            raise UnsupportedTransform(name, "Spark function 'try_cast'")
+        outputs[name] = _arrow_schema(result)
+    return compile_plans(
+        plans,
+        source_json,
+        source_ids,
+        _arrow_schema(df),
+        outputs=outputs,
+        time_zone=df.sparkSession.conf.get("spark.sql.session.timeZone"),
+        classes=classes,
+        priorities=priorities,
+    )
+
+
+def _feeds(table: pa.Table, batch_rows: int) -> Iterator[tuple[float, str, pa.RecordBatch]]:
+    for i, batch in enumerate(table.combine_chunks().to_batches(max_chunksize=batch_rows)):
+        if batch.num_rows:
+            yield float(i), DEFAULT_STREAM, batch
+
+
+def run(
+    df: DataFrame,
+    queries: Mapping[str, Transform],
+    strategy: str | Scheduler = "fifo",
+    *,
+    classes: Mapping[str, str] | None = None,
+    priorities: Mapping[str, float] | None = None,
+    strategy_params: Mapping[str, Any] | None = None,
+    batch_rows: int = 256,
+    units_between: int = 3,
+    **executor_args: Any,
+) -> dict[str, pa.Table]:
+    """Every query's output (user columns only) on the finite DataFrame ``df``, computed by the
+    executor under ``strategy``: the rows arrive in batches of ``batch_rows`` (one a second)
+    and the strategy serves ``units_between`` units after each, so a backlog builds up and the
+    strategy's picks interleave the queries before :meth:`~sparkqos.executor.Executor.finish`
+    drains it. ``executor_args`` go to the :class:`~sparkqos.executor.Executor`."""
+    check_number("batch_rows", batch_rows, integer=True, low=1)
+    check_number("units_between", units_between, integer=True, low=0)
+    if df.isStreaming:
+        raise RunnerError("sparkqos.run needs a finite DataFrame; give a streaming one to sparkqos.stream")
+    compiled = compile_transforms(df, queries, classes, priorities)
+    scheduler = strategy if isinstance(strategy, Scheduler) else schedulers.get(strategy, **dict(strategy_params or {}))
+    schema = compiled.sources[DEFAULT_STREAM]
+    table = df.toArrow()
+    if not table.schema.equals(schema):
+        table = table.cast(schema)
+    ex = replay(compiled, scheduler, _feeds(table, batch_rows), units_between=_forever(units_between), **executor_args)
+    return {q: ex.result(q) for q in compiled.roots}
+
+
+def _forever(n: int) -> Iterator[int]:
+    while True:
+        yield n
