@@ -10,6 +10,13 @@ checkpoints queues and state and writes its metrics. Its budget is large enough 
 clears its queues, so both do the same work per trigger. Runs alternate (plain, fifo, chain, …)
 for ``--rounds`` rounds; the per-trigger time is Spark's ``durationMs.triggerExecution``, median
 over all triggers of a kind. Target (issue 6): sparkqos / plain ≤ 1.3.
+
+``--overload-seconds S`` adds (``--overload-only``: runs only) an overloaded stream (issue 13): the
+trace replayed at its own pace (rows stamped when released) with more declared work than the
+machine serves, for S seconds with 1 s triggers, once per trigger (budget ``--overload-budget``)
+and once with the continuous worker (``continuous=True``). It prints the executor's busy fraction
+of wall time (``executorBusyFraction``, median over triggers after the first two), the rows it
+served (``executorRows``) and the fire query's (class H) p99 delay.
 """
 
 from __future__ import annotations
@@ -67,6 +74,52 @@ def trigger_times(query) -> list[float]:
     return [p["durationMs"]["triggerExecution"] / 1000.0 for p in query.recentProgress if p["numInputRows"] > 0]
 
 
+def overload(spark, work: Path, args: argparse.Namespace) -> None:
+    """The overloaded runs, per trigger then continuous; prints one line each."""
+    import sparkqos
+    from sparkqos.examples import sensor_queries, sensor_trace
+
+    seconds = args.overload_seconds
+    trace = work / "overload.parquet"
+    sensor_trace(trace, int(args.overload_rate * seconds * 2), seconds * 2, seed=5)  # never runs dry
+    compiled = sensor_queries(work_us=args.overload_work_us).build()
+    print(
+        f"overload: {args.overload_rate:g} rows/s at its own pace, {args.overload_work_us:g} µs declared work, "
+        f"{seconds:g}s per run, 1 s triggers",
+        flush=True,
+    )
+    print(f"{'run':<12} {'triggers':>9} {'busy fraction':>14} {'rows served':>15} {'fire p99 ms':>12}")
+    for continuous in (False, True):
+        kind = "continuous" if continuous else "per-trigger"
+        df = (
+            spark.readStream.format("sparkqos.replay")
+            .option("path", str(trace))
+            .option("speed", "1")
+            .option("retime", "true")
+            .load()
+        )
+        handle = sparkqos.stream(
+            df,
+            compiled,
+            strategy="chain",
+            trigger_s=1.0,
+            budget_s=args.overload_budget,
+            continuous=continuous,
+            checkpoint=work / f"overload-{kind}" / "ckpt",
+            output=work / f"overload-{kind}",
+            name=f"overload_{kind.replace('-', '_')}",
+        )
+        handle.start()
+        time.sleep(seconds)
+        handle.stop()
+        progress = handle.recentProgress[2:]
+        busy = statistics.median(p["executorBusyFraction"] for p in progress) if progress else float("nan")
+        fire = [q["delayP99_s"] for p in progress for q in p["queries"] if q["query"] == "fire" and q["rowsOut"] > 0]
+        fire_p99 = statistics.median(fire) * 1000 if fire else float("nan")
+        rows = sum(p["executorRows"] for p in handle.recentProgress)
+        print(f"{kind:<12} {len(progress):>9} {busy:>14.2f} {rows:>15} {fire_p99:>12.1f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
@@ -74,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work-us", type=float, default=20.0, help="declared work of the costly operators")
     parser.add_argument("--strategies", default="fifo,chain,adaptive")
+    parser.add_argument("--overload-seconds", type=float, default=0.0, help="overloaded runs' length (0: none)")
+    parser.add_argument("--overload-only", action="store_true", help="run only the overloaded runs")
+    parser.add_argument("--overload-rate", type=float, default=4000.0, help="rows per second of the overloaded trace")
+    parser.add_argument("--overload-work-us", type=float, default=300.0, help="declared work in the overloaded runs")
+    parser.add_argument("--overload-budget", type=float, default=0.75, help="executor seconds per 1 s trigger, per-trigger run")
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -87,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     sources.register(spark)
     work = Path(tempfile.mkdtemp(prefix="sparkqos-bench-"))
+    if args.overload_only:
+        try:
+            overload(spark, work, args)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            spark.stop()
+        return 0
     trace = work / "trace.parquet"
     sensor_trace(trace, args.rows, args.seconds, seed=3)
     compiled = sensor_queries(work_us=args.work_us).build()
@@ -144,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{out_rows} output rows, {time.time() - started:5.1f}s",
                     flush=True,
                 )
+        if args.overload_seconds > 0:
+            overload(spark, work, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -286,3 +287,74 @@ def test_stop_ends_a_running_query_without_error(replay_df, tmp_path):
     h.stop()
     assert not query.isActive and query.exception() is None
     assert h.recentProgress
+
+
+def continuous_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("sparkqos-continuous")]
+
+
+def test_continuous_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path):
+    """Issue 13: with the continuous worker serving between triggers, the answer is unchanged;
+    finish() leaves no worker thread behind."""
+    handle = run_to_end(
+        stream(
+            replay_df(),
+            sensor_queries(),
+            strategy="chain",
+            trigger_s="available_now",
+            budget_s=0.001,
+            continuous=True,
+            checkpoint=tmp_path / "ckpt",
+            output=tmp_path,
+        )
+    )
+    assert continuous_threads() == []
+    assert handle.last_batch >= 4 and all("executorBusyFraction" in p for p in handle.recentProgress)
+    assert_same_as_spark(spark, read_parquet_sink(tmp_path / "outputs"), expected_outputs(spark, trace[1]))
+
+
+def test_the_main_jobs_queries_give_the_same_rows_continuous_or_not(replay_df, tmp_path):
+    from sparkqos.examples import sensor_queries as main_job_queries
+
+    def run(continuous: bool) -> dict:
+        out = tmp_path / f"continuous-{continuous}"
+        run_to_end(
+            stream(
+                replay_df(),
+                main_job_queries(work_us=20.0, window_s=5.0),
+                strategy="adaptive",
+                trigger_s="available_now",
+                budget_s=0.005,
+                continuous=continuous,
+                checkpoint=out / "ckpt",
+                output=out,
+            )
+        )
+        return {
+            q: sorted(tuple(round(v, 9) if isinstance(v, float) else v for v in r.values()) for r in t.to_pylist())
+            for q, t in read_parquet_sink(out / "outputs").items()
+        }
+
+    continuous = run(True)
+    assert continuous == run(False)
+    assert continuous["archive"] and continuous["fire"]
+
+
+def test_stop_stops_the_continuous_worker(replay_df, tmp_path):
+    h = stream(
+        replay_df(),
+        sensor_queries(),
+        strategy="fifo",
+        trigger_s=0.5,
+        continuous=True,
+        checkpoint=tmp_path / "ckpt",
+        output=tmp_path,
+    )
+    query = h.start()
+    deadline = time.time() + 60
+    while not h.recentProgress and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(continuous_threads()) == 1
+    h.stop()
+    assert not query.isActive and query.exception() is None
+    assert continuous_threads() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -160,6 +161,43 @@ def test_available_now_target_stops_the_stream_at_the_wall_clock():
     end = reader.latestOffset(start, None)
     assert reader.latestOffset(end, None) == end  # nothing beyond the target
     assert end["t_us"] < 60 * US
+
+
+@pytest.mark.parametrize("source_cls", [BurstySource, PoissonSource])
+def test_without_start_the_stream_starts_after_a_warm_up_batch(source_cls):
+    """Issue 13: batch 0 is one read task with no rows (Spark starts up on it), batch 1 re-anchors
+    the origin at the wall clock of its planning (no rows), then stream time runs from there."""
+    reader = _reader(source_cls, rate=1000, seed=3)
+    first = reader.initialOffset()
+    assert first["phase"] == "warmup" and first["t_us"] == 0
+    ready = reader.latestOffset(first, None)
+    assert ready == {**first, "phase": "ready"}
+    parts = reader.partitions(first, ready)
+    assert len(parts) == 1 and sum(b.num_rows for b in reader.read(parts[0])) == 0
+    before = time.time_ns() // 1000
+    started = reader.latestOffset(ready, None)
+    assert started["phase"] == "started" and started["t_us"] == 0 and started["origin_us"] >= before
+    assert reader.partitions(ready, started) == []
+    time.sleep(0.05)
+    nxt = reader.latestOffset(started, None)
+    assert nxt["phase"] == "started" and 0 < nxt["t_us"] <= time.time_ns() // 1000 - started["origin_us"]
+    assert nxt["origin_us"] == started["origin_us"] and nxt["seed"] == first["seed"]
+    restarted = _reader(source_cls, rate=1000, seed=3)  # a restart from a checkpoint taken at "ready"
+    assert restarted.latestOffset(ready, None)["phase"] == "started"
+
+
+def test_no_warm_up_with_a_start_time_warmup_false_available_now_or_max_speed(trace_files):
+    assert "phase" not in _reader(PoissonSource, rate=10, start=ORIGIN).initialOffset()
+    assert "phase" not in _reader(PoissonSource, rate=10, warmup="false").initialOffset()
+    reader = _reader(PoissonSource, rate=10)
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    assert reader.latestOffset(start, None)["phase"] == "warmup"  # availableNow reads up to its target
+    replay = _reader(ReplaySource, path=trace_files[1], speed="max")
+    offset = replay.latestOffset(replay.initialOffset(), None)
+    assert offset["t_us"] > 0 and offset["phase"] == "warmup"
+    with pytest.raises(SourceError, match="option warmup must be true or false"):
+        _reader(BurstySource, warmup="maybe").initialOffset()
 
 
 def test_bad_options_are_named():

@@ -96,6 +96,31 @@ def test_two_triggers_write_outputs_checkpoints_and_progress(tmp_path):
     assert last["durationMs"]["triggerExecution"] >= 0
 
 
+def test_progress_read_back_from_the_metrics_table_equals_the_live_records(tmp_path):
+    """How a Spark Connect client follows a run whose triggers execute in the server's Python
+    worker: the records rebuilt from the metrics table are the ones reported live, bad rows and
+    adaptive scores included."""
+    import json
+    import math
+
+    from sparkqos.spark.progress import read_progress
+
+    assert read_progress(tmp_path / "out", "sparkqos") == []  # before the first trigger
+    loop = make_loop(tmp_path, strategy="adaptive", checks=RowChecks(ranges={"humidity": (0, 100)}))
+    bad = BATCHES[1].set_column(3, "humidity", pa.array([500.0] * 3 + BATCHES[1].column(3).to_pylist()[3:]))
+    live = [loop.process(t, b) for b, t in enumerate([BATCHES[0], bad, BATCHES[2]])]
+    read = read_progress(tmp_path / "out", "sparkqos")
+
+    def same(x):  # NaN == NaN; the same JSON with NaN spelled the same way
+        return json.loads(json.dumps(x, sort_keys=True), parse_constant=lambda c: "nan")
+
+    assert [r["batchId"] for r in read] == [0, 1, 2]
+    assert read[1]["deadLetteredRows"] == 3 and read[1]["processedRows"] == 147
+    assert same(read) == same(live)
+    assert all(not math.isnan(r["executorBusyS"]) for r in read)
+    assert read_progress(tmp_path / "out", "another-run") == []
+
+
 def test_a_replayed_batch_is_skipped(tmp_path):
     loop = make_loop(tmp_path)
     loop.process(BATCHES[0], 0)

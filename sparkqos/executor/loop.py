@@ -265,28 +265,75 @@ class Executor:
         return n
 
     # -- the loop ------------------------------------------------------------------------------------
-    def run(self, budget_s: float | None = None, max_units: int | None = None) -> RunReport:
-        """Serve units until ``budget_s`` seconds pass, ``max_units`` units ran, or nothing can run.
-        With a budget, no operator run is sized beyond what its measured cost fits in the time left
-        (the workload threshold aside), so one run cannot overrun the budget by much."""
+    def run(self, budget_s: float | None = None, max_units: int | None = None, stop: threading.Event | None = None) -> RunReport:
+        """Serve units until ``budget_s`` seconds pass, ``max_units`` units ran, ``stop`` is set
+        (checked between units, never during one: another thread pauses the run this way at a safe
+        point), or nothing can run. With a budget, no operator run is sized beyond what its measured
+        cost fits in the time left (the workload threshold aside), so one run cannot overrun the
+        budget by much."""
         self._deadline = None if budget_s is None else self.clock() + budget_s
         try:
-            return self._run(budget_s, max_units)
+            return self._run(budget_s, max_units, stop)
         finally:
             self._deadline = None
 
-    def _run(self, budget_s: float | None, max_units: int | None) -> RunReport:
-        state = self.state
+    def _run(self, budget_s: float | None, max_units: int | None, stop: threading.Event | None = None) -> RunReport:
         clock = self.clock
         start = clock()
-        if self._next_window is None:
-            self._next_window = start + self.stats_period
-            state.stats.close_window(start, state.total_queued)
+        self._open_window(start)
         report = RunReport()
         if self.cluster_threads:
-            self._run_clusters(start, budget_s, max_units, report)
+            self._run_clusters(start, budget_s, max_units, report, stop)
         else:
-            self._loop(start, budget_s, max_units, report, self._serial_pick(report))
+            self._loop(start, budget_s, max_units, report, self._serial_pick(report), stop=stop)
+        report.seconds = clock() - start
+        return report
+
+    def _open_window(self, now: float) -> None:
+        """Open the first statistics window at the first run."""
+        if self._next_window is None:
+            self._next_window = now + self.stats_period
+            self.state.stats.close_window(now, self.state.total_queued)
+
+    def serve(self, operators: Iterable[str], budget_s: float | None = None) -> RunReport:
+        """Serve ``operators`` directly, without asking the strategy: round after round, each
+        runnable one (upstream first) runs on everything queued for it, until none of them can run,
+        a round makes no progress or ``budget_s`` passes (runs are capped to the time left, as in
+        :meth:`run`, but the first round always runs, so every call makes progress). A class
+        priority honoured above every strategy is served this way (the continuous trigger loop
+        serves its top class at once). Strategies see the queues change through their event log,
+        as after their own picks."""
+        names = list(dict.fromkeys(operators))
+        unknown = [n for n in names if n not in self._ops]
+        if unknown:
+            expected = f"operators of the plan ({', '.join(self.plan.names)})"
+            raise ArgumentError(f"serve: unknown operator(s) {unknown}", parameter="operators", value=unknown, expected=expected)
+        check_number("budget_s", budget_s, low=0, none_ok=True, where="serve: ")
+        depth = {n: len(self.plan.upstream_path(n)) for n in names}  # operators up to the root
+        names.sort(key=lambda n: (-depth[n], self.plan.index[n]))
+        state, clock = self.state, self.clock
+        start = clock()
+        self._open_window(start)
+        self._deadline = None if budget_s is None else start + budget_s
+        report = RunReport()
+        first = True  # the first round runs whatever the budget: every call makes progress
+        try:
+            while True:
+                before = report.rows_consumed
+                for name in names:
+                    if not first and self._deadline is not None and clock() >= self._deadline:
+                        break
+                    if state.runnable(name):
+                        report.units += 1
+                        self._run_op(name, self._limit(name, max(1.0, state.queued(name))), report)
+                else:
+                    first = False
+                    if report.rows_consumed > before:
+                        continue  # a full round that moved rows: the next one may move more
+                break
+        finally:
+            self._deadline = None
+        report.idle = not any(state.runnable(n) for n in names)
         report.seconds = clock() - start
         return report
 
@@ -298,6 +345,7 @@ class Executor:
         report: RunReport,
         pick: Callable[[], Unit | object | None],
         crew: _Crew | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         """The run loop, in this thread or in each cluster thread (``crew``: what those share).
 
@@ -313,7 +361,7 @@ class Executor:
             try:
                 if crew is not None and crew.stop:
                     return
-                if max_units is not None and report.units >= max_units:
+                if (max_units is not None and report.units >= max_units) or (stop is not None and stop.is_set()):
                     spent = True
                 else:
                     now = clock()
@@ -368,7 +416,9 @@ class Executor:
 
         return pick
 
-    def _run_clusters(self, start: float, budget_s: float | None, max_units: int | None, report: RunReport) -> None:
+    def _run_clusters(
+        self, start: float, budget_s: float | None, max_units: int | None, report: RunReport, stop: threading.Event | None = None
+    ) -> None:
         """COS §4.2: one thread per cluster, each serving its own cluster's Chain order."""
         state, sched = self.state, self.scheduler
         with self._lock:
@@ -411,7 +461,7 @@ class Executor:
 
         def worker(i: int) -> None:
             try:
-                self._loop(start, budget_s, max_units, report, cluster_pick(i), crew)
+                self._loop(start, budget_s, max_units, report, cluster_pick(i), crew, stop)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with crew.cond:
                     errors.append(exc)

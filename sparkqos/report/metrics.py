@@ -47,6 +47,12 @@ SCHEMA = pa.schema(
         ("durationMs", pa.float64()),
         ("inputRowsPerSecond", pa.float64()),
         ("processedRowsPerSecond", pa.float64()),
+        # runner only (NaN elsewhere): rows dead-lettered, rows the executor consumed, seconds it
+        # was busy and that over the wall time since the previous trigger's record
+        ("deadLetteredRows", pa.float64()),
+        ("executorRows", pa.float64()),
+        ("executorBusyS", pa.float64()),
+        ("executorBusyFraction", pa.float64()),
     ]
 )
 
@@ -167,7 +173,15 @@ def read(directory: str | Path) -> pa.Table:
     files = sorted(p for p in folder.glob("part-*.parquet"))
     if not files:
         raise FileNotFoundError(f"no metrics files (part-*.parquet) under {str(directory)!r}")
-    return pa.concat_tables([pq.read_table(f, schema=SCHEMA) for f in files])
+    return pa.concat_tables([_conformed(pq.read_table(f)) for f in files])
+
+
+def _conformed(table: pa.Table) -> pa.Table:
+    """A metrics file in today's schema: columns added since it was written are NaN."""
+    for field in SCHEMA:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type).fill_null(float("nan")))
+    return table.select(SCHEMA.names).cast(SCHEMA)
 
 
 def from_simulation(

@@ -13,7 +13,8 @@ pure function of the options, the seed and the range, and do not depend on how t
 into batches: randomness is drawn per (flow, second of stream time) from generators seeded by
 those keys, and payload values are hashes of (seed, flow, arrival µs). So a query restarted from
 its checkpoint re-reads exactly the rows it had read. Without a ``seed`` option a random seed is
-drawn once and kept in the offsets.
+drawn once and kept in the offsets. Without a ``start`` option the offsets also carry a ``phase``
+while the query starts, so that stream time starts only once Spark is up (sparkqos.sources.datasources).
 
 Options (keys are case-insensitive, values strings as Spark passes them):
 
@@ -23,7 +24,9 @@ all synthetic sources      ``rate`` mean rows/s (100), ``seed``, ``payload`` sen
                            ``zones`` (8 locations), ``start`` origin (epoch seconds or ISO-8601;
                            default: when the query first starts), ``duration`` seconds after
                            which the stream ends, ``maxSecondsPerTrigger`` cap on one batch's
-                           stream time, ``numPartitions`` (1)
+                           stream time, ``numPartitions`` (1), ``warmup`` (true: without
+                           ``start``, stream time starts once Spark ran a first empty batch;
+                           see sparkqos.sources.datasources)
 bursty                     ``onScale`` minimum ON period (1 s), ``offScale`` minimum OFF
                            period (60 s; see below)
 poisson                    ``period`` seconds between mean changes (5), ``spread`` (0.3),
@@ -33,7 +36,7 @@ replay                     ``path`` (CSV or Parquet), ``format`` (from the exten
                            ``timestampColumn`` (ts), ``speed`` (1.0 = the trace's own pace,
                            2 = twice as fast, ``max`` = all at once), ``retime`` (false: rows
                            exactly as recorded; true: the timestamp column becomes the replay time),
-                           ``start``, ``maxSecondsPerTrigger``
+                           ``start``, ``maxSecondsPerTrigger``, ``warmup``
 =========================  =================================================================
 
 Bursty defaults: Jiang §5.1 gives one Pareto minimum for ON and OFF; with 64 flows that keeps
@@ -156,7 +159,7 @@ class _Options:
         return default if raw is None else raw
 
 
-_COMMON = {"rate", "seed", "payload", "zones", "start", "duration", "maxSecondsPerTrigger", "numPartitions"}
+_COMMON = {"rate", "seed", "payload", "zones", "start", "duration", "maxSecondsPerTrigger", "numPartitions", "warmup"}
 
 
 def _now_us() -> int:

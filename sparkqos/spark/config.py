@@ -37,10 +37,15 @@ from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
 from sparkqos.spark.sinks import Sink
 
-__all__ = ["AVAILABLE_NOW", "FAULT_POINTS", "RunConfig", "parse_faults"]
+__all__ = ["AVAILABLE_NOW", "FAULT_POINTS", "SLICE_S", "RunConfig", "parse_faults"]
 
 #: ``trigger_s`` value that runs whatever input is available now, then stops.
 AVAILABLE_NOW = "available_now"
+
+#: Default length of one slice of the continuous worker (``continuous=True``): a trigger waits at
+#: most about this long for the slice in flight (a pause is taken between units, and no run is sized
+#: beyond the slice); not yet tuned by measurement (issue 13, phase 2).
+SLICE_S = 0.05
 
 #: Where a crash can be injected, in the order a trigger passes them.
 FAULT_POINTS = ("before_ingest", "after_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress")
@@ -90,6 +95,13 @@ class RunConfig:
     has one). ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called
     after every trigger; ``executor_args`` go to the :class:`~sparkqos.executor.loop.Executor`;
     ``checks`` decide which rows are dead letters; ``fault`` injects crashes (:func:`parse_faults`).
+
+    ``continuous`` (issue 13; off by default until measured) serves the queues on a worker thread
+    between triggers too, in slices of ``slice_s`` seconds (default :data:`SLICE_S`), instead of
+    for ``budget_s`` inside each trigger; a trigger pauses it, writes what it produced since the
+    last trigger, serves the plan's top-priority class for up to ``top_class_s`` seconds (default
+    a tenth of the budget; 0: not at all) and checkpoints. ``budget_s`` then only sizes the
+    strategy's time parameters (and the default ``top_class_s``).
     """
 
     checkpoint: str | Path
@@ -111,6 +123,9 @@ class RunConfig:
     checks: RowChecks | None = None
     dead_letter: DeadLetterSink | str | Path | None = None
     fault: str | None = None
+    continuous: bool = False
+    slice_s: float | None = None
+    top_class_s: float | None = None
     #: ``fault`` parsed: injection point → batch ids.
     faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
     _strategy_class: type[Scheduler] = field(init=False, repr=False, compare=False)
@@ -136,6 +151,12 @@ class RunConfig:
             set_("budget_s", float(self.budget_s))
         check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
         check_choice("whole_batches", self.whole_batches, (True, False), error=RunnerError)
+        check_choice("continuous", self.continuous, (True, False), error=RunnerError)
+        check_number("slice_s", self.slice_s, low=0, low_open=True, none_ok=True, error=RunnerError)
+        check_number("top_class_s", self.top_class_s, low=0, none_ok=True, error=RunnerError)
+        for name in ("slice_s", "top_class_s"):
+            if getattr(self, name) is not None:
+                set_(name, float(getattr(self, name)))
         set_("checkpoint", Path(self.checkpoint))
         if self.output is not None:
             set_("output", Path(self.output))
@@ -179,6 +200,16 @@ class RunConfig:
     def effective_budget_s(self) -> float:
         """Executor seconds per trigger: ``budget_s``, else the interval, else 1."""
         return self.budget_s if self.budget_s is not None else (self.interval_s or 1.0)
+
+    @property
+    def effective_slice_s(self) -> float:
+        """Seconds of one slice of the continuous worker: ``slice_s``, else :data:`SLICE_S`."""
+        return self.slice_s if self.slice_s is not None else SLICE_S
+
+    @property
+    def effective_top_class_s(self) -> float:
+        """Seconds a continuous trigger serves the top class: ``top_class_s``, else a tenth of the budget."""
+        return self.top_class_s if self.top_class_s is not None else self.effective_budget_s / 10
 
     def make_scheduler(self) -> Scheduler:
         """The strategy to run: the given instance, or a new one of the named strategy with its time

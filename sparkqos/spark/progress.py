@@ -6,7 +6,13 @@ A trigger's record has one shape, built in one place (:meth:`ProgressReporter.re
   ``numInputRows``, ``numOutputRows``, ``inputRowsPerSecond``, ``processedRowsPerSecond``,
   ``durationMs.triggerExecution`` — and ours: ``processedRows`` and ``deadLetteredRows`` (their
   sum is ``numInputRows``), ``queuedRows``, ``queuedBytes``, ``delayMsMean/P50/P99/Max``,
-  ``strategy`` (in force at the end of the trigger) and ``scores`` (adaptive's, else ``{}``);
+  ``strategy`` (in force at the end of the trigger) and ``scores`` (adaptive's, else ``{}``),
+  ``executorRows`` (rows the executor consumed since the last record), ``executorBusyS``
+  (seconds it served units since the last record: inside the trigger, and between triggers with
+  the continuous worker) and ``executorBusyFraction`` (that over the wall time since the last
+  record — the first: since the trigger started). With the continuous worker
+  ``processedRowsPerSecond`` is ``executorRows`` over that wall time too (the rows were not all
+  served inside the trigger);
 * ``queries``: one row per query, exactly the row the metrics table stores
   (:data:`sparkqos.report.metrics.SCHEMA`: ``query``, ``klass``, ``rowsOut``, ``queuedRows``,
   ``queuedBytes``, ``delayP99_s``…).
@@ -17,6 +23,7 @@ are read from, so what a callback sees and what the report plots are the same nu
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +37,7 @@ from sparkqos.model.state import SchedulerState
 from sparkqos.report import metrics
 from sparkqos.schedulers.base import Scheduler
 
-__all__ = ["ProgressReporter", "strategy_in_force"]
+__all__ = ["ProgressReporter", "read_progress", "record", "strategy_in_force"]
 
 #: Progress records kept in memory (``recentProgress``), like Spark's default.
 KEEP = 100
@@ -59,6 +66,7 @@ class ProgressReporter:
         self.on_progress = on_progress
         self.recent: list[dict[str, Any]] = []
         self._last_start: float | None = None
+        self._last_report: float | None = None
 
     @property
     def last(self) -> dict[str, Any] | None:
@@ -76,15 +84,21 @@ class ProgressReporter:
         delays: Mapping[str, np.ndarray],
         state: SchedulerState,
         scheduler: Scheduler,
+        busy_s: float = 0.0,
+        continuous: bool = False,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
-        executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, and
-        the queues left in ``state``."""
+        executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, the
+        queues left in ``state``, and ``busy_s`` seconds the executor worked since the last record
+        (``continuous``: also between triggers)."""
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
+        wall = now - (self._last_report if self._last_report is not None else started)
+        served_in = wall if continuous else duration
         self._last_start = started
+        self._last_report = now
         strategy, scores = strategy_in_force(scheduler)
         common = dict(
             run=self.name,
@@ -95,7 +109,7 @@ class ProgressReporter:
             durationMs=duration * 1000.0,
             rowsIn=float(rows_in),
             inputRowsPerSecond=rows_in / since if since > 0 else math.nan,
-            processedRowsPerSecond=consumed / duration if duration > 0 else math.nan,
+            processedRowsPerSecond=consumed / served_in if served_in > 0 else math.nan,
         )
         per_query = [
             metrics.row(
@@ -117,34 +131,74 @@ class ProgressReporter:
             rowsOut=float(total_out),
             queuedRows=float(state.total_queued),
             queuedBytes=float(state.total_queued_bytes),
+            deadLetteredRows=float(dead_rows),
+            executorRows=float(consumed),
+            executorBusyS=float(busy_s),
+            executorBusyFraction=min(1.0, busy_s / wall) if wall > 0 else math.nan,
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
         if self.output is not None:
             metrics.write_batch(self.output, self.name, batch_id, [*per_query, plan_row])
-        progress = {
-            "id": self.name,
-            "batchId": batch_id,
-            "timestamp": now,
-            "numInputRows": rows_in,
-            "numOutputRows": total_out,
-            "processedRows": rows_in - dead_rows,
-            "deadLetteredRows": dead_rows,
-            "inputRowsPerSecond": plan_row["inputRowsPerSecond"],
-            "processedRowsPerSecond": plan_row["processedRowsPerSecond"],
-            "durationMs": {"triggerExecution": plan_row["durationMs"]},
-            "queuedRows": plan_row["queuedRows"],
-            "queuedBytes": plan_row["queuedBytes"],
-            "delayMsMean": plan_row["delayMean_s"] * 1000.0,
-            "delayMsP50": plan_row["delayP50_s"] * 1000.0,
-            "delayMsP99": plan_row["delayP99_s"] * 1000.0,
-            "delayMsMax": plan_row["delayMax_s"] * 1000.0,
-            "strategy": strategy,
-            "scores": scores,
-            "queries": per_query,
-        }
+        progress = record(plan_row, per_query)
         self.recent.append(progress)
         del self.recent[:-KEEP]
         if self.on_progress is not None:
             self.on_progress(progress)
         return progress
+
+
+def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict[str, Any]:
+    """A trigger's progress record from its metrics rows: the plan row (``query = "*"``) and one
+    row per query — so a record rebuilt from the metrics table equals the one reported live."""
+
+    def count(name: str) -> int:
+        v = plan_row[name]
+        return 0 if v is None or math.isnan(v) else int(v)
+
+    scores = plan_row["scores"]
+    rows_in, dead = count("rowsIn"), count("deadLetteredRows")
+    return {
+        "id": plan_row["run"],
+        "batchId": int(plan_row["batchId"]),
+        "timestamp": plan_row["time_s"],
+        "numInputRows": rows_in,
+        "numOutputRows": count("rowsOut"),
+        "processedRows": rows_in - dead,
+        "deadLetteredRows": dead,
+        "inputRowsPerSecond": plan_row["inputRowsPerSecond"],
+        "processedRowsPerSecond": plan_row["processedRowsPerSecond"],
+        "durationMs": {"triggerExecution": plan_row["durationMs"]},
+        "queuedRows": plan_row["queuedRows"],
+        "queuedBytes": plan_row["queuedBytes"],
+        "delayMsMean": plan_row["delayMean_s"] * 1000.0,
+        "delayMsP50": plan_row["delayP50_s"] * 1000.0,
+        "delayMsP99": plan_row["delayP99_s"] * 1000.0,
+        "delayMsMax": plan_row["delayMax_s"] * 1000.0,
+        "strategy": plan_row["strategy"],
+        "scores": json.loads(scores) if isinstance(scores, str) else dict(scores),
+        "executorRows": count("executorRows"),
+        "executorBusyS": plan_row["executorBusyS"],
+        "executorBusyFraction": plan_row["executorBusyFraction"],
+        "queries": per_query,
+    }
+
+
+def read_progress(output: str | Path, name: str) -> list[dict[str, Any]]:
+    """The progress records of run ``name`` from the metrics table under ``output``, oldest first
+    (the newest :data:`KEEP`): how a client follows a run whose triggers execute in another
+    process — Spark Connect runs foreachBatch in the server's Python worker. [] before the first."""
+    try:
+        table = metrics.read(output)
+    except FileNotFoundError:
+        return []
+    rows = [r for r in table.to_pylist() if r["run"] == name]
+    by_batch: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_batch.setdefault(r["batchId"], []).append(r)
+    out = []
+    for batch_id in sorted(by_batch)[-KEEP:]:
+        plan = [r for r in by_batch[batch_id] if r["query"] == metrics.PLAN_ROW]
+        if plan:
+            out.append(record(plan[0], [r for r in by_batch[batch_id] if r["query"] != metrics.PLAN_ROW]))
+    return out

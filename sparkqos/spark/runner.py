@@ -16,6 +16,7 @@ Fault injection for crash tests is an option like any other (``fault="after_sink
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,11 @@ from sparkqos.errors import RunnerError
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.query.builder import QuerySet
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.spark.batch import BatchFunction
 from sparkqos.spark.config import FAULT_POINTS, RunConfig, parse_faults
-from sparkqos.spark.progress import strategy_in_force
+from sparkqos.spark.deadletter import RowChecks
+from sparkqos.spark.progress import read_progress, strategy_in_force
+from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
 from sparkqos.spark.trigger import TriggerLoop
 
 __all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "parse_faults", "stream"]
@@ -77,11 +81,17 @@ class QosStream:
 
     @property
     def recentProgress(self) -> list[dict[str, Any]]:
-        return self.loop.progress.recent
+        """The newest progress records, oldest first. This handle's loop has them when the
+        triggers run in this process; where they run elsewhere (Spark Connect: the server's
+        Python worker) they are read back from the metrics table, which needs ``output``."""
+        if self.loop.progress.recent or self.config.output is None:
+            return self.loop.progress.recent
+        return read_progress(self.config.output, self.config.name)
 
     @property
     def lastProgress(self) -> dict[str, Any] | None:
-        return self.loop.progress.last
+        recent = self.recentProgress
+        return recent[-1] if recent else None
 
     def strategy_in_force(self) -> tuple[str, dict[str, float]]:
         return strategy_in_force(self.loop.scheduler)
@@ -98,7 +108,15 @@ class QosStream:
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
         """End of a finite input: drain every queue, flush windows and joins, and write the last
-        outputs as batch ``last + 1`` (stop the StreamingQuery first)."""
+        outputs as batch ``last + 1`` (stop the StreamingQuery first).
+
+        Where the batches ran in another process (Spark Connect runs foreachBatch in the server's
+        Python worker), this handle's loop never saw them: it is stale once the checkpoint holds a
+        newer batch than it committed, and a fresh loop restored from that checkpoint drains."""
+        batches = self.loop.store.batches()
+        if batches and batches[-1] > self.loop.last_batch:
+            self.loop.close()
+            self.loop = TriggerLoop(self.loop.compiled, self.config)
         return self.loop.finish(budget_s)
 
     # -- Spark -----------------------------------------------------------------------------------
@@ -106,7 +124,7 @@ class QosStream:
         """Restore from the checkpoint and start the streaming query; returns the StreamingQuery."""
         self.restore()
         writer = (
-            self.df.writeStream.foreachBatch(self._process)
+            self.df.writeStream.foreachBatch(BatchFunction(self.loop.compiled, self.config, self.loop))
             .option("checkpointLocation", str(self.config.checkpoint / "spark"))
             .queryName(self.config.name)
         )
@@ -122,21 +140,46 @@ class QosStream:
         """Stop the streaming query between triggers: wait up to ``wait_s`` for the running
         trigger to end first. Stopping inside a trigger that is reading a Python data source made
         Spark's stream thread die of a StackOverflowError in its own error handling (harmless —
-        the trigger is replayed on restart — but a page of stack trace)."""
+        the trigger is replayed on restart — but a page of stack trace). Then the continuous
+        worker, if any, is stopped and joined."""
         query = self.query
-        if query is None:
-            return
-        by = time.time() + wait_s
-        while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
-            time.sleep(0.05)
-        query.stop()
-
-    def _process(self, batch_df, batch_id: int) -> None:
-        self.loop.process(batch_df.toArrow(), batch_id)
+        if query is not None:
+            by = time.time() + wait_s
+            while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
+                time.sleep(0.05)
+            query.stop()
+        self.loop.close()
 
 
-def stream(df, queries: QuerySet | CompiledPlan, **kwargs: Any) -> QosStream:
+def stream(
+    df,
+    queries: QuerySet | CompiledPlan | Mapping[str, Transform],
+    *,
+    classes: Mapping[str, str] | None = None,
+    priorities: Mapping[str, float] | None = None,
+    **kwargs: Any,
+) -> QosStream:
     """``sparkqos.stream(streaming_df, queries, strategy=..., qos=..., budget_s=..., checkpoint=...)``:
     the keywords are :class:`~sparkqos.spark.config.RunConfig`'s; ``.start()`` gives the
-    StreamingQuery."""
-    return QosStream(df, queries, RunConfig(**kwargs))
+    StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
+    → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
+    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms
+    see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
+    values, not dead letters."""
+    if is_transforms(queries) and kwargs.get("checks") is None:
+        kwargs["checks"] = RowChecks(finite=False)
+    config = RunConfig(**kwargs)
+    if is_transforms(queries):
+        if not getattr(df, "isStreaming", False):
+            raise RunnerError(
+                "sparkqos.stream needs a streaming DataFrame (spark.readStream…); for a static DataFrame use sparkqos.run"
+            )
+        queries = compile_transforms(df, queries, classes, priorities)
+    elif classes is not None or priorities is not None:
+        raise RunnerError(
+            "classes= and priorities= go with queries given as PySpark transforms; a QuerySet declares its own",
+            parameter="classes" if classes is not None else "priorities",
+            value=classes if classes is not None else priorities,
+            expected="None with a QuerySet",
+        )
+    return QosStream(df, queries, config)

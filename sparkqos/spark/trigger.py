@@ -19,6 +19,16 @@ Bad input never stops the loop: rows that do not fit the stream's schema or brea
 the same trigger, replaced like outputs on replay; the progress counts them (``numInputRows`` =
 ``processedRows`` + ``deadLetteredRows``).
 
+Continuous mode (``RunConfig(continuous=True)``, issue 13): the executor serves the queues on a
+worker thread between triggers too (:class:`~sparkqos.spark.continuous.ContinuousWorker`), so the
+trigger's cadence no longer decides delay. A trigger then pauses the worker between two units,
+ingests, serves the plan's top-priority class at once (up to ``top_class_s``, bypassing the
+strategy: class priority is honoured whatever the strategy), writes everything produced since
+the last trigger as this batch's outputs, checkpoints, and resumes the worker. The worker never
+runs while a trigger holds the executor, so the checkpoint is exactly the state after the
+outputs the sink now holds; work the worker did after the last checkpoint is simply done again
+after a crash (its outputs were never written). :meth:`TriggerLoop.close` stops the worker.
+
 This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` feeds it
 ``batch_df.toArrow()``, tests and tools feed it Arrow tables directly.
 """
@@ -38,17 +48,18 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import RunnerError, SchemaMismatch
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
-from sparkqos.executor.loop import EMIT, Executor
+from sparkqos.executor.loop import EMIT, Executor, RunReport
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.query.builder import QuerySet
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.checkpoint import CheckpointStore
 from sparkqos.spark.config import RunConfig
+from sparkqos.spark.continuous import ContinuousWorker
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
 from sparkqos.spark.progress import ProgressReporter
 from sparkqos.spark.sinks import MemorySink, ParquetSink
 
-__all__ = ["DEFAULT_ARRIVAL_COLUMN", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
+__all__ = ["DEFAULT_ARRIVAL_COLUMN", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
 
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
@@ -91,6 +102,17 @@ def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
 
 
+def top_class(compiled: CompiledPlan) -> str | None:
+    """The class of the plan's queries with the highest priority, when one stands above the others
+    (None with a single class, or a tie at the top: then no class goes first)."""
+    plan = compiled.plan
+    used = {q.klass for q in plan.queries.values()}
+    ranked = sorted(((plan.classes[k], k) for k in used), reverse=True)
+    if len(ranked) < 2 or ranked[0][0] == ranked[1][0]:
+        return None
+    return ranked[0][1]
+
+
 class TriggerLoop:
     """The work of every trigger of one query set on one stream, on Arrow tables.
 
@@ -98,7 +120,9 @@ class TriggerLoop:
     config names), the checkpoint store, the output sink, the dead-letter sink and row checks, and
     the :class:`~sparkqos.spark.progress.ProgressReporter`. :meth:`process` runs one trigger,
     :meth:`finish` drains what is left at the end of a finite input, :meth:`restore` loads the
-    newest checkpoint (both call it first).
+    newest checkpoint (both call it first). With ``continuous`` the loop also holds the
+    :class:`~sparkqos.spark.continuous.ContinuousWorker` (``worker``), started by the first
+    trigger and stopped by :meth:`close` or :meth:`finish`.
     """
 
     def __init__(self, queries: QuerySet | CompiledPlan, config: RunConfig):
@@ -162,6 +186,15 @@ class TriggerLoop:
         self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
         self.last_batch = -1
         self._restored = False
+        self.worker: ContinuousWorker | None = None
+        self.top_class: str | None = None
+        self._top_operators: tuple[str, ...] = ()
+        if config.continuous:
+            self.worker = ContinuousWorker(self.executor, config.effective_slice_s, name=f"sparkqos-continuous-{config.name}")
+            self.top_class = top_class(compiled)
+            if self.top_class is not None:
+                plan = compiled.plan
+                self._top_operators = tuple(op for q in plan.queries.values() if q.klass == self.top_class for op in q.operators)
 
     # -- checkpoint ------------------------------------------------------------------------------
     def restore(self) -> int:
@@ -186,6 +219,21 @@ class TriggerLoop:
         self.restore()
         if batch_id <= self.last_batch:
             return None  # replayed after a crash: checkpointed already, its outputs are in the sink
+        worker = self.worker
+        if worker is None:
+            return self._trigger(table, batch_id, started)
+        worker.pause()  # from here until resume() this thread alone touches the executor
+        try:
+            progress = self._trigger(table, batch_id, started)
+        except BaseException:
+            # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
+            # restores the checkpoint and replays the batch).
+            worker.close()
+            raise
+        worker.resume()
+        return progress
+
+    def _trigger(self, table: pa.Table, batch_id: int, started: float) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         rows_in = table.num_rows
         dead = None
@@ -200,17 +248,35 @@ class TriggerLoop:
             if good.num_rows:
                 self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
         self._fault("after_ingest", batch_id)
-        report = self.executor.run(self.budget_s)
+        busy_s, consumed = self.worker.take_counters() if self.worker is not None else (0.0, 0)
+        if self.worker is None:
+            report = self.executor.run(self.budget_s)
+        elif self._top_operators and self.config.effective_top_class_s > 0:  # the rest is the worker's
+            report = self.executor.serve(self._top_operators, self.config.effective_top_class_s)
+        else:
+            report = RunReport()
         self._fault("after_run", batch_id)
-        return self._commit(batch_id, started, rows_in, report.rows_consumed, dead)
+        return self._commit(batch_id, started, rows_in, consumed + report.rows_consumed, dead, busy_s + report.seconds)
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
-        """End of a finite input: drain every queue, flush windows and joins, and write the last
-        outputs as batch ``last + 1``."""
+        """End of a finite input: stop the continuous worker, drain every queue, flush windows
+        and joins, and write the last outputs (with what the worker produced since the last
+        trigger) as batch ``last + 1``."""
         self.restore()
+        busy_s, consumed = 0.0, 0
+        if self.worker is not None:
+            self.worker.pause()
+            self.worker.close()
+            busy_s, consumed = self.worker.take_counters()
         started = time.time()
         report = self.executor.finish(budget_s)
-        return self._commit(self.last_batch + 1, started, 0, report.rows_consumed)
+        return self._commit(self.last_batch + 1, started, 0, consumed + report.rows_consumed, None, busy_s + report.seconds)
+
+    def close(self) -> None:
+        """Stop the continuous worker and join its thread (nothing to do otherwise). What it
+        produced since the last trigger is not written: a restart redoes it from the checkpoint."""
+        if self.worker is not None:
+            self.worker.close()
 
     def _arrivals(self, table: pa.Table, started: float) -> np.ndarray | float:
         if self.arrival_col is None or table.num_rows == 0:
@@ -244,7 +310,9 @@ class TriggerLoop:
         print(f"sparkqos: fault injection: SIGKILL at {point} of batch {batch_id}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def _commit(self, batch_id: int, started: float, rows_in: int, consumed: int, dead: pa.Table | None = None) -> dict[str, Any]:
+    def _commit(
+        self, batch_id: int, started: float, rows_in: int, consumed: int, dead: pa.Table | None = None, busy_s: float = 0.0
+    ) -> dict[str, Any]:
         outputs = self.executor.take_outputs()
         delays = {
             q: pc.subtract(t.column(EMIT), t.column(ARRIVAL)).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
@@ -279,6 +347,8 @@ class TriggerLoop:
             consumed=consumed,
             rows_out={q: t.num_rows for q, t in outputs.items()},
             delays=delays,
+            busy_s=busy_s,
+            continuous=self.worker is not None,
             state=self.executor.state,
             scheduler=self.scheduler,
         )

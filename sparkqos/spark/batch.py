@@ -1,0 +1,49 @@
+"""What ``foreachBatch`` runs: a small, picklable function carrying configuration only.
+
+Classic PySpark calls it in the driver, the process that built it: it feeds the
+:class:`~sparkqos.spark.trigger.TriggerLoop` it was given, so the handle's progress, ``finish()``
+and ``stop()`` see the same executor. Spark Connect (Databricks shared and serverless compute)
+pickles it to a long-lived Python worker next to the server: the copy carries the compiled plan
+and the :class:`~sparkqos.spark.config.RunConfig` — never a session, a DataFrame, a lock or the
+executor — builds its own loop on the first batch, restored from the checkpoint, and keeps it for
+the worker's life. The client then reads progress from the metrics table, not from shared memory.
+One code path for both: nothing here asks which kind of session it runs under.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.spark.config import RunConfig
+from sparkqos.spark.trigger import TriggerLoop
+
+
+class BatchFunction:
+    """``foreachBatch(BatchFunction(compiled, config, loop))``: one trigger per call."""
+
+    def __init__(self, compiled: CompiledPlan, config: RunConfig, loop: TriggerLoop | None = None):
+        self.compiled = compiled
+        self.config = config
+        self._loop = loop
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Client-side callbacks cannot run where the copy runs (and may not pickle): the client
+        # follows the run through the metrics table instead.
+        return {"compiled": self.compiled, "config": dataclasses.replace(self.config, on_progress=None, on_delays=None)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.compiled = state["compiled"]
+        self.config = state["config"]
+        self._loop = None
+
+    @property
+    def loop(self) -> TriggerLoop:
+        """The loop this function feeds, built (and restored from the checkpoint) on first use."""
+        if self._loop is None:
+            self._loop = TriggerLoop(self.compiled, self.config)
+        return self._loop
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        self.loop.process(batch_df.toArrow(), batch_id)

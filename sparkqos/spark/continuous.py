@@ -1,0 +1,136 @@
+"""The continuous worker: serves an executor's queues on a thread between triggers (issue 13).
+
+Without it the executor works only inside ``foreachBatch``, for a budget shorter than the trigger,
+and idles while Spark does its own per-trigger work: the trigger's cadence, not the strategy,
+decides delay. With ``RunConfig(continuous=True)`` the
+:class:`~sparkqos.spark.trigger.TriggerLoop` hands the executor to a :class:`ContinuousWorker`,
+which runs ``executor.run(slice_s)`` again and again on its own thread, waits on a condition when
+nothing can run, and is woken when a trigger queues new rows. pyarrow kernels release the GIL, so
+the work overlaps what Spark does between triggers.
+
+Ownership of the executor is handed over explicitly, never shared: the worker touches it only
+between :meth:`~ContinuousWorker.resume` and :meth:`~ContinuousWorker.pause`; ``pause`` sets an
+event the running slice checks between units (never inside an operator run) and waits until the
+slice has returned, so from then on the trigger's thread owns the executor alone — it takes the
+outputs, ingests, checkpoints — and ``resume`` hands it back. One lock (the condition's) guards the
+worker's flags and counters; the executor's own locks (cluster threads) sit below it and are only
+taken inside a slice.
+
+This module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from sparkqos.errors import check_number
+from sparkqos.executor.loop import Executor
+
+__all__ = ["ContinuousWorker"]
+
+
+class ContinuousWorker:
+    """Serves ``executor`` in slices of ``slice_s`` seconds on a daemon thread named ``name``.
+
+    It starts paused (:meth:`resume` starts the thread). ``busy_s`` and ``rows_consumed`` add up
+    what the slices did since the last :meth:`take_counters`. A slice that raises stops the worker;
+    the next :meth:`pause` re-raises that error in the caller's thread.
+    """
+
+    def __init__(self, executor: Executor, slice_s: float, name: str = "sparkqos-continuous"):
+        check_number("slice_s", slice_s, low=0, low_open=True)
+        self.executor = executor
+        self.slice_s = float(slice_s)
+        self.name = name
+        self.busy_s = 0.0
+        self.rows_consumed = 0
+        self.slices = 0
+        self._cond = threading.Condition()
+        self._stop_slice = threading.Event()  # checked by the running slice between units
+        self._paused = True
+        self._running = False  # a slice is in flight (the worker owns the executor)
+        self._work = False  # there may be something to run (cleared when a slice finds nothing)
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        """The thread is running (paused or not)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- the trigger's side ------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Stop at the next safe point and stay stopped: on return the caller owns the executor.
+        Re-raises the error a slice failed with, if any."""
+        with self._cond:
+            self._paused = True
+            self._stop_slice.set()
+            while self._running:
+                self._cond.wait()
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def resume(self) -> None:
+        """Hand the executor back (starting the thread at the first call, or after :meth:`close`):
+        it serves until nothing can run, then waits for the next resume."""
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                self._closing = False
+                self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+                self._thread.start()
+            self._paused = False
+            self._stop_slice.clear()
+            self._work = True
+            self._cond.notify_all()
+
+    def take_counters(self) -> tuple[float, int]:
+        """Busy seconds and rows consumed since the last call, and reset them."""
+        with self._cond:
+            out = (self.busy_s, self.rows_consumed)
+            self.busy_s, self.rows_consumed = 0.0, 0
+            return out
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop the thread after its slice in flight and join it; the worker is left paused
+        (a later :meth:`resume` starts a new thread)."""
+        with self._cond:
+            self._closing = True
+            self._paused = True
+            self._stop_slice.set()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        with self._cond:
+            if self._thread is thread and (thread is None or not thread.is_alive()):
+                self._thread = None
+
+    # -- the worker's side -------------------------------------------------------------------------
+    def _main(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._closing and (self._paused or not self._work):
+                    cond.wait()
+                if self._closing:
+                    return
+                self._running = True
+            try:
+                report = self.executor.run(self.slice_s, stop=self._stop_slice)
+            except BaseException as exc:  # noqa: BLE001 - handed to the trigger's thread by pause()
+                with cond:
+                    self._error = exc
+                    self._running = False
+                    self._closing = True
+                    cond.notify_all()
+                return
+            with cond:
+                self._running = False
+                self.busy_s += report.seconds
+                self.rows_consumed += report.rows_consumed
+                self.slices += 1
+                if report.idle:
+                    self._work = False  # nothing can run until a trigger queues more
+                cond.notify_all()

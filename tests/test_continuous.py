@@ -1,0 +1,290 @@
+"""The continuous trigger loop (issue 13) on Arrow tables alone (no SparkSession).
+
+* Over many triggers the continuous loop writes exactly the rows the per-trigger loop writes
+  (nothing lost, nothing twice), and what its worker produced between triggers is written by the
+  next trigger.
+* The worker really works between triggers: queued rows drop while no trigger runs.
+* The top class is served at once, whatever the strategy.
+* Exactly-once across crashes: a loop dropped after its checkpoint, or crashed before it at any
+  fault point (the kill raises here instead of SIGKILLing the test process), is continued by a
+  fresh loop from the checkpoint with the same end result.
+* ``close()`` / ``finish()`` leave no thread behind; a failing slice surfaces at the next trigger.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sparkqos.errors import ArgumentError, RunnerError
+from sparkqos.examples import sensor_queries
+from sparkqos.executor.loop import Executor
+from sparkqos.spark.config import FAULT_POINTS, SLICE_S, RunConfig
+from sparkqos.spark.sinks import MemorySink, read_parquet_sink
+from sparkqos.spark.trigger import TriggerLoop, top_class
+
+T0 = 1_700_000_000.0
+N_BATCHES = 12
+
+#: Every loop a test made, closed after it (a failed assertion must not leave a worker running).
+LOOPS: list[TriggerLoop] = []
+
+
+def sensor_table(n: int, seed: int, start: float = T0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    hot = rng.random(n) < 0.1  # some fire rows (class H) in every batch
+    return pa.table(
+        {
+            "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
+            "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
+            "temperature": pa.array(np.where(hot, 70.0, np.round(rng.uniform(10, 50, n), 1))),
+            "humidity": pa.array(np.where(hot, 10.0, np.round(rng.uniform(30, 95, n), 1))),
+            "ts": pa.array(start + np.sort(rng.uniform(0, 2, n))),
+        }
+    )
+
+
+BATCHES = [sensor_table(120, b, start=T0 + 2 * b) for b in range(N_BATCHES)]
+
+
+def make_loop(root: Path, work_us: float = 0.0, **kw) -> TriggerLoop:
+    kw.setdefault("strategy", "chain")
+    kw.setdefault("budget_s", 0.002)  # per-trigger mode leaves a backlog between triggers
+    kw.setdefault("output", root / "out")
+    config = RunConfig(checkpoint=root / "ckpt", **kw)
+    loop = TriggerLoop(sensor_queries(work_us=work_us, window_s=5.0), config)
+    LOOPS.append(loop)
+    return loop
+
+
+def rows(tables: dict[str, pa.Table]) -> dict[str, Counter]:
+    """Each query's output as a multiset of rows (order is the strategy's business; a window's
+    mean may differ in its last bits with how its rows were split into runs)."""
+
+    def key(row: dict) -> tuple:
+        return tuple(float(f"{v:.12g}") if isinstance(v, float) else v for v in row.values())
+
+    return {q: Counter(key(r) for r in t.to_pylist()) for q, t in tables.items()}
+
+
+def continuous_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("sparkqos-continuous")]
+
+
+def queued_now(loop: TriggerLoop) -> float:
+    """Rows queued, read while the worker is paused (it owns the queues otherwise)."""
+    loop.worker.pause()
+    try:
+        return loop.executor.state.total_queued
+    finally:
+        loop.worker.resume()
+
+
+def wait_until_drained(loop: TriggerLoop, timeout_s: float = 10.0) -> bool:
+    deadline = time.time() + timeout_s
+    while queued_now(loop) > 0:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def run_all(loop: TriggerLoop, batches: range, pause_s: float = 0.0) -> None:
+    for b in batches:
+        loop.process(BATCHES[b], b)
+        if pause_s:
+            time.sleep(pause_s)
+
+
+@pytest.fixture(scope="module")
+def per_trigger(tmp_path_factory) -> dict[str, Counter]:
+    root = tmp_path_factory.mktemp("per_trigger")
+    loop = make_loop(root)
+    run_all(loop, range(N_BATCHES))
+    loop.finish()
+    return rows(read_parquet_sink(root / "out" / "outputs"))
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left():
+    yield
+    left = continuous_threads()
+    while LOOPS:
+        LOOPS.pop().close()
+    assert left == []
+
+
+def test_same_rows_as_the_per_trigger_loop_over_many_triggers(tmp_path, per_trigger):
+    loop = make_loop(tmp_path, continuous=True)
+    run_all(loop, range(N_BATCHES), pause_s=0.01)
+    assert [t.name for t in continuous_threads()] == ["sparkqos-continuous-sparkqos"]
+    last = loop.finish()
+    assert continuous_threads() == []  # finish stops the worker before draining
+    assert last["batchId"] == N_BATCHES
+    out = rows(read_parquet_sink(tmp_path / "out" / "outputs"))
+    assert out == per_trigger
+    assert sum(out["archive"].values()) == N_BATCHES * 120  # the archive keeps every row: none lost or doubled
+    assert sum(p["numOutputRows"] for p in loop.progress.recent) == sum(sum(c.values()) for c in out.values())
+
+
+def test_outputs_made_between_triggers_are_written_by_the_next_trigger(tmp_path):
+    sink = MemorySink()
+    loop = make_loop(tmp_path, continuous=True, top_class_s=0, sink=sink, output=None)
+    first = loop.process(BATCHES[0], 0)
+    assert first["numOutputRows"] == 0  # no top-class pass: the trigger left all the work to the worker
+    assert wait_until_drained(loop)
+    second = loop.process(pa.table({n: pa.array([], t) for n, t in zip(BATCHES[0].schema.names, BATCHES[0].schema.types)}), 1)
+    loop.close()
+    assert second["numInputRows"] == 0 and second["queries"][-1]["rowsOut"] >= 0
+    assert sink.table("archive").num_rows == 120  # produced after trigger 0, written as batch 1
+    assert second["processedRowsPerSecond"] > 0 and second["executorBusyS"] > 0
+    assert 0 < second["executorBusyFraction"] <= 1
+
+
+def test_the_worker_serves_between_triggers(tmp_path):
+    """A costly plan (300 µs a row on the archive and anomaly paths): the queues shrink while no
+    trigger runs."""
+    loop = make_loop(tmp_path, work_us=300.0, continuous=True, output=None, sink=MemorySink())
+    loop.process(sensor_table(2000, 1), 0)
+    before = queued_now(loop)
+    time.sleep(0.3)
+    after = queued_now(loop)
+    loop.close()
+    assert before > 0 and after < before
+
+
+def test_the_top_class_is_served_at_once(tmp_path):
+    """Whatever the strategy (here FIFO, with a costly plan), the trigger writes every fire row of
+    its own batch; the rest waits for the worker."""
+    loop = make_loop(tmp_path, work_us=300.0, strategy="fifo", continuous=True, top_class_s=1.0, output=None, sink=MemorySink())
+    assert top_class(loop.compiled) == "H" and loop.top_class == "H"
+    table = sensor_table(2000, 2)
+    fire = int(np.sum((table.column("temperature").to_numpy() > 55) & (table.column("humidity").to_numpy() < 25)))
+    progress = loop.process(table, 0)
+    loop.close()
+    by_query = {q["query"]: q["rowsOut"] for q in progress["queries"]}
+    assert fire > 0 and by_query["fire"] == fire
+    assert by_query["archive"] < 2000
+
+
+def test_no_top_class_when_the_top_priority_is_shared(tmp_path):
+    config = RunConfig(checkpoint=tmp_path, continuous=True)
+    loop = TriggerLoop(sensor_queries(classes={"H": 2.0, "C": 2.0, "N": 1.0}), config)
+    assert loop.top_class is None and loop._top_operators == ()
+
+
+def test_restart_after_the_checkpoint_continues_exactly_once(tmp_path, per_trigger):
+    first = make_loop(tmp_path, continuous=True)
+    run_all(first, range(5), pause_s=0.01)
+    first.close()  # the process dies: what the worker did after checkpoint 4 is lost, not written
+    del first
+    second = make_loop(tmp_path, continuous=True)
+    assert second.restore() == 4
+    assert second.process(BATCHES[4], 4) is None  # Spark replays the batch it had not committed
+    run_all(second, range(5, N_BATCHES), pause_s=0.01)
+    second.finish()
+    assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
+
+
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_a_crash_at_any_fault_point_restarts_exactly_once(tmp_path, monkeypatch, per_trigger, point):
+    def crash(self, point, batch_id):
+        raise Crash(f"{point} of batch {batch_id}")
+
+    monkeypatch.setattr(TriggerLoop, "_kill", crash)  # a SIGKILL would end the test run
+    first = make_loop(tmp_path, continuous=True, fault=f"{point}:4")
+    run_all(first, range(4), pause_s=0.01)
+    with pytest.raises(Crash, match=f"{point} of batch 4"):
+        first.process(BATCHES[4], 4)
+    assert continuous_threads() == []  # the failed trigger stopped the worker
+    checkpointed = point in ("after_checkpoint", "after_progress")
+    assert first.store.batches()[-1] == (4 if checkpointed else 3)
+    del first
+    second = make_loop(tmp_path, continuous=True)
+    assert second.restore() == (4 if checkpointed else 3)
+    run_all(second, range(4, N_BATCHES), pause_s=0.01)  # batch 4 replayed: skipped or run again
+    second.finish()
+    assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
+
+
+def test_a_restore_from_a_per_trigger_checkpoint_continues_continuously(tmp_path, per_trigger):
+    first = make_loop(tmp_path)
+    run_all(first, range(6))
+    second = make_loop(tmp_path, continuous=True)
+    run_all(second, range(6, N_BATCHES), pause_s=0.01)
+    second.finish()
+    assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
+
+
+def test_close_joins_the_worker_and_a_later_trigger_starts_a_new_one(tmp_path):
+    loop = make_loop(tmp_path, continuous=True)
+    loop.close()  # never started: nothing to do
+    loop.process(BATCHES[0], 0)
+    assert len(continuous_threads()) == 1
+    loop.close()
+    assert continuous_threads() == []
+    loop.process(BATCHES[1], 1)
+    assert len(continuous_threads()) == 1
+    loop.close()
+    loop.close()
+
+
+def test_a_failing_slice_surfaces_at_the_next_trigger(tmp_path, monkeypatch):
+    loop = make_loop(tmp_path, work_us=50.0, continuous=True, top_class_s=0)
+    real_run = Executor.run
+
+    def broken(self, *args, **kwargs):
+        if threading.current_thread().name.startswith("sparkqos-continuous"):
+            raise Crash("slice")
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Executor, "run", broken)
+    loop.process(BATCHES[0], 0)
+    deadline = time.time() + 10
+    while loop.worker.alive and time.time() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(Crash, match="slice"):
+        loop.process(BATCHES[1], 1)
+    assert loop.last_batch == 0 and loop.store.batches() == [0]
+    loop.close()
+
+
+def test_per_trigger_mode_reports_busy_time_too(tmp_path):
+    loop = make_loop(tmp_path, budget_s=30.0)
+    progress = [loop.process(BATCHES[b], b) for b in range(2)]
+    assert loop.worker is None
+    for p in progress:
+        assert p["executorBusyS"] > 0 and 0 < p["executorBusyFraction"] <= 1
+
+
+@pytest.mark.parametrize(
+    ("options", "parameter"),
+    [({"continuous": "yes"}, "continuous"), ({"slice_s": 0}, "slice_s"), ({"top_class_s": -1}, "top_class_s")],
+)
+def test_continuous_options_are_checked(tmp_path, options, parameter):
+    with pytest.raises(RunnerError) as err:
+        RunConfig(checkpoint=tmp_path, **options)
+    assert err.value.parameter == parameter
+
+
+def test_continuous_option_defaults(tmp_path):
+    config = RunConfig(checkpoint=tmp_path, trigger_s=2.0)
+    assert config.continuous is False and config.effective_slice_s == SLICE_S
+    assert config.effective_top_class_s == pytest.approx(0.2)
+    assert RunConfig(checkpoint=tmp_path, slice_s=1, top_class_s=0).effective_top_class_s == 0.0
+
+
+def test_executor_serve_checks_its_operators(tmp_path):
+    loop = make_loop(tmp_path)
+    with pytest.raises(ArgumentError, match="unknown operator"):
+        loop.executor.serve(["nope"])
