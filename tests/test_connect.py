@@ -25,6 +25,7 @@ import sparkqos
 from sparkqos import sources
 from sparkqos.examples import sensor_queries
 from sparkqos.spark.batch import BatchFunction
+from sparkqos.spark.deadletter import read_dead_letters
 from sparkqos.spark.sinks import read_parquet_sink
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +40,8 @@ def trace(tmp_path_factory) -> Path:
         {
             "sensor_id": pa.array(rng.integers(0, 16, n), pa.int32()),
             "location": pa.array([f"z{i % 4}" for i in range(n)]),
-            "temperature": pa.array(np.round(rng.normal(40, 15, n) * 2) / 2),
+            # every 120th reading is broken (NaN): a dead letter with its reason in both runs
+            "temperature": pa.array(np.where(np.arange(n) % 120 == 7, np.nan, np.round(rng.normal(40, 15, n) * 2) / 2)),
             "humidity": pa.array(np.round(rng.uniform(10, 90, n) * 2) / 2),
             "ts": pa.array(1_700_000_000_000_000 + np.sort(rng.integers(0, 30_000_000, n)), pa.timestamp("us", tz="UTC")),
         }
@@ -88,7 +90,12 @@ def classic(spark, trace, tmp_path_factory) -> dict[str, pa.Table]:
     )
     handle.start().awaitTermination()
     handle.finish()
-    return outputs(out / "outputs")
+    return {**outputs(out / "outputs"), "deadletter": read_dead_letters(out / "deadletter")}
+
+
+def dead_letters(table: pa.Table) -> list[tuple[str, str, str]]:
+    """What was rejected and why, whatever batch it came in."""
+    return sorted(zip(table.column("reason").to_pylist(), table.column("column").to_pylist(), table.column("record").to_pylist()))
 
 
 def test_the_batch_function_pickles_to_configuration_only(spark, trace, tmp_path):
@@ -129,3 +136,7 @@ def test_connect_run_stopped_and_restarted_gives_the_classic_rows(trace, classic
     for query in QUERIES:
         assert classic[query].num_rows > 0, query
         assert_same_rows(got[query], classic[query], query)
+    # Bad input under Connect as in classic: the same rows dead-lettered with the same reasons.
+    rejected = dead_letters(read_dead_letters(tmp_path / "output" / "deadletter"))
+    assert len(rejected) == 25 and all("temperature" in (reason + column) for reason, column, _ in rejected), rejected[:3]
+    assert rejected == dead_letters(classic["deadletter"])
