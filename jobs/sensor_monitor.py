@@ -65,6 +65,7 @@ SCHEMA = {
         ),
         "qos": Key(str, "balanced", "QoS template name or TOML path (adaptive)"),
         "seed": Key(int, 0),
+        "class_shares": Key(bool, False, "CQC's class shares above the strategy, it orders work inside each class (issue 13)"),
     },
     "queries": {
         "work_us": Key(float, 150.0, "declared CPU µs per row of the costly steps", low=0),
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         trigger_s=job["trigger_s"],
         budget_s=job["budget_s"] or None,
         continuous=job["continuous"],
+        class_shares=sched["class_shares"],
         checkpoint=checkpoint,
         output=output,
         name=job["name"],

@@ -14,7 +14,7 @@ import pytest
 from sparkqos import schedulers
 from sparkqos.adaptive.controller import Adaptive
 from sparkqos.errors import SchedulerError
-from sparkqos.schedulers import Cqc, Fifo, PathCapacity, RoundRobin
+from sparkqos.schedulers import ClassShares, Cqc, Fifo, PathCapacity, RoundRobin
 from sparkqos.spark.config import RunConfig
 
 
@@ -61,7 +61,7 @@ def named_by_hand(name: str, params: dict, qos, trigger_s, budget_s: float) -> d
         instance = schedulers.get(n)
         defaults = instance.params()
         out = dict(p)
-        if isinstance(instance, Cqc) and "k" not in out:
+        if isinstance(instance, (Cqc, ClassShares)) and "k" not in out:  # a round of class shares
             out["k"] = budget_s
         if "quantum" in defaults and defaults["quantum"] is not None and "quantum" not in out:
             out["quantum"] = budget_s / 10

@@ -373,7 +373,10 @@ class Adaptive(Scheduler):
     (eq 3.1), the ``spread`` reading of eq 5.1, the window ``delay_signal`` and ``memory_signal``,
     the wheel's ``sharpness`` and ``explore`` share (see the module), ``log_limit``, how many
     decisions ``decisions`` keeps (the newest; None: all), and ``member_params``, parameters of
-    the candidates by name (e.g. ``{"cqc": {"k": 0.5}}``; the others get their defaults).
+    the candidates by name (e.g. ``{"cqc": {"k": 0.5}}``; the others get their defaults), and
+    ``class_shares``: None, or the parameters (``k``, ``quantum``) of the
+    :class:`~sparkqos.schedulers.classes.ClassShares` each candidate then runs under, so CQC's
+    class shares hold whichever candidate is in force (``{}``: the defaults).
 
     Window statistics come from the state: output rate from ``output_total`` deltas, mean delay
     from ``output_delay_total`` / ``output_total`` deltas, memory as the time-weighted mean of
@@ -405,6 +408,7 @@ class Adaptive(Scheduler):
         explore: float = 0.05,
         log_limit: int | None = 10_000,
         member_params: Mapping[str, Mapping[str, Any]] | None = None,
+        class_shares: Mapping[str, Any] | None = None,
     ):
 
         self.candidates = candidates
@@ -440,7 +444,12 @@ class Adaptive(Scheduler):
         if strangers:
             raise SchedulerError(f"member_params names {strangers}, which are not candidates {names}")
         self.member_params = {n: dict(v) for n, v in member_params.items()}
-        self._members: dict[str, Scheduler] = {n: registry.get(n, **self.member_params.get(n, {})) for n in names}
+        if class_shares is not None and (not isinstance(class_shares, Mapping) or {"inner", "inner_params"} & set(class_shares)):
+            raise SchedulerError(
+                f"class_shares is None or the k and quantum of the class shares under each candidate, got {class_shares!r}"
+            )
+        self.class_shares = None if class_shares is None else dict(class_shares)
+        self._members: dict[str, Scheduler] = {n: self._member(n) for n in names}
         self._starved = 0
         self._window: dict[str, float] | None = None
         self._yield: dict[str, float] = {}  # Π σ from each operator to its root
@@ -464,7 +473,27 @@ class Adaptive(Scheduler):
                     members[n] = sized
         if members:
             params["member_params"] = members
+        if params.get("class_shares") is not None:
+            shares = type(registry.get("class_shares")).sized_params(budget_s, **dict(params["class_shares"]))
+            params["class_shares"] = {k: v for k, v in shares.items() if k not in ("inner", "inner_params")}
         return params
+
+    def _member(self, name: str) -> Scheduler:
+        """Candidate ``name`` with its ``member_params``; under class shares when they are on (as
+        the candidate's ``class_shares_params`` says: ``cqc`` shares time between classes itself)."""
+        params = dict(self.member_params.get(name, {}))
+        if self.class_shares is None:
+            return registry.get(name, **params)
+        name, params = type(registry.get(name)).class_shares_params(name, params)
+        if name == "class_shares":
+            params = {**params, "inner_params": params.get("inner_params") or None, **self.class_shares}
+        return registry.get(name, **params)
+
+    @classmethod
+    def class_shares_params(cls, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Class shares go under each candidate (``class_shares={}``), not around the controller:
+        it keeps scoring whole-plan windows, and whichever candidate it runs honours the shares."""
+        return name, {**params, "class_shares": dict(params.get("class_shares") or {})}
 
     @property
     def decisions(self) -> list[dict[str, Any]]:

@@ -16,12 +16,13 @@ from sparkqos.model.state import EngineState, SchedulerState, Unit
 from sparkqos.schedulers.base import HeapScheduler, LazyHeap, PriorityScheduler, Scheduler
 from sparkqos.schedulers.basic import Fifo, Greedy, MostTuplesInQueue, RoundRobin
 from sparkqos.schedulers.chain import Chain
+from sparkqos.schedulers.classes import ClassShares, ClassView
 from sparkqos.schedulers.cos import Cos
-from sparkqos.schedulers.cqc import Cqc
+from sparkqos.schedulers.cqc import ClassTurns, Cqc
 from sparkqos.schedulers.guards import DynamicPriority, OldestPathGuard
 from sparkqos.schedulers.path import PathCapacity, Segment, SimplifiedSegment, Threshold
 from sparkqos.schedulers.rate import HighestNormalizedRate, HighestRate
-from sparkqos.schedulers.registry import available, get, register, unregister
+from sparkqos.schedulers.registry import available, build, get, register, unregister
 
 register("rr")(RoundRobin)
 register("fifo")(Fifo)
@@ -38,9 +39,13 @@ register("hr")(HighestRate)
 register("hnr")(HighestNormalizedRate)
 register("cqc")(Cqc)
 register("cos")(Cos)
+register("class_shares")(ClassShares)
 
 __all__ = [
     "Chain",
+    "ClassShares",
+    "ClassTurns",
+    "ClassView",
     "Cos",
     "Cqc",
     "DynamicPriority",
@@ -63,6 +68,7 @@ __all__ = [
     "Threshold",
     "Unit",
     "available",
+    "build",
     "get",
     "register",
     "unregister",

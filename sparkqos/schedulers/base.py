@@ -84,6 +84,15 @@ class Scheduler(ABC):
         """A new instance with :meth:`sized_params` (override that, not this)."""
         return cls(**cls.sized_params(budget_s, period_s, **params))
 
+    @classmethod
+    def class_shares_params(cls, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The strategy to build instead of ``name`` (this class's registry name, with ``params``)
+        when class shares are on (:func:`sparkqos.schedulers.registry.build`): by default
+        ``class_shares`` over it (schedulers/classes.py: CQC's level 1 above, this strategy inside
+        each class). A strategy that delegates to others (``adaptive``) or already shares time
+        between classes (``cqc``) says otherwise here, so callers never name strategies."""
+        return "class_shares", {"inner": name, "inner_params": dict(params)}
+
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Serialisable mutable state (empty for stateless strategies)."""

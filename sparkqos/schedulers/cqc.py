@@ -11,7 +11,7 @@ operator of the class has input.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sparkqos.errors import SchedulerError, check_number
@@ -47,6 +47,132 @@ def next_credit(slice_: float, credit: float, used: float) -> float:
     return slice_ - (used - credit)
 
 
+class ClassTurns:
+    """Level 1 of CQC Algorithm 1, on its own: whose turn it is among the query classes.
+
+    Classes take turns in decreasing priority (ties by name); class i may use its credit, at most
+    Tᵢ = Pᵢ·k / ΣP (:func:`class_quotas`), per turn. Time is counted through ``now``: each call of
+    :meth:`next_class` first charges the class that ran the previous dispatch with the time since
+    :meth:`ran` was called, at most the ``cap`` given there (how long that dispatch could have
+    lasted: the scheduler cannot otherwise tell a run that ended early from an idle processor).
+    A turn ends when the class has used its credit or has no work left; its next credit is
+    :func:`next_credit`. A class whose credit is not positive sits its turn out and gains Tᵢ
+    (step 2a); a class with no work returns at once, having used nothing, so its credit goes
+    back to Tᵢ (step 3a).
+
+    Shared by :class:`Cqc` (HR inside each class) and
+    :class:`~sparkqos.schedulers.classes.ClassShares` (any strategy inside each class), so the
+    two choose classes with one implementation. The mutable part round-trips through
+    :meth:`state_dict` / :meth:`load_state_dict` (the keys of :class:`Cqc`'s state).
+    """
+
+    STATE_KEYS = frozenset({"credit", "current", "used", "pick_time", "pick_cap"})
+
+    def __init__(self, k: float):
+        self.k = k
+        self.order: list[str] = []
+        self.slice: dict[str, float] = {}
+        self.credit: dict[str, float] = {}
+        self.current: str | None = None
+        self.used = 0.0
+        self.pick_time: float | None = None
+        self.pick_cap = 0.0
+
+    def setup(self, priorities: Mapping[str, float]) -> None:
+        """The plan's classes and priorities (setup steps 1–2). Credits are kept when the
+        classes are the same (a rebuild after a statistics update), else reset to the quotas."""
+        self.order = sorted(priorities, key=lambda c: (-priorities[c], c))
+        self.slice = class_quotas({c: priorities[c] for c in self.order}, self.k)
+        if not self.credit or set(self.credit) != set(self.order):
+            self.credit = dict(self.slice)
+            self.current = None
+            self.used = 0.0
+            self.pick_time = None
+
+    def next_class(self, now: float, has_work: Callable[[str], bool]) -> str | None:
+        """The class whose turn it is at ``now`` (the current one while it has credit and work),
+        or None when no class has work."""
+        if self.pick_time is not None:
+            self.used += min(max(now - self.pick_time, 0.0), self.pick_cap)
+            self.pick_time = None
+        current = self.current
+        if current is not None:
+            if self.used < self.credit[current] - CREDIT_EPS and has_work(current):
+                return current
+            self.credit[current] = next_credit(self.slice[current], self.credit[current], self.used)
+            self.current = None
+            self.used = 0.0
+        if not any(has_work(c) for c in self.order):
+            return None
+        # Cycle from the class after the last one served; each pass raises every negative credit
+        # by its slice, so a class with work is reached after finitely many passes.
+        n = len(self.order)
+        i = 0 if current is None else self.order.index(current) + 1
+        while True:
+            klass = self.order[i % n]
+            i += 1
+            if self.credit[klass] <= CREDIT_EPS:  # step 2a: sit this turn out
+                self.credit[klass] += self.slice[klass]
+                continue
+            if not has_work(klass):  # a turn that returns at once used nothing: step 3a
+                self.credit[klass] = self.slice[klass]
+                continue
+            self.current = klass
+            self.used = 0.0
+            return klass
+
+    def ran(self, now: float, cap: float) -> None:
+        """The current class was given a dispatch at ``now`` that can last at most ``cap``."""
+        self.pick_time = now
+        self.pick_cap = cap
+
+    def charge(self, klass: str, used: float, where: str = "Cqc") -> None:
+        """End ``klass``'s turn after it ran for ``used`` time units (Algorithm 1, step 3)."""
+        if klass not in self.credit:
+            raise SchedulerError(f"{where}: unknown class {klass!r}; classes are {self.order}")
+        self.credit[klass] = next_credit(self.slice[klass], self.credit[klass], used)
+        if self.current == klass:
+            self.current, self.used, self.pick_time = None, 0.0, None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "credit": dict(self.credit),
+            "current": self.current,
+            "used": self.used,
+            "pick_time": self.pick_time,
+            "pick_cap": self.pick_cap,
+        }
+
+    @classmethod
+    def check_state(cls, state: Mapping[str, Any], where: str = "Cqc") -> None:
+        """Raise SchedulerError unless ``state`` looks like :meth:`state_dict`'s."""
+        if not isinstance(state, Mapping):
+            raise SchedulerError(f"{where} state must be a table, got {state!r}")
+        unknown = set(state) - cls.STATE_KEYS
+        if unknown:
+            raise SchedulerError(f"{where} state has unknown keys {sorted(unknown)}; expected {sorted(cls.STATE_KEYS)}")
+        credit = state.get("credit", {})
+        if not isinstance(credit, dict) or not all(isinstance(v, (int, float)) for v in credit.values()):
+            raise SchedulerError(f"{where} state: credit must map class names to numbers, got {credit!r}")
+
+    def load_state_dict(self, saved: Mapping[str, Any], where: str = "Cqc") -> None:
+        """Continue from ``saved`` (after :meth:`setup` with the same classes)."""
+        credit = {str(c): float(v) for c, v in saved.get("credit", {}).items()}
+        if not credit:  # saved before this strategy first ran (e.g. an idle adaptive candidate)
+            return
+        if set(credit) != set(self.order):
+            raise SchedulerError(f"{where} state names classes {sorted(credit)}; the plan has {sorted(self.order)}")
+        current = saved.get("current")
+        if current is not None and current not in credit:
+            raise SchedulerError(f"{where} state: current class {current!r} is not one of {sorted(credit)}")
+        self.credit = credit
+        self.current = current
+        self.used = float(saved.get("used", 0.0))
+        pick_time = saved.get("pick_time")
+        self.pick_time = None if pick_time is None else float(pick_time)
+        self.pick_cap = float(saved.get("pick_cap", 0.0))
+
+
 class Cqc(Scheduler):
     """Two-level class scheduler (CQC Algorithm 1).
 
@@ -61,7 +187,9 @@ class Cqc(Scheduler):
     Classes take turns in decreasing priority. A class whose credit is not positive sits its
     turn out and gains Tᵢ (step 2a); a class with no runnable operator returns at once, having
     used nothing, so its credit goes back to Tᵢ (step 3a). Only classes with work are served, and
-    a pick returns None only when no operator of any class can run.
+    a pick returns None only when no operator of any class can run. Level 1 is
+    :class:`ClassTurns`, which :class:`~sparkqos.schedulers.classes.ClassShares` shares to put
+    any strategy in place of HR.
 
     Three one-operator queries in classes of priority 6, 3, 1 and k = 10: each round serves H
     for 6 time units, C for 3 and N for 1.
@@ -83,13 +211,7 @@ class Cqc(Scheduler):
         check_number("quantum", quantum, low=0, low_open=True, error=SchedulerError, where="Cqc: ")
         self.k = k
         self.quantum = quantum
-        self._order: list[str] = []
-        self._slice: dict[str, float] = {}
-        self._credit: dict[str, float] = {}
-        self._current: str | None = None
-        self._used = 0.0
-        self._pick_time: float | None = None
-        self._pick_cap = 0.0
+        self._turns = ClassTurns(k)
         self._operational: dict[str, LazyHeap] = {}
         self._sources: dict[str, LazyHeap] = {}
         self._units: dict[str, Unit] = {}
@@ -108,25 +230,25 @@ class Cqc(Scheduler):
         params.setdefault("k", budget_s)
         return super().sized_params(budget_s, period_s, **params)
 
+    @classmethod
+    def class_shares_params(cls, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """CQC already shares time between classes: unchanged."""
+        return name, dict(params)
+
     # -- derived structures -------------------------------------------------------------------
     def _rebuild(self, state: SchedulerState) -> None:
         plan = state.plan
-        self._order = sorted(plan.classes, key=lambda c: (-plan.classes[c], c))
-        self._slice = class_quotas({c: plan.classes[c] for c in self._order}, self.k)
-        if not self._credit or set(self._credit) != set(self._order):
-            self._credit = dict(self._slice)
-            self._current = None
-            self._used = 0.0
-            self._pick_time = None
+        turns = self._turns
+        turns.setup(plan.classes)
         if self._restored is not None:
-            self._apply(self._restored)
+            turns.load_state_dict(self._restored)
             self._restored = None
         prio = highest_rate_priorities(state)
         index = plan.index
         oldest = state.oldest
         key = lambda op: (-prio[op], oldest(op), index[op])  # noqa: E731
-        self._operational = {c: LazyHeap(key, state.runnable) for c in self._order}
-        self._sources = {c: LazyHeap(key, state.runnable) for c in self._order}
+        self._operational = {c: LazyHeap(key, state.runnable) for c in turns.order}
+        self._sources = {c: LazyHeap(key, state.runnable) for c in turns.order}
         self._units = {op: Unit("operator", (op,), quota_time=self.quantum) for op in plan.names}
         for op in state.runnable_operators():
             self._heap_of(op, state).push(op)
@@ -146,99 +268,36 @@ class Cqc(Scheduler):
     # -- the pick ------------------------------------------------------------------------------
     def _choose(self, state: SchedulerState) -> Unit | None:
         now = state.now
-        if self._pick_time is not None:
-            self._used += min(max(now - self._pick_time, 0.0), self._pick_cap)
-            self._pick_time = None
-        current = self._current
-        if current is not None:
-            if self._used < self._credit[current] - CREDIT_EPS:
-                op = self._top(current)
-                if op is not None:
-                    return self._serve(op, state)
-            self._credit[current] = next_credit(self._slice[current], self._credit[current], self._used)
-            self._current = None
-            self._used = 0.0
-        if not any(self._top(c) is not None for c in self._order):
+        klass = self._turns.next_class(now, lambda c: self._top(c) is not None)
+        if klass is None:
             return None
-        # Cycle from the class after the last one served; each pass raises every negative credit
-        # by its slice, so a class with work is reached after finitely many passes.
-        start = 0 if current is None else self._order.index(current) + 1
-        n = len(self._order)
-        i = start
-        while True:
-            klass = self._order[i % n]
-            i += 1
-            if self._credit[klass] <= CREDIT_EPS:  # step 2a: sit this turn out
-                self._credit[klass] += self._slice[klass]
-                continue
-            if self._top(klass) is None:  # a turn that returns at once used nothing: step 3a
-                self._credit[klass] = self._slice[klass]
-                continue
-            self._current = klass
-            self._used = 0.0
-            return self._serve(self._top(klass), state)
-
-    def _serve(self, op: str, state: SchedulerState) -> Unit:
-        self._pick_time = state.now
-        self._pick_cap = min(self.quantum, state.queued(op) * state.cost(op))
+        op = self._top(klass)
+        self._turns.ran(now, min(self.quantum, state.queued(op) * state.cost(op)))
         return self._units[op]
 
     # -- introspection and state ---------------------------------------------------------------
     @property
     def quotas(self) -> dict[str, float]:
         """Tᵢ of each class, highest priority first (empty until attached)."""
-        return dict(self._slice)
+        return dict(self._turns.slice)
 
     @property
     def credits(self) -> dict[str, float]:
         """Quota each class may use in its next (or current) turn."""
-        return dict(self._credit)
+        return dict(self._turns.credit)
 
     def charge(self, klass: str, used: float) -> None:
         """End ``klass``'s turn after it ran for ``used`` time units (Algorithm 1, step 3); for
         engines that run a class for a whole turn themselves, and for tests."""
-        if klass not in self._credit:
-            raise SchedulerError(f"Cqc: unknown class {klass!r}; classes are {self._order}")
-        self._credit[klass] = next_credit(self._slice[klass], self._credit[klass], used)
-        if self._current == klass:
-            self._current, self._used, self._pick_time = None, 0.0, None
-
-    _STATE_KEYS = {"credit", "current", "used", "pick_time", "pick_cap"}
+        self._turns.charge(klass, used)
 
     def state_dict(self) -> dict[str, Any]:
         if self._state is None and self._restored is not None:
             return dict(self._restored)
-        return {
-            "credit": dict(self._credit),
-            "current": self._current,
-            "used": self._used,
-            "pick_time": self._pick_time,
-            "pick_cap": self._pick_cap,
-        }
+        return self._turns.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        unknown = set(state) - self._STATE_KEYS
-        if unknown:
-            raise SchedulerError(f"Cqc state has unknown keys {sorted(unknown)}; expected {sorted(self._STATE_KEYS)}")
-        credit = state.get("credit", {})
-        if not isinstance(credit, dict) or not all(isinstance(v, (int, float)) for v in credit.values()):
-            raise SchedulerError(f"Cqc state: credit must map class names to numbers, got {credit!r}")
+        ClassTurns.check_state(state)
         self._restored = dict(state)
         if self._state is not None:
             self._rebuild(self._state)
-
-    def _apply(self, saved: dict[str, Any]) -> None:
-        credit = {str(c): float(v) for c, v in saved.get("credit", {}).items()}
-        if not credit:  # saved before this strategy first ran (e.g. an idle adaptive candidate)
-            return
-        if set(credit) != set(self._order):
-            raise SchedulerError(f"Cqc state names classes {sorted(credit)}; the plan has {sorted(self._order)}")
-        current = saved.get("current")
-        if current is not None and current not in credit:
-            raise SchedulerError(f"Cqc state: current class {current!r} is not one of {sorted(credit)}")
-        self._credit = credit
-        self._current = current
-        self._used = float(saved.get("used", 0.0))
-        pick_time = saved.get("pick_time")
-        self._pick_time = None if pick_time is None else float(pick_time)
-        self._pick_cap = float(saved.get("pick_cap", 0.0))

@@ -66,3 +66,27 @@ def get(name: str, **params: Any) -> Scheduler:
     except TypeError as exc:
         allowed = cls._param_names()
         raise SchedulerError(f"strategy {name!r} takes parameters {allowed or 'none'}; got {sorted(params)} ({exc})") from None
+
+
+def build(
+    name: str, budget_s: float | None = None, period_s: float | None = None, *, class_shares: bool = False, **params: Any
+) -> Scheduler:
+    """A new instance of the strategy registered as ``name``: with ``budget_s``, its time
+    parameters left unset sized to a trigger of that many seconds (``Scheduler.sized_params``;
+    ``period_s`` the trigger interval); with ``class_shares``, under CQC's class shares (what
+    the strategy's ``class_shares_params`` says: ``class_shares`` over it by default).
+
+    >>> build("fifo", 2.0, class_shares=True)
+    ClassShares(inner='fifo', k=2.0, quantum=0.2, inner_params=None)
+    >>> build("pc", 2.0)
+    PathCapacity(quantum=0.2)
+    """
+    if not isinstance(class_shares, bool):
+        raise SchedulerError(f"class_shares must be True or False, got {class_shares!r}")
+    cls = type(get(name))
+    if class_shares:
+        name, params = cls.class_shares_params(name, dict(params))
+        cls = type(get(name))
+    if budget_s is not None:
+        params = cls.sized_params(budget_s, period_s, **params)
+    return get(name, **params)

@@ -1,8 +1,8 @@
 """Streams to run on: the Spark data sources ``sparkqos.bursty`` / ``.poisson`` / ``.replay``
 (datasources.py, Python Data Source API) and the Spark-free generators behind them (generators.py).
 
->>> from sparkqos import sources
->>> sources.register(spark)  # doctest: +SKIP
+Use: ``sources.register(spark)`` once per session, then
+``spark.readStream.format("sparkqos.bursty").option("rate", 4000).load()``.
 """
 
 from sparkqos.sources.datasources import BurstySource, PoissonSource, ReplaySource, register

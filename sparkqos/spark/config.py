@@ -33,6 +33,7 @@ import numpy as np
 
 from sparkqos import schedulers
 from sparkqos.errors import RunnerError, SparkqosError, UnknownStrategy, check_choice, check_number
+from sparkqos.model.plan import Plan
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
 from sparkqos.spark.sinks import Sink
@@ -102,6 +103,11 @@ class RunConfig:
     last trigger, serves the plan's top-priority class for up to ``top_class_s`` seconds (default
     a tenth of the budget; 0: not at all) and checkpoints. ``budget_s`` then only sizes the
     strategy's time parameters (and the default ``top_class_s``).
+
+    ``class_shares`` (issue 13; off by default until measured) puts CQC's level 1 — a weighted
+    round robin over the query classes with quotas and credit — above the strategy, which then
+    orders the work inside each class (schedulers/classes.py; ``adaptive``: above each candidate).
+    A plan with a single class runs the strategy as is.
     """
 
     checkpoint: str | Path
@@ -126,6 +132,7 @@ class RunConfig:
     continuous: bool = False
     slice_s: float | None = None
     top_class_s: float | None = None
+    class_shares: bool = False
     #: ``fault`` parsed: injection point → batch ids.
     faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
     _strategy_class: type[Scheduler] = field(init=False, repr=False, compare=False)
@@ -152,6 +159,7 @@ class RunConfig:
         check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
         check_choice("whole_batches", self.whole_batches, (True, False), error=RunnerError)
         check_choice("continuous", self.continuous, (True, False), error=RunnerError)
+        check_choice("class_shares", self.class_shares, (True, False), error=RunnerError)
         check_number("slice_s", self.slice_s, low=0, low_open=True, none_ok=True, error=RunnerError)
         check_number("top_class_s", self.top_class_s, low=0, none_ok=True, error=RunnerError)
         for name in ("slice_s", "top_class_s"):
@@ -167,6 +175,14 @@ class RunConfig:
 
     def _resolve_strategy(self) -> type[Scheduler]:
         if isinstance(self.strategy, Scheduler):
+            if self.class_shares:
+                raise RunnerError(
+                    "class_shares=True wraps a strategy given by name, not a Scheduler instance "
+                    "(wrap it yourself: schedulers.ClassShares(inner=...))",
+                    parameter="class_shares",
+                    value=True,
+                    expected="a strategy name, or class_shares=False",
+                )
             if self.strategy_params or self.qos is not None:
                 raise RunnerError(
                     "give strategy_params/qos with a strategy name, not with a Scheduler instance",
@@ -211,14 +227,20 @@ class RunConfig:
         """Seconds a continuous trigger serves the top class: ``top_class_s``, else a tenth of the budget."""
         return self.top_class_s if self.top_class_s is not None else self.effective_budget_s / 10
 
-    def make_scheduler(self) -> Scheduler:
+    def make_scheduler(self, plan: Plan | None = None) -> Scheduler:
         """The strategy to run: the given instance, or a new one of the named strategy with its time
         parameters sized to the trigger (its ``qos`` defaulting to ``qos``). Built through the
-        registry, so a wrong parameter name is reported as the registry reports it."""
+        registry (:func:`~sparkqos.schedulers.registry.build`), so a wrong parameter name is
+        reported as the registry reports it. With ``class_shares``, under CQC's class shares
+        (``adaptive``: under each candidate), unless ``plan`` has a single class.
+
+        >>> RunConfig(checkpoint="/tmp/ckpt", strategy="chain", class_shares=True, trigger_s=1.0).make_scheduler()
+        ClassShares(inner='chain', k=1.0, quantum=0.1, inner_params=None)
+        """
         if isinstance(self.strategy, Scheduler):
             return self.strategy
         params = dict(self.strategy_params)
         if self.qos is not None:
             params.setdefault("qos", self.qos)
-        sized = self._strategy_class.sized_params(self.effective_budget_s, self.interval_s, **params)
-        return schedulers.get(self.strategy, **sized)
+        shares = self.class_shares and (plan is None or len({q.klass for q in plan.queries.values()}) > 1)
+        return schedulers.build(self.strategy, self.effective_budget_s, self.interval_s, class_shares=shares, **params)

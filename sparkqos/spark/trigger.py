@@ -168,7 +168,7 @@ class TriggerLoop:
         self.stream = stream
         self.arrival_col = arrival_col
         self.budget_s = config.effective_budget_s
-        self.scheduler: Scheduler = config.make_scheduler()
+        self.scheduler: Scheduler = config.make_scheduler(compiled.plan)
         self.store = CheckpointStore(config.checkpoint / "sparkqos", keep=config.keep_checkpoints)
         output = config.output
         self.sink = config.sink if config.sink is not None else (ParquetSink(output / "outputs") if output else MemorySink())
