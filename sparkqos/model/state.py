@@ -125,7 +125,27 @@ class SchedulerState(ABC):
         """Stop appending to ``log``."""
 
 
-class EngineState(SchedulerState):
+class EventLogs:
+    """The event logs schedulers subscribe to (:meth:`SchedulerState.subscribe`): each engine, or
+    view of one, appends an operator's name to every log when the operator receives tuples."""
+
+    _logs: list[list[str]]
+
+    def subscribe(self) -> list[str]:
+        log: list[str] = []
+        self._logs.append(log)
+        return log
+
+    def unsubscribe(self, log: list[str]) -> None:
+        self._logs = [l for l in self._logs if l is not log]
+
+    def notify(self, op: str) -> None:
+        """``op`` received tuples: tell every subscribed scheduler."""
+        for log in self._logs:
+            log.append(op)
+
+
+class EngineState(EventLogs, SchedulerState):
     """The bookkeeping both engines share: the set of runnable operators, the published σ and c,
     the event logs schedulers subscribe to, and the running output totals. An engine keeps
     ``_runnable`` current, calls :meth:`notify` whenever an operator receives tuples and
@@ -175,19 +195,6 @@ class EngineState(SchedulerState):
         """Time the operators have been busy so far (the simulator's run lengths, the executor's
         measured operator seconds)."""
         return self._work_total
-
-    def subscribe(self) -> list[str]:
-        log: list[str] = []
-        self._logs.append(log)
-        return log
-
-    def unsubscribe(self, log: list[str]) -> None:
-        self._logs = [l for l in self._logs if l is not log]
-
-    def notify(self, op: str) -> None:
-        """``op`` received tuples: tell every subscribed scheduler."""
-        for log in self._logs:
-            log.append(op)
 
     def record_delivery(self, amount: float, delay_total: float) -> None:
         """Roots delivered ``amount`` tuples whose delays sum to ``delay_total``."""

@@ -39,13 +39,13 @@ from typing import Any
 
 from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
-from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.model.state import EventLogs, SchedulerState, Unit
 from sparkqos.schedulers import registry
 from sparkqos.schedulers.base import LazyHeap, Scheduler
 from sparkqos.schedulers.cqc import ClassTurns
 
 
-class ClassView(SchedulerState):
+class ClassView(EventLogs, SchedulerState):
     """One class's part of an engine's state, read-only: the sub-plan of the class's queries, the
     engine's queues, statistics and clock for its operators, and an event log of its own (filled
     by :meth:`notify`). Queued totals are the class's; output, input and work totals are the
@@ -118,19 +118,6 @@ class ClassView(SchedulerState):
     @property
     def stats_version(self) -> int:
         return self.parent.stats_version
-
-    def subscribe(self) -> list[str]:
-        log: list[str] = []
-        self._logs.append(log)
-        return log
-
-    def unsubscribe(self, log: list[str]) -> None:
-        self._logs = [l for l in self._logs if l is not log]
-
-    def notify(self, op: str) -> None:
-        """``op`` (an operator of this class) received tuples."""
-        for log in self._logs:
-            log.append(op)
 
 
 def run_bound(state: SchedulerState, unit: Unit) -> float:
