@@ -53,7 +53,18 @@ from sparkqos.query import QuerySet
 SCHEMA = pa.schema([("v", pa.int64()), ("k", pa.int64())])
 KEYS = 8
 
-__all__ = ["KEYS", "SCHEMA", "FakeClock", "SyntheticQuery", "TwinPlans", "drive", "feeds", "rows_by_query", "synthetic_plans"]
+__all__ = [
+    "KEYS",
+    "SCHEMA",
+    "FakeClock",
+    "SyntheticQuery",
+    "TwinPlans",
+    "drive",
+    "feeds",
+    "rows_by_query",
+    "sensor_table",
+    "synthetic_plans",
+]
 
 
 @dataclass(frozen=True)
@@ -259,3 +270,22 @@ def rows_by_query(ex: Executor, internal: bool = False) -> dict[str, list[tuple]
         columns = [table.column(n).to_pylist() for n in names]
         out[query] = sorted(zip(*columns))
     return out
+
+
+def sensor_table(n: int, seed: int, start: float = 1_700_000_000.0) -> pa.Table:
+    """``n`` sensor readings in the plan's view (``sparkqos.examples.SENSOR_SCHEMA``: event time as
+    float seconds), spread over the 4 s after ``start`` in time order, reproducible from ``seed``.
+
+    >>> sensor_table(3, seed=1).column_names
+    ['sensor_id', 'location', 'temperature', 'humidity', 'ts']
+    """
+    rng = np.random.default_rng(seed)
+    return pa.table(
+        {
+            "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
+            "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
+            "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
+            "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
+            "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
+        }
+    )

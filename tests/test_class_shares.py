@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sparkqos import Operator, Plan, schedulers
+from sparkqos import Operator, Plan, schedulers, testing
 from sparkqos.adaptive.controller import Adaptive
 from sparkqos.errors import RunnerError, SchedulerError
 from sparkqos.examples import sensor_queries
@@ -232,18 +232,7 @@ T0 = 1_700_000_000.0
 
 
 def sensor_table(n: int, start: float) -> pa.Table:
-    import numpy as np
-
-    rng = np.random.default_rng(int(start) % 97)
-    return pa.table(
-        {
-            "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
-            "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
-            "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
-            "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
-            "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
-        }
-    )
+    return testing.sensor_table(n, int(start) % 97, start)
 
 
 def make_loop(root: Path, **kw) -> TriggerLoop:

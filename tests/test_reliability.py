@@ -30,6 +30,7 @@ from sparkqos.query import QuerySet
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks, read_dead_letters
 from sparkqos.spark.runner import QosStream, RunnerError, parse_faults
 from sparkqos.spark.sinks import read_parquet_sink
+from sparkqos.testing import sensor_table
 
 T0 = 1_700_000_000.0
 SENSOR_CHECKS = RowChecks(required=("sensor_id", "location"), ranges={"temperature": (-60, 150), "humidity": (0, 100)})
@@ -39,19 +40,6 @@ class FakeStream:
     """Stands in for a streaming DataFrame: the runner only checks ``isStreaming`` before start()."""
 
     isStreaming = True
-
-
-def sensor_table(n: int, seed: int, start: float = T0) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    return pa.table(
-        {
-            "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
-            "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
-            "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
-            "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
-            "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
-        }
-    )
 
 
 def make_stream(tmp_path: Path, **kw) -> QosStream:

@@ -14,7 +14,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -25,21 +24,9 @@ from sparkqos.spark.config import RunConfig, parse_faults
 from sparkqos.spark.deadletter import RowChecks, read_dead_letters
 from sparkqos.spark.sinks import read_parquet_sink
 from sparkqos.spark.trigger import TriggerLoop
+from sparkqos.testing import sensor_table
 
 T0 = 1_700_000_000.0
-
-
-def sensor_table(n: int, seed: int, start: float = T0) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    return pa.table(
-        {
-            "sensor_id": pa.array(rng.integers(0, 32, n), pa.int32()),
-            "location": pa.array([f"z{i}" for i in rng.integers(0, 4, n)]),
-            "temperature": pa.array(np.round(rng.uniform(10, 80, n), 1)),
-            "humidity": pa.array(np.round(rng.uniform(5, 95, n), 1)),
-            "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
-        }
-    )
 
 
 BATCHES = [sensor_table(150, b, start=T0 + 4 * b) for b in range(5)]
