@@ -1,10 +1,12 @@
 """Queries as ordinary PySpark code: transforms (DataFrame → DataFrame) read from Spark's plans.
 
 :func:`compile_transforms` applies each transform to the input DataFrame, reads the analyzed
-logical plan Spark built for it (classic pyspark: ``queryExecution().analyzed().toJSON()``) and
-hands the parsed JSON to :func:`sparkqos.query.spark_plan.compile_plans`, which maps it to the
-executor's operators. Nothing runs on Spark: the transform only builds a plan, so an unsupported
-operation is reported (:class:`~sparkqos.errors.UnsupportedTransform`) before any data moves.
+logical plan Spark built for it (classic pyspark: ``queryExecution().analyzed().toJSON()``; Spark
+Connect: the client's plan typed by the server, in the same JSON shape, see
+:mod:`sparkqos.spark.connect_plan`) and hands the parsed JSON to
+:func:`sparkqos.query.spark_plan.compile_plans`, which maps it to the executor's operators.
+Nothing runs on Spark: the transform only builds a plan, so an unsupported operation is reported
+(:class:`~sparkqos.errors.UnsupportedTransform`) before any data moves.
 :func:`run` pushes a finite DataFrame through the executor under a strategy and returns every
 query's output; :func:`sparkqos.stream` takes the same mapping of transforms for a stream.
 
@@ -46,7 +48,7 @@ def _analyzed(df: DataFrame) -> Any:
     if jdf is None:
         raise RunnerError(
             "queries given as PySpark transforms need classic pyspark (a DataFrame with a JVM plan); "
-            f"got {type(df).__module__}.{type(df).__name__} (Spark Connect is not supported yet)"
+            f"got {type(df).__module__}.{type(df).__name__}"
         )
     return jdf.queryExecution().analyzed()
 
@@ -97,12 +99,15 @@ def compile_transforms(
             value=queries,
             expected="{name: transform, ...}",
         )
-    source = _analyzed(df)
-    source_json = json.loads(source.toJSON())
-    output = source.output()
-    source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
+    connect = type(df).__module__.startswith("pyspark.sql.connect")
+    if not connect:
+        source = _analyzed(df)
+        source_json = json.loads(source.toJSON())
+        output = source.output()
+        source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
     plans: dict[str, list[dict[str, Any]]] = {}
     outputs: dict[str, pa.Schema] = {}
+    results: dict[str, DataFrame] = {}
     for name, transform in queries.items():
         if not callable(transform):
             raise ArgumentError(
@@ -119,18 +124,27 @@ def compile_transforms(
                 value=result,
                 expected="a DataFrame",
             )
-        analyzed = _analyzed(result)
-        plans[name] = json.loads(analyzed.toJSON())
-        if '.Cast"' in json.dumps(plans[name]) and "TRY" in _cast_modes(analyzed):
-            raise UnsupportedTransform(name, "Spark function 'try_cast'")
+        if connect:
+            results[name] = result
+        else:
+            analyzed = _analyzed(result)
+            plans[name] = json.loads(analyzed.toJSON())
+            if '.Cast"' in json.dumps(plans[name]) and "TRY" in _cast_modes(analyzed):
+                raise UnsupportedTransform(name, "Spark function 'try_cast'")
         outputs[name] = _arrow_schema(result)
+    time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    if connect:
+        # Spark Connect: no JVM plan on the client; the client's plan, typed by the server.
+        from sparkqos.spark.connect_plan import connect_plans
+
+        plans, source_json, source_ids = connect_plans(df, results, time_zone)
     return compile_plans(
         plans,
         source_json,
         source_ids,
         _arrow_schema(df),
         outputs=outputs,
-        time_zone=df.sparkSession.conf.get("spark.sql.session.timeZone"),
+        time_zone=time_zone,
         classes=classes,
         priorities=priorities,
     )

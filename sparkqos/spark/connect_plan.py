@@ -1,0 +1,507 @@
+"""Transforms under Spark Connect: the client's plan, typed by the server, as analyzed-plan JSON.
+
+A Connect DataFrame has no JVM plan to read, and Spark Connect offers the analyzed plan only as
+text (``explain``). So :func:`connect_plans` reads the plan the client sends (the
+``spark.connect.Relation`` protobuf of each transform's result) and writes it in the shape of
+``queryExecution().analyzed().toJSON()`` — the nodes :mod:`sparkqos.query.spark_plan` maps —
+for the one mapping to serve both kinds of session. Spark's analyzer is not guessed at: every
+type comes from the server. For each Filter/Project/withColumns one AnalyzePlan (schema) call
+returns the type of every sub-expression (a projection of all of them over the node's input) and
+another Spark's names of the node's output columns; sparkqos then makes the implicit casts explicit as the analyzer does
+(numbers to the wider type, ``/`` on doubles) and checks that every node's type is the server's.
+What it cannot place (types mixed other than numbers with numbers, an unknown construct) raises
+:class:`~sparkqos.errors.UnsupportedTransform` or is written as a node of its own name, which
+spark_plan rejects naming it — always before any data moves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pyspark.sql.connect.proto as proto
+from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+from pyspark.sql.connect.plan import CachedRelation
+
+from sparkqos.errors import UnsupportedTransform
+
+__all__ = ["connect_plans"]
+
+_PKG = "org.apache.spark.sql.catalyst"
+_EXPR_ID = f"{_PKG}.expressions.ExprId"
+_NUMERIC = ("byte", "short", "integer", "long", "float", "double")
+
+#: Connect function names → (Spark expression class, how operands are made one type).
+_BINARY = {
+    "==": ("EqualTo", "common"),
+    "<": ("LessThan", "common"),
+    "<=": ("LessThanOrEqual", "common"),
+    ">": ("GreaterThan", "common"),
+    ">=": ("GreaterThanOrEqual", "common"),
+    "<=>": ("EqualNullSafe", "common"),
+    "+": ("Add", "common"),
+    "-": ("Subtract", "common"),
+    "*": ("Multiply", "common"),
+    "%": ("Remainder", "common"),
+    "/": ("Divide", "double"),
+    "and": ("And", "boolean"),
+    "or": ("Or", "boolean"),
+}
+_UNARY = {
+    "not": ("Not", "boolean"),
+    "negative": ("UnaryMinus", None),
+    "isNull": ("IsNull", None),
+    "isNotNull": ("IsNotNull", None),
+    "isnull": ("IsNull", None),
+    "isnotnull": ("IsNotNull", None),
+    "abs": ("Abs", None),
+    "isnan": ("IsNaN", "double"),
+    "lower": ("Lower", None),
+    "upper": ("Upper", None),
+}
+_MATCHES = {
+    "contains": "Contains",
+    "startsWith": "StartsWith",
+    "startswith": "StartsWith",
+    "endsWith": "EndsWith",
+    "endswith": "EndsWith",
+    "like": "Like",
+}
+_VARIADIC = {"coalesce": "Coalesce", "greatest": "Greatest", "least": "Least"}
+#: The Connect functions mapped (their arguments are translated; others stay whole, unsupported).
+_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC}
+#: Aggregate functions: in a select they make Spark's plan an Aggregate (named as such).
+_AGGREGATES = {
+    *("count", "sum", "avg", "mean", "min", "max", "first", "last", "any_value", "collect_list", "collect_set"),
+    *("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop", "approx_count_distinct"),
+    *("count_distinct", "sum_distinct", "median", "mode", "percentile", "percentile_approx", "count_if"),
+    *("bool_and", "bool_or", "every", "some", "max_by", "min_by", "corr", "covar_pop", "covar_samp"),
+    *("skewness", "kurtosis", "product", "bit_and", "bit_or", "bit_xor", "listagg", "string_agg"),
+}
+#: Connect expression kinds not mapped → the Spark class spark_plan names when it rejects them.
+_EXPRESSIONS = {
+    "common_inline_user_defined_function": "PythonUDF",
+    "window": "WindowExpression",
+    "unresolved_extract_value": "UnresolvedExtractValue (a field or element of a nested column)",
+    "unresolved_regex": "colRegex",
+    "lambda_function": "a lambda function",
+}
+#: Connect relation kinds → the Spark operator they become (named in UnsupportedTransform).
+_RELATIONS = {
+    "aggregate": "Aggregate",
+    "join": "Join",
+    "as_of_join": "Join",
+    "lateral_join": "Join",
+    "sort": "Sort",
+    "limit": "GlobalLimit",
+    "tail": "Tail",
+    "offset": "Offset",
+    "deduplicate": "Deduplicate",
+    "sample": "Sample",
+    "with_watermark": "EventTimeWatermark",
+    "map_partitions": "MapInPandas",
+    "group_map": "FlatMapGroupsInPandas",
+    "local_relation": "LocalRelation",
+    "read": "DataSourceV2Relation",
+    "range": "Range",
+    "sql": "SQL",
+    "unpivot": "Expand",
+    "hint": "ResolvedHint",
+}
+
+
+def _type_name(dt: Any) -> str:
+    return dt.typeName() if dt.typeName() not in ("decimal", "array", "map", "struct") else dt.simpleString()
+
+
+def _camel(kind: str) -> str:
+    return "".join(p.capitalize() for p in kind.split("_"))
+
+
+class _Translator:
+    """One query's Connect plan → analyzed-plan JSON nodes (pre-order, as ``toJSON()``)."""
+
+    def __init__(self, query: str, df: ConnectDataFrame, source_id: int, n_source: int, time_zone: str):
+        self.query, self.df, self.source_id, self.n_source = query, df, source_id, n_source
+        self.time_zone = time_zone
+        self.next_id = n_source  # ids 0..n-1 are the input's columns
+        self.outputs: dict[int, list[tuple[dict[str, Any], str, str]]] = {}
+
+    def unsupported(self, operation: str, detail: str = "") -> UnsupportedTransform:
+        return UnsupportedTransform(self.query, operation, detail)
+
+    def fresh(self) -> dict[str, Any]:
+        self.next_id += 1
+        return {"product-class": _EXPR_ID, "id": self.next_id}
+
+    def schema(self, rel: proto.Relation) -> Any:
+        copy = proto.Relation()
+        copy.CopyFrom(rel)
+        return ConnectDataFrame(CachedRelation(copy), self.df.sparkSession).schema
+
+    # -- relations -----------------------------------------------------------------------------
+    def relation(self, rel: proto.Relation) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str, str]]]:
+        """The JSON nodes of ``rel`` and its output attributes as (exprId, name, type)."""
+        nodes, attrs = self._relation(rel)
+        if rel.HasField("common") and rel.common.HasField("plan_id"):
+            self.outputs[rel.common.plan_id] = attrs  # what df["x"] of this DataFrame refers to
+        return nodes, attrs
+
+    def _relation(self, rel: proto.Relation) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str, str]]]:
+        if rel.HasField("common") and rel.common.HasField("plan_id") and rel.common.plan_id == self.source_id:
+            ids = [{"product-class": _EXPR_ID, "id": i} for i in range(self.n_source)]
+            node = {"class": "__connect_input__", "num-children": 0, "output": ids}
+            fields = self.df.schema.fields
+            return [node], [(i, f.name, _type_name(f.dataType)) for i, f in zip(ids, fields, strict=True)]
+        kind = rel.WhichOneof("rel_type")
+        body = getattr(rel, kind)
+        if kind == "filter":
+            nodes, attrs = self.relation(body.input)
+            cond = self.typed(body.input, [body.condition], attrs)[0]
+            return [{"class": f"{_PKG}.plans.logical.Filter", "num-children": 1, "condition": cond[0]}, *nodes], attrs
+        if kind in ("project", "with_columns") and (_contains(body, _is_window) or _contains(body, _is_aggregate)):
+            # classic: a Window operator under the Project, or an Aggregate instead of it
+            nodes, _ = self.relation(body.input)
+            out = [(self.fresh(), f.name, _type_name(f.dataType)) for f in self.schema(rel).fields]
+            op = "Window" if _contains(body, _is_window) else "Aggregate"
+            return [{"class": op, "num-children": 1}, *nodes], out
+        if kind in ("project", "with_columns"):
+            return self.project(rel, kind, body)
+        if kind in ("drop", "with_columns_renamed", "to_df"):
+            return self.rename(rel, kind, body)
+        if kind == "set_op":
+            return self.set_op(body)
+        if kind in ("subquery_alias", "repartition", "repartition_by_expression"):
+            nodes, attrs = self.relation(body.input)
+            return [{"class": _camel(kind), "num-children": 1}, *nodes], attrs
+        # Anything else: a node named after the Spark operator, over its inputs, which spark_plan
+        # rejects naming it (top down, as for classic plans).
+        kids = [v for f, v in body.ListFields() if f.message_type is not None and f.message_type.name == "Relation"]
+        nodes = [{"class": _RELATIONS.get(kind, _camel(kind)), "num-children": len(kids)}]
+        for kid in kids:
+            nodes.extend(self.relation(kid)[0])
+        out = [(self.fresh(), f.name, _type_name(f.dataType)) for f in self.schema(rel).fields]
+        return nodes, out
+
+    def project(self, rel: proto.Relation, kind: str, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+        nodes, attrs = self.relation(body.input)
+        if kind == "project":
+            items = list(body.expressions)
+            stars = [e for e in items if e.WhichOneof("expr_type") == "unresolved_star"]
+            if any(e.unresolved_star.HasField("unparsed_target") for e in stars):
+                raise self.unsupported("a qualified star (t.*) in a select")
+            exprs = [e for e in items if e.WhichOneof("expr_type") != "unresolved_star"]
+        else:
+            exprs = [a.expr for a in body.aliases]
+        typed = self.typed(body.input, exprs, attrs)
+        names = [f.name for f in self.schema(rel).fields]
+        out: list[tuple[dict[str, Any], str, str]] = []
+        plist: list[list[dict[str, Any]]] = []
+
+        def emit(e_nodes: list[dict[str, Any]], t: str, name: str) -> None:
+            top = e_nodes[0]
+            if _short(top["class"]) == "AttributeReference" and top["name"] == name:
+                plist.append(e_nodes)
+                out.append((top["exprId"], name, t))
+            else:
+                eid = self.fresh()
+                plist.append([{"class": f"{_PKG}.expressions.Alias", "num-children": 1, "name": name, "exprId": eid}, *e_nodes])
+                out.append((eid, name, t))
+
+        if kind == "project":
+            k = 0
+            for e in items:
+                if e.WhichOneof("expr_type") == "unresolved_star":
+                    for a in attrs:
+                        plist.append([_attr(a)])
+                        out.append(a)
+                else:
+                    e_nodes, t = typed[k]
+                    k += 1
+                    emit(e_nodes, t, names[len(out)] if len(out) < len(names) else "?")
+        else:
+            new = {a.name[0]: typed[i] for i, a in enumerate(body.aliases) if len(a.name) == 1}
+            if len(new) != len(body.aliases):
+                raise self.unsupported("withColumn with a multi-part column name")
+            for a in attrs:
+                if a[1] in new:
+                    emit(*new.pop(a[1]), a[1])
+                else:
+                    plist.append([_attr(a)])
+                    out.append(a)
+            for name, (e_nodes, t) in new.items():
+                emit(e_nodes, t, name)
+        if [n for _, n, _ in out] != names:
+            raise self.unsupported("a select whose output columns sparkqos cannot place", f"Spark gives {names}")
+        return [{"class": f"{_PKG}.plans.logical.Project", "num-children": 1, "projectList": plist}, *nodes], out
+
+    def rename(self, rel: proto.Relation, kind: str, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+        """``drop``, ``withColumnRenamed``/``withColumnsRenamed`` and ``toDF``: a Project of the
+        input's columns, kept by name (drop) or by position under Spark's new names."""
+        nodes, attrs = self.relation(body.input)
+        fields = self.schema(rel).fields
+        names = [f.name for f in fields]
+        if kind == "drop":
+            by_name = {a[1]: a for a in attrs}
+            if len(by_name) != len(attrs) or any(n not in by_name for n in names):
+                raise self.unsupported("Spark operation 'drop' on columns sparkqos cannot place")
+            kept = [by_name[n] for n in names]
+        elif len(names) != len(attrs):
+            raise self.unsupported(f"Spark operation {kind!r} changing the number of columns")
+        else:
+            kept = attrs
+        plist: list[list[dict[str, Any]]] = []
+        out: list[tuple[dict[str, Any], str, str]] = []
+        for a, f in zip(kept, fields, strict=True):
+            self.check(a[2], _type_name(f.dataType), f.name)
+            if a[1] == f.name:
+                plist.append([_attr(a)])
+                out.append(a)
+            else:
+                eid = self.fresh()
+                plist.append([{"class": f"{_PKG}.expressions.Alias", "num-children": 1, "name": f.name, "exprId": eid}, _attr(a)])
+                out.append((eid, f.name, a[2]))
+        return [{"class": f"{_PKG}.plans.logical.Project", "num-children": 1, "projectList": plist}, *nodes], out
+
+    def set_op(self, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+        left, lattrs = self.relation(body.left_input)
+        right, rattrs = self.relation(body.right_input)
+        op = {1: "Intersect", 2: "Union", 3: "Except"}.get(body.set_op_type, "SetOperation")
+        if op != "Union":
+            return [{"class": op, "num-children": 2}, *left, *right], lattrs
+        if body.by_name:
+            by = {n: a for a in rattrs for n in [a[1]]}
+            if body.allow_missing_columns or sorted(by) != sorted(a[1] for a in lattrs):
+                raise self.unsupported("Spark operation 'unionByName' with columns missing on one side")
+            proj = [by[n] for _, n, _ in lattrs]
+            right = [{"class": "Project", "num-children": 1, "projectList": [[_attr(a)] for a in proj]}, *right]
+            rattrs = proj
+        if [t for *_, t in lattrs] != [t for *_, t in rattrs]:
+            raise self.unsupported("a union of inputs with different column types")
+        union = [{"class": f"{_PKG}.plans.logical.Union", "num-children": 2}, *left, *right]
+        return (union if body.is_all else [{"class": "Distinct", "num-children": 1}, *union]), lattrs
+
+    # -- expressions -----------------------------------------------------------------------------
+    def typed(self, input_rel: proto.Relation, exprs: list[proto.Expression], attrs: list[Any]) -> list[tuple[list[Any], str]]:
+        """Each expression of ``exprs`` over ``input_rel`` as JSON nodes with its type; every
+        sub-expression's type is asked of the server in one call."""
+        subs: list[proto.Expression] = []
+        for e in exprs:
+            _walk(e, subs.append)
+        if not subs:
+            return []
+        probe = proto.Relation()
+        probe.project.input.CopyFrom(input_rel)
+        for k, e in enumerate(subs):
+            item = probe.project.expressions.add()
+            item.alias.expr.CopyFrom(e)
+            item.alias.name.append(f"_sparkqos_{k}")
+        types = iter([_type_name(f.dataType) for f in self.schema(probe).fields])
+        return [self.expr(e, types, attrs) for e in exprs]
+
+    def expr(self, e: proto.Expression, types: Any, attrs: list[Any]) -> tuple[list[Any], str]:
+        """(JSON nodes, type) of ``e``; consumes ``types`` in the order :func:`_walk` visits."""
+        spark_t = next(types)
+        kind = e.WhichOneof("expr_type")
+        sub = lambda x: self.expr(x, types, attrs)  # noqa: E731
+        if kind == "unresolved_attribute":
+            ref = e.unresolved_attribute
+            name = ref.unparsed_identifier
+            bare = name[1:-1] if re.fullmatch(r"`[^`]*`", name) else name
+            where = attrs
+            if ref.HasField("plan_id"):  # df["x"]: the column x of that DataFrame, if still there
+                where = self.outputs.get(ref.plan_id, [])
+            found = [a for a in where if a[1] == bare] or [a for a in where if a[1].lower() == bare.lower()]
+            ids = [a[0]["id"] for a in attrs]
+            if len(found) == 1 and found[0][0]["id"] in ids:
+                a = attrs[ids.index(found[0][0]["id"])]
+                return [_attr(a)], self.check(a[2], spark_t, name)
+            raise self.unsupported(
+                f"column {name!r}", "a reference sparkqos cannot resolve (ambiguous, nested, or of another DataFrame)"
+            )
+        if kind == "literal":
+            return [self.literal(e.literal, spark_t)], spark_t
+        if kind == "alias":
+            return sub(e.alias.expr)
+        if kind == "cast":
+            if e.cast.eval_mode == proto.Expression.Cast.EVAL_MODE_TRY:
+                raise self.unsupported("Spark function 'try_cast'")
+            child, _ = sub(e.cast.expr)
+            return [{"class": f"{_PKG}.expressions.Cast", "num-children": 1, "dataType": spark_t}, *child], spark_t
+        if kind == "expression_string":
+            raise self.unsupported(
+                "a SQL expression string under Spark Connect",
+                f"{e.expression_string.expression!r}: write it with pyspark.sql.functions (F.col, F.when, ...)",
+            )
+        if not _is_mapped(e):
+            what = e.unresolved_function.function_name if kind == "unresolved_function" else _EXPRESSIONS.get(kind, _camel(kind))
+            return [{"class": what, "num-children": 0}], spark_t
+        fn = e.unresolved_function.function_name
+        args = [sub(a) for a in e.unresolved_function.arguments]
+        if fn in _BINARY and len(args) == 2:
+            cls, rule = _BINARY[fn]
+            (a, at), (b, bt) = args
+            t = self.operand_type(fn, rule, at, bt)
+            out = t if cls in ("Add", "Subtract", "Multiply", "Remainder", "Divide") else "boolean"
+            node = {"class": cls, "num-children": 2}
+            return [node, *self.to(a, at, t), *self.to(b, bt, t)], self.check(out, spark_t, fn)
+        if fn == "!=" and len(args) == 2:
+            (a, at), (b, bt) = args
+            t = self.operand_type(fn, "common", at, bt)
+            eq = [{"class": "EqualTo", "num-children": 2}, *self.to(a, at, t), *self.to(b, bt, t)]
+            return [{"class": "Not", "num-children": 1}, *eq], self.check("boolean", spark_t, fn)
+        if fn in _UNARY and len(args) == 1:
+            cls, rule = _UNARY[fn]
+            (a, at) = args[0]
+            t = at if rule is None or (rule == "double" and at in ("float", "double")) else rule
+            if rule == "double" and at not in (*_NUMERIC, "void"):
+                raise self.unsupported(f"Spark function {fn!r} on a {at}")
+            out = "boolean" if cls in ("Not", "IsNull", "IsNotNull", "IsNaN") else t
+            return [{"class": cls, "num-children": 1}, *self.to(a, at, t)], self.check(out, spark_t, fn)
+        if fn in _MATCHES and len(args) == 2:
+            (a, at), (b, bt) = args
+            if at != "string" or bt != "string":
+                raise self.unsupported(f"Spark function {fn!r} on {at} and {bt}")
+            return [{"class": _MATCHES[fn], "num-children": 2, "escapeChar": "\\"}, *a, *b], self.check("boolean", spark_t, fn)
+        if fn in ("in", "when", *_VARIADIC) and args:
+            if fn == "when":
+                values = [args[i] for i in range(1, len(args), 2)] + ([args[-1]] if len(args) % 2 else [])
+                for i in range(0, len(args) - 1, 2):
+                    if args[i][1] not in ("boolean", "void"):
+                        raise self.unsupported(f"a when() condition of type {args[i][1]}")
+            else:
+                values = args
+            t = self.common([vt for _, vt in values], fn)
+            nodes: list[Any] = [{"class": {"in": "In", "when": "CaseWhen"}.get(fn) or _VARIADIC[fn], "num-children": len(args)}]
+            for i, (a, at) in enumerate(args):
+                is_value = fn != "when" or i % 2 == 1 or (len(args) % 2 == 1 and i == len(args) - 1)
+                nodes.extend(self.to(a, at, t if is_value else "boolean"))
+            return nodes, self.check("boolean" if fn == "in" else t, spark_t, fn)
+        # Not mapped with these arguments: a node named after the function, which spark_plan rejects.
+        return [{"class": fn, "num-children": 0}], spark_t
+
+    def operand_type(self, fn: str, rule: str, at: str, bt: str) -> str:
+        if rule == "double":
+            if at not in (*_NUMERIC, "void") or bt not in (*_NUMERIC, "void"):
+                raise self.unsupported(f"Spark operator {fn!r} on {at} and {bt}")
+            return "double"
+        if rule == "boolean":
+            return "boolean"
+        return self.common([at, bt], fn)
+
+    def common(self, types: list[str], fn: str) -> str:
+        """The type Spark's analyzer casts ``types`` to: the wider number, or the one type."""
+        known = sorted({t for t in types if t != "void"}, key=lambda t: _NUMERIC.index(t) if t in _NUMERIC else -1)
+        if not known:
+            return "void"
+        if len(known) == 1:
+            return known[0]
+        if all(t in _NUMERIC for t in known):
+            return known[-1]
+        raise self.unsupported(f"Spark's implicit casts between {' and '.join(known)} (in {fn!r})", "cast explicitly")
+
+    def to(self, nodes: list[Any], have: str, want: str) -> list[Any]:
+        if have == want or want == "void":
+            return nodes
+        return [{"class": "Cast", "num-children": 1, "dataType": want}, *nodes]
+
+    def check(self, ours: str, spark_t: str, what: str) -> str:
+        if ours != spark_t:
+            raise self.unsupported(
+                "a result type sparkqos does not reproduce", f"{what!r}: Spark gives {spark_t}, sparkqos {ours}"
+            )
+        return ours
+
+    def literal(self, lit: proto.Expression.Literal, spark_t: str) -> dict[str, Any]:
+        kind = lit.WhichOneof("literal_type")
+        node: dict[str, Any] = {"class": f"{_PKG}.expressions.Literal", "num-children": 0, "dataType": spark_t}
+        if kind == "null":
+            node["value"] = None
+        elif kind in ("byte", "short", "integer", "long", "string"):
+            node["value"] = str(getattr(lit, kind))
+        elif kind in ("float", "double"):
+            node["value"] = repr(float(getattr(lit, kind)))
+        elif kind == "boolean":
+            node["value"] = "true" if lit.boolean else "false"
+        elif kind in ("timestamp", "timestamp_ntz"):
+            at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=getattr(lit, kind))
+            if kind == "timestamp":
+                try:
+                    at = at.astimezone(ZoneInfo(self.time_zone))
+                except (ValueError, KeyError, ZoneInfoNotFoundError):
+                    raise self.unsupported(f"a timestamp literal in session time zone {self.time_zone!r}") from None
+            node["value"] = at.replace(tzinfo=None).isoformat()
+        else:
+            raise self.unsupported(f"a {spark_t} literal")
+        return node
+
+
+def _short(cls: str) -> str:
+    return cls.rsplit(".", 1)[-1]
+
+
+def _attr(a: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
+    eid, name, t = a
+    return {"class": f"{_PKG}.expressions.AttributeReference", "num-children": 0, "name": name, "dataType": t, "exprId": eid}
+
+
+def _is_mapped(e: proto.Expression) -> bool:
+    kind = e.WhichOneof("expr_type")
+    if kind in ("unresolved_attribute", "literal", "alias", "cast"):
+        return True
+    f = e.unresolved_function
+    return kind == "unresolved_function" and not f.is_distinct and f.function_name in _KNOWN
+
+
+def _is_window(e: proto.Expression) -> bool:
+    return e.WhichOneof("expr_type") == "window"
+
+
+def _is_aggregate(e: proto.Expression) -> bool:
+    f = e.unresolved_function
+    return e.WhichOneof("expr_type") == "unresolved_function" and f.function_name in _AGGREGATES
+
+
+def _contains(msg: Any, test: Callable[[proto.Expression], bool]) -> bool:
+    """Whether an expression passing ``test`` appears anywhere in ``msg`` (not in its inputs)."""
+    for f, v in msg.ListFields():
+        if f.message_type is None or f.message_type.name == "Relation" or f.message_type.GetOptions().map_entry:
+            continue
+        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+        for item in v if repeated else [v]:
+            if (f.message_type.name == "Expression" and test(item)) or _contains(item, test):
+                return True
+    return False
+
+
+def _walk(e: proto.Expression, visit: Callable[[proto.Expression], None]) -> None:
+    """Pre-order over the sub-expressions :meth:`_Translator.expr` reads (one type each)."""
+    visit(e)
+    kind = e.WhichOneof("expr_type")
+    if kind == "alias":
+        _walk(e.alias.expr, visit)
+    elif kind == "cast":
+        _walk(e.cast.expr, visit)
+    elif _is_mapped(e):
+        for a in e.unresolved_function.arguments:
+            _walk(a, visit)
+
+
+def connect_plans(
+    df: ConnectDataFrame, results: dict[str, ConnectDataFrame], time_zone: str
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
+    """(query → plan JSON nodes, the input's plan nodes, the input's expression ids) for
+    :func:`sparkqos.query.spark_plan.compile_plans`, from Connect DataFrames."""
+    client = df.sparkSession.client
+    n = len(df.schema.fields)
+    source_id = df._plan._plan_id
+    source = [
+        {"class": "__connect_input__", "num-children": 0, "output": [{"product-class": _EXPR_ID, "id": i} for i in range(n)]}
+    ]
+    plans = {}
+    for name, result in results.items():
+        plans[name] = _Translator(name, df, source_id, n, time_zone).relation(result._plan.plan(client))[0]
+    return plans, source, list(range(n))

@@ -1,0 +1,97 @@
+"""PySpark transforms under Spark Connect (issue 15, item 2): compiled from a Connect DataFrame.
+
+A Connect DataFrame has no JVM plan; sparkqos reads the client's plan, typed by the server
+(sparkqos/spark/connect_plan.py). One subprocess (tests/connect_transforms_job.py, its own
+``remote("local[2]")`` session) compiles a representative set of transforms, runs them with
+``sparkqos.run`` and ``sparkqos.stream`` and writes Spark's own (Connect) results beside them:
+
+* every transform gives exactly Spark's rows, names and types (nulls, NaN, ±inf, -0.0, zero
+  divisors, integer extremes);
+* the compiled plan is the one classic pyspark compiles from the analyzed plan — the same
+  operators over the same inputs with the same expressions;
+* what sparkqos cannot run raises UnsupportedTransform naming the query and the operation;
+* a stream of the same rows (``sparkqos.replay``, available_now + finish) gives the static rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from sparkqos.spark.sinks import read_parquet_sink
+from sparkqos.spark.transforms import compile_transforms
+from tests.connect_transforms_job import describe, table, transforms
+from tests.test_transforms import canonical
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("connect_transforms")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CONNECT")}
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "connect_transforms_job.py"), str(out)],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary["total_s"] = time.monotonic() - started
+    return out, summary
+
+
+@pytest.mark.parametrize("name", list(transforms()))
+def test_connect_run_gives_sparks_rows(job, name):
+    out, _ = job
+    got, want = pq.read_table(out / f"run_{name}.parquet"), pq.read_table(out / f"spark_{name}.parquet")
+    assert got.schema.names == want.schema.names, name
+    assert got.schema.types == want.schema.types, name
+    assert want.num_rows > 0, name
+    assert canonical(got) == canonical(want), name
+
+
+def test_connect_compiles_the_plan_classic_compiles(job, spark):
+    """Read from the client's plan or from the analyzed plan: one mapping, one compiled plan."""
+    out, _ = job
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        classic = describe(compile_transforms(spark.createDataFrame(table()), transforms()))
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
+    assert json.loads((out / "compiled.json").read_text()) == classic
+
+
+def test_connect_unsupported_transforms_are_named(job):
+    _, summary = job
+    errors = summary["errors"]
+    assert "query 'count'" in errors["count"] and "Spark operation 'Aggregate'" in errors["count"], errors
+    assert "query 'mixed'" in errors["mixed"] and "implicit casts between string and integer" in errors["mixed"], errors
+    assert "query 'log'" in errors["log"] and "Spark function 'ln'" in errors["log"], errors
+    assert "query 'sql_string'" in errors["sql_string"] and "SQL expression string" in errors["sql_string"], errors
+    assert "query 'total'" in errors["total"] and "Spark operation 'Aggregate'" in errors["total"], errors
+    assert "query 'window'" in errors["window"] and "Spark operation 'Window'" in errors["window"], errors
+
+
+def test_connect_stream_gives_the_static_rows(job):
+    out, summary = job
+    streamed = read_parquet_sink(out / "out" / "outputs")
+    for name in transforms():
+        want = pq.read_table(out / f"spark_{name}.parquet")
+        got = streamed[name].select(want.schema.names)
+        assert canonical(got) == canonical(want), name
+    assert summary["total_s"] < 90, summary
