@@ -61,12 +61,28 @@ def main(trace: str, out: str, mode: str) -> None:
         archived_at_stop = read_parquet_sink(base / "output" / "outputs")["archive"].num_rows
         # The triggers ran in the server's Python worker: the handle reads them back from the metrics table.
         seen = [p["batchId"] for p in first.recentProgress]
+    try:  # configuration errors come at stream(), on the client, as in classic
+        sparkqos.stream(
+            spark.readStream.format("sparkqos.replay").option("path", trace).load(),
+            sensor_queries(),
+            trigger_s=0,
+            checkpoint=base / "bad",
+        )
+        config_error = None
+    except sparkqos.RunnerError as exc:
+        config_error = exc.parameter
     second = handle("available_now")
     second.start().awaitTermination()
     second.finish()
     print(
         json.dumps(
-            {"stopped_at_batch": stopped_at, "archived_at_stop": archived_at_stop, "seen": seen, "last_batch": second.last_batch}
+            {
+                "stopped_at_batch": stopped_at,
+                "archived_at_stop": archived_at_stop,
+                "seen": seen,
+                "config_error": config_error,
+                "last_batch": second.last_batch,
+            }
         )
     )
     spark.stop()

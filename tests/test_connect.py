@@ -131,6 +131,7 @@ def test_connect_run_stopped_and_restarted_gives_the_classic_rows(trace, classic
     # its own before finish() (which, on the client, drains from the server's newest checkpoint).
     assert 0 < summary["archived_at_stop"] < classic["archive"].num_rows, summary
     assert summary["stopped_at_batch"] >= 1 and summary["last_batch"] > summary["stopped_at_batch"] + 1, summary
+    assert summary["config_error"] == "trigger_s", summary
     assert summary["seen"] == list(range(summary["stopped_at_batch"] + 1)), summary  # progress without shared memory
     got = outputs(tmp_path / "output" / "outputs")
     for query in QUERIES:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,18 +29,25 @@ def outputs_of(nb: nbformat.NotebookNode, kind: str) -> list:
     return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.output_type == kind]
 
 
-def test_quickstart_runs_top_to_bottom_on_classic_pyspark(tmp_path):
-    """Starts the stream with PySpark transforms, shows one updating progress table, stops, plots
+@pytest.mark.parametrize("session", ["classic", "connect"])
+def test_quickstart_runs_top_to_bottom(tmp_path, session):
+    """On classic PySpark and on a local Spark Connect session (Databricks' kind): starts the
+    stream with PySpark transforms, shows one updating progress table, stops, plots
     delay per class and queued memory inline, reads the outputs back (its last cell checks the
     archive has rows)."""
     env = {
         "SPARKQOS_QUICKSTART_SECONDS": "12",
+        "SPARKQOS_QUICKSTART_SESSION": session,
         "SPARKQOS_QUICKSTART_OUT": str(tmp_path / "out"),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
     nb = execute("quickstart.ipynb", env, tmp_path)
     assert not outputs_of(nb, "error")
+    banner = "".join(
+        o.get("text", "") for o in outputs_of(nb, "stream") if "outputs, checkpoint and metrics" in o.get("text", "")
+    )
+    assert ("pyspark.sql.connect" in banner) == (session == "connect"), banner  # the session kind asked for
     images = [o for o in outputs_of(nb, "display_data") if "image/png" in o.get("data", {})]
     assert len(images) == 1  # the two plots, in one figure
     (progress_cell,) = [c for c in nb.cells if c.cell_type == "code" and "display_id=True" in c.source]
