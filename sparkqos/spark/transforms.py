@@ -81,6 +81,43 @@ def _cast_modes(plan: Any) -> set[str]:
     return modes
 
 
+class _ClassicPlans:
+    """Analyzed plans as JSON, straight from the JVM (classic pyspark)."""
+
+    def __init__(self, df: DataFrame):
+        source = _analyzed(df)
+        self.source_json = json.loads(source.toJSON())
+        output = source.output()
+        self.source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
+        self.plans: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, name: str, result: DataFrame) -> None:
+        analyzed = _analyzed(result)
+        self.plans[name] = json.loads(analyzed.toJSON())
+        if '.Cast"' in json.dumps(self.plans[name]) and "TRY" in _cast_modes(analyzed):
+            raise UnsupportedTransform(name, "Spark function 'try_cast'")
+
+    def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
+        return self.plans, self.source_json, self.source_ids
+
+
+class _ConnectPlans:
+    """Spark Connect has no JVM plan on the client: the client's plans, typed by the server, in the
+    same JSON shape (:mod:`sparkqos.spark.connect_plan`), read once every query is known."""
+
+    def __init__(self, df: DataFrame):
+        self.df = df
+        self.results: dict[str, DataFrame] = {}
+
+    def add(self, name: str, result: DataFrame) -> None:
+        self.results[name] = result
+
+    def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
+        from sparkqos.spark.connect_plan import connect_plans
+
+        return connect_plans(self.df, self.results, time_zone)
+
+
 def compile_transforms(
     df: DataFrame,
     queries: Mapping[str, Transform],
@@ -99,15 +136,8 @@ def compile_transforms(
             value=queries,
             expected="{name: transform, ...}",
         )
-    connect = type(df).__module__.startswith("pyspark.sql.connect")
-    if not connect:
-        source = _analyzed(df)
-        source_json = json.loads(source.toJSON())
-        output = source.output()
-        source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
-    plans: dict[str, list[dict[str, Any]]] = {}
+    plans = (_ConnectPlans if type(df).__module__.startswith("pyspark.sql.connect") else _ClassicPlans)(df)
     outputs: dict[str, pa.Schema] = {}
-    results: dict[str, DataFrame] = {}
     for name, transform in queries.items():
         if not callable(transform):
             raise ArgumentError(
@@ -124,22 +154,12 @@ def compile_transforms(
                 value=result,
                 expected="a DataFrame",
             )
-        if connect:
-            results[name] = result
-        else:
-            analyzed = _analyzed(result)
-            plans[name] = json.loads(analyzed.toJSON())
-            if '.Cast"' in json.dumps(plans[name]) and "TRY" in _cast_modes(analyzed):
-                raise UnsupportedTransform(name, "Spark function 'try_cast'")
+        plans.add(name, result)
         outputs[name] = _arrow_schema(result)
     time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
-    if connect:
-        # Spark Connect: no JVM plan on the client; the client's plan, typed by the server.
-        from sparkqos.spark.connect_plan import connect_plans
-
-        plans, source_json, source_ids = connect_plans(df, results, time_zone)
+    query_plans, source_json, source_ids = plans.read(time_zone)
     return compile_plans(
-        plans,
+        query_plans,
         source_json,
         source_ids,
         _arrow_schema(df),
