@@ -10,9 +10,12 @@ Nothing runs on Spark: the transform only builds a plan, so an unsupported opera
 :func:`run` pushes a finite DataFrame through the executor under a strategy and returns every
 query's output; :func:`sparkqos.stream` takes the same mapping of transforms for a stream.
 
->>> def fire(df):  # doctest: +SKIP
-...     return df.where(F.col("temperature") > 60).select("sensor_id", "temperature")
->>> sparkqos.run(sensors_df, {"fire": fire}, strategy="chain")["fire"]  # doctest: +SKIP
+For example (a Spark session is needed, so this is not a doctest)::
+
+    def fire(df):
+        return df.where(F.col("temperature") > 60).select("sensor_id", "temperature")
+
+    sparkqos.run(sensors_df, {"fire": fire}, strategy="chain")["fire"]  # a pyarrow.Table
 """
 
 from __future__ import annotations
