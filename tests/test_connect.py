@@ -9,10 +9,6 @@ checkpoint, so nothing is lost or duplicated across the restart either.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +23,8 @@ from sparkqos.examples import sensor_queries
 from sparkqos.spark.batch import BatchFunction
 from sparkqos.spark.deadletter import read_dead_letters
 from sparkqos.spark.sinks import read_parquet_sink
+from tests.conftest import run_connect_job
 
-ROOT = Path(__file__).resolve().parent.parent
 QUERIES = ("fire", "anomaly", "zone_stats", "archive")
 
 
@@ -114,19 +110,7 @@ def test_the_batch_function_pickles_to_configuration_only(spark, trace, tmp_path
 
 
 def test_connect_run_stopped_and_restarted_gives_the_classic_rows(trace, classic, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CONNECT")}
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "connect_job.py"), str(trace), str(tmp_path), "restart"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = run_connect_job("connect_job.py", str(trace), str(tmp_path), "restart", cwd=tmp_path, timeout=600)
     # Stopped mid-stream: part of the trace was archived, and the restarted run had batches of
     # its own before finish() (which, on the client, drains from the server's newest checkpoint).
     assert 0 < summary["archived_at_stop"] < classic["archive"].num_rows, summary

@@ -16,9 +16,6 @@ A Connect DataFrame has no JVM plan; sparkqos reads the client's plan, typed by 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,29 +24,16 @@ import pytest
 
 from sparkqos.spark.sinks import read_parquet_sink
 from sparkqos.spark.transforms import compile_transforms
+from tests.conftest import run_connect_job
 from tests.connect_transforms_job import describe, table, transforms
 from tests.test_transforms import canonical
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("connect_transforms")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CONNECT")}
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "connect_transforms_job.py"), str(out)],
-        cwd=out,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = run_connect_job("connect_transforms_job.py", str(out), cwd=out, timeout=300)
     summary["total_s"] = time.monotonic() - started
     return out, summary
 
