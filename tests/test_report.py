@@ -59,6 +59,17 @@ def test_rewriting_a_batch_replaces_it(tmp_path):
     assert metrics.read(tmp_path).num_rows == 1
 
 
+def test_reading_one_runs_newest_batches(tmp_path):
+    """What a Spark Connect client polls: only run ``x``'s newest files, in batch order; another
+    run whose name starts the same way is not read."""
+    for run, batches in (("x", (1, 2, 10)), ("x-2", (5,))):
+        for b in batches:
+            metrics.write_batch(tmp_path, run, b, [metrics.row(run=run, batchId=b, query="*", klass="*")])
+    assert metrics.read(tmp_path, run="x").column("batchId").to_pylist() == [1, 2, 10]
+    assert metrics.read(tmp_path, run="x", newest=2).column("batchId").to_pylist() == [2, 10]
+    assert metrics.read(tmp_path).num_rows == 4
+
+
 def test_unknown_column_is_rejected():
     with pytest.raises(ValueError, match="unknown metrics columns"):
         metrics.row(run="x", rows_out=1)

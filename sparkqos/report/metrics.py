@@ -165,12 +165,18 @@ def write_batch(directory: str | Path, run: str, batch_id: int, rows: Iterable[M
     return write_atomic(target, lambda f: pq.write_table(table, f), fsync=False)
 
 
-def read(directory: str | Path) -> pa.Table:
-    """Every metrics row under ``directory`` (its ``metrics/`` folder, or the folder itself)."""
+def read(directory: str | Path, run: str | None = None, newest: int | None = None) -> pa.Table:
+    """Every metrics row under ``directory`` (its ``metrics/`` folder, or the folder itself); with
+    ``run``, only that run's files, and with ``newest``, only its newest that many batches (a
+    client polling a long run reads a few files, not the whole table)."""
     folder = Path(directory)
     if (folder / "metrics").is_dir():
         folder = folder / "metrics"
-    files = sorted(p for p in folder.glob("part-*.parquet"))
+    # write_batch names files part-<run>-<9-digit batch>.parquet, so name order is batch order.
+    pattern = "part-*.parquet" if run is None else f"part-{_SAFE.sub('_', run)}-{'[0-9]' * 9}.parquet"
+    files = sorted(p for p in folder.glob(pattern))
+    if newest is not None:
+        files = files[-newest:] if newest > 0 else []
     if not files:
         raise FileNotFoundError(f"no metrics files (part-*.parquet) under {str(directory)!r}")
     return pa.concat_tables([_conformed(pq.read_table(f)) for f in files])

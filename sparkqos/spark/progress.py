@@ -189,7 +189,7 @@ def read_progress(output: str | Path, name: str) -> list[dict[str, Any]]:
     (the newest :data:`KEEP`): how a client follows a run whose triggers execute in another
     process — Spark Connect runs foreachBatch in the server's Python worker. [] before the first."""
     try:
-        table = metrics.read(output)
+        table = metrics.read(output, run=name, newest=KEEP)
     except FileNotFoundError:
         return []
     rows = [r for r in table.to_pylist() if r["run"] == name]
