@@ -179,6 +179,14 @@ def spark_type(name: str) -> pa.DataType | None:
     return _TYPES.get(name)
 
 
+#: Further plan nodes: Spark class name → ``handler(compiler, node) -> _Rel``. The modules of
+#: sparkqos.query that map them (imported at the end of this module) register here.
+RELATIONS: dict[str, Callable[[Any, Any], Any]] = {}
+#: Further expressions, looked up before the ones mapped here: Spark class name →
+#: ``handler(compiler, node, rel) -> Expr``.
+EXPRESSIONS: dict[str, Callable[[Any, Any, Any], Any]] = {}
+
+
 @dataclass
 class _Node:
     """One node of a plan or expression tree: its short class name, its JSON fields and children."""
@@ -282,10 +290,14 @@ class _QueryCompiler:
         ops: dict[str, PhysicalOperator],
         plan_ops: list[Operator],
         time_zone: str = "UTC",
+        context: Mapping[str, Any] | None = None,
     ):
         self.query, self.klass, self.stream, self.schema = query, klass, stream, schema
         self.ops, self.plan_ops = ops, plan_ops
         self.time_zone = time_zone
+        #: What the plan JSON leaves out for this query (static tables' rows, UDFs' functions),
+        #: read by the session side (sparkqos.spark.transforms.CONTEXT_READERS).
+        self.context: Mapping[str, Any] = context or {}
         self.counter = 0
 
     def unsupported(self, operation: str, detail: str = "") -> UnsupportedTransform:
@@ -316,12 +328,15 @@ class _QueryCompiler:
             return self.project(node)
         if node.cls == "Union":
             return self.union(node)
+        handler = RELATIONS.get(node.cls)
+        if handler is not None:
+            return handler(self, node)
         raise self.unsupported_operation(node)
 
     def check_operations(self, node: _Node) -> None:
         """Raise for the first operation (top down) sparkqos cannot run, before any expression is
         looked at: what a user most needs to hear is which operation, not which function."""
-        if node.cls not in _OPERATORS:
+        if node.cls not in _OPERATORS and node.cls not in RELATIONS:
             raise self.unsupported_operation(node)
         for child in node.children:
             self.check_operations(child)
@@ -381,6 +396,9 @@ class _QueryCompiler:
     def expr(self, node: _Node, rel: _Rel) -> Expr:
         """The executor expression computing Spark's ``node`` over ``rel``'s columns."""
         cls, f, kids = node.cls, node.fields, node.children
+        handler = EXPRESSIONS.get(cls)
+        if handler is not None:
+            return handler(self, node, rel)
         sub: Callable[[_Node], Expr] = lambda n: self.expr(n, rel)  # noqa: E731
         if cls == "AttributeReference":
             eid = f["exprId"]["id"]
@@ -485,13 +503,15 @@ def compile_plans(
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
     stream: str = DEFAULT_STREAM,
+    context: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CompiledPlan:
     """Compile each query's analyzed plan (parsed JSON) over the input whose own analyzed plan is
     ``source`` (output expression ids ``source_ids``, Arrow ``schema``) into one plan.
 
     ``outputs`` (query → the Arrow schema Spark gives the query's result) is checked against what
     the executor will deliver; ``time_zone`` is the session's (timestamp literals are printed in
-    it); ``classes`` maps query → class, ``priorities`` class → priority.
+    it); ``classes`` maps query → class, ``priorities`` class → priority; ``context`` maps query →
+    what its plan JSON leaves out (see :attr:`_QueryCompiler.context`).
     """
     classes = dict(classes or {})
     unknown = sorted(set(classes) - set(plans))
@@ -505,7 +525,7 @@ def compile_plans(
     for query, nodes in plans.items():
         if not isinstance(query, str) or not query or "/" in query:
             raise PlanError(f"query names are non-empty strings without '/', got {query!r}")
-        qc = _QueryCompiler(query, classes.get(query), stream, schema, ops, plan_ops, time_zone)
+        qc = _QueryCompiler(query, classes.get(query), stream, schema, ops, plan_ops, time_zone, (context or {}).get(query))
         tree = _parse_plan(nodes, source, source_ids)
         qc.check_operations(tree)
         rel = qc.relation(tree)
@@ -523,3 +543,7 @@ def compile_plans(
             )
     plan = Plan(plan_ops, streams=[stream], classes=dict(priorities or {}))
     return CompiledPlan(plan, ops, {stream: schema}, roots)
+
+
+# The modules that map further plan nodes and expressions register them in RELATIONS / EXPRESSIONS.
+from sparkqos.query import functions, joins, stateful, udf  # noqa: E402, F401

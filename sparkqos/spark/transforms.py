@@ -40,6 +40,20 @@ __all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
 #: A continuous query written as PySpark code.
 Transform = Callable[[DataFrame], DataFrame]
 
+#: Readers of what a query's plan JSON leaves out (a static table's rows, a UDF's function):
+#: ``reader(query, result, jvm_plan)`` with the transform's result DataFrame and, on classic
+#: pyspark, its analyzed JVM plan (None under Spark Connect) returns entries for the query's
+#: ``context`` in :func:`~sparkqos.query.spark_plan.compile_plans`. The modules
+#: sparkqos.spark.static_tables and sparkqos.spark.udfs (imported at the end) register here.
+CONTEXT_READERS: list[Callable[[str, DataFrame, Any], Mapping[str, Any]]] = []
+
+
+def _context(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for reader in CONTEXT_READERS:
+        out.update(reader(name, result, jvm_plan))
+    return out
+
 
 def is_transforms(queries: Any) -> bool:
     """Whether ``queries`` is a mapping of query name → transform (not a QuerySet)."""
@@ -93,15 +107,20 @@ class _ClassicPlans:
         output = source.output()
         self.source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
         self.plans: dict[str, list[dict[str, Any]]] = {}
+        self.context: dict[str, dict[str, Any]] = {}
 
     def add(self, name: str, result: DataFrame) -> None:
         analyzed = _analyzed(result)
         self.plans[name] = json.loads(analyzed.toJSON())
+        self.context[name] = _context(name, result, analyzed)
         if '.Cast"' in json.dumps(self.plans[name]) and "TRY" in _cast_modes(analyzed):
             raise UnsupportedTransform(name, "Spark function 'try_cast'")
 
     def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
         return self.plans, self.source_json, self.source_ids
+
+    def contexts(self) -> dict[str, dict[str, Any]]:
+        return self.context
 
 
 class _ConnectPlans:
@@ -111,9 +130,14 @@ class _ConnectPlans:
     def __init__(self, df: DataFrame):
         self.df = df
         self.results: dict[str, DataFrame] = {}
+        self.context: dict[str, dict[str, Any]] = {}
 
     def add(self, name: str, result: DataFrame) -> None:
         self.results[name] = result
+        self.context[name] = _context(name, result, None)
+
+    def contexts(self) -> dict[str, dict[str, Any]]:
+        return self.context
 
     def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
         from sparkqos.spark.connect_plan import connect_plans
@@ -170,6 +194,7 @@ def compile_transforms(
         time_zone=time_zone,
         classes=classes,
         priorities=priorities,
+        context=plans.contexts(),
     )
 
 
@@ -213,3 +238,7 @@ def run(
 def _forever(n: int) -> Iterator[int]:
     while True:
         yield n
+
+
+# The readers of static tables and UDFs register in CONTEXT_READERS.
+from sparkqos.spark import static_tables, udfs  # noqa: E402, F401
