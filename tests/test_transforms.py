@@ -462,10 +462,8 @@ def test_stream_checks_transforms_before_starting(spark_sql, sensor_trace, tmp_p
     streaming = spark_sql.readStream.format("sparkqos.replay").option("path", str(sensor_trace)).load()
     with pytest.raises(UnsupportedTransform, match="Aggregate"):
         sparkqos.stream(streaming, {"counts": lambda d: d.groupBy("zone").count()}, checkpoint=tmp_path)
-    with pytest.raises(UnsupportedTransform, match="EventTimeWatermark.*withWatermark"):
-        sparkqos.stream(
-            streaming, {"late": lambda d: d.withWatermark("ts", "1 minute").where("sensor_id > 1")}, checkpoint=tmp_path
-        )
+    with pytest.raises(UnsupportedTransform, match="Sort.*orderBy"):
+        sparkqos.stream(streaming, {"sorted": lambda d: d.where("sensor_id > 1").orderBy("ts")}, checkpoint=tmp_path)
     assert not spark_sql.streams.active
     # A stream read twice is renumbered by a Project of aliases, not deduplicated: nothing to run.
     from sparkqos.spark.transforms import compile_transforms

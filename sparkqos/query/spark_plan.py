@@ -72,8 +72,10 @@ _TYPES = {
     "timestamp_ntz": pa.timestamp("us"),
 }
 
-#: Plan nodes that do not change which rows come out (only how Spark distributes them).
-_PASS_THROUGH = {"SubqueryAlias", "Repartition", "RepartitionByExpression"}
+#: Plan nodes that do not change which rows come out (only how Spark distributes them). A
+#: watermark changes nothing by itself: its delay rides on the event-time attribute's metadata
+#: (``spark.watermarkDelayMs``), where the stateful operators above it read it.
+_PASS_THROUGH = {"SubqueryAlias", "Repartition", "RepartitionByExpression", "EventTimeWatermark"}
 #: Plan nodes sparkqos runs.
 _OPERATORS = {"__source__", "Filter", "Project", "Union", *_PASS_THROUGH}
 
@@ -93,7 +95,6 @@ _OPERATION_HINTS = {
     "Expand": "cube/rollup",
     "Intersect": "intersect",
     "Except": "subtract/exceptAll",
-    "EventTimeWatermark": "withWatermark",
     "MapInPandas": "mapInPandas",
     "MapInArrow": "mapInArrow",
     "FlatMapGroupsInPandas": "groupBy().applyInPandas",
