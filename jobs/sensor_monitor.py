@@ -2,8 +2,9 @@
 
     ./spark-submit.sh jobs/sensor_monitor.py [--duration 60] [--set section.key=value ...] [--fault POINT:BATCH]
 
-Four continuous queries over one bursty stream of sensor readings (sparkqos.examples): fire
-detection (class H), anomaly scoring (class C), zone statistics and an archive (class N). The
+Four continuous queries, written as ordinary PySpark transforms (sparkqos.spark.examples), over
+one bursty stream of sensor readings: fire detection (class H), anomaly scoring (class C), zone
+statistics and an archive (class N). The
 adaptive controller picks among the configured strategies once per trigger to meet the QoS
 template. Prints one line per trigger and a summary table per class at the end; outputs, metrics
 and an HTML report go under the output folder, leftover queues and state under the checkpoint
@@ -30,7 +31,6 @@ import numpy as np
 from sparkqos import schedulers
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import RunnerError, SparkqosError
-from sparkqos.examples import sensor_queries
 from sparkqos.report import metrics
 from sparkqos.spark.config import parse_faults
 
@@ -70,6 +70,7 @@ SCHEMA = {
     "queries": {
         "work_us": Key(float, 150.0, "declared CPU µs per row of the costly steps", low=0),
         "window_s": Key(float, 10.0, "zone statistics window, seconds", low=0, low_open=True),
+        "watermark_s": Key(float, 2.0, "zone statistics: a window closes this long after its end", low=0),
     },
 }
 
@@ -158,9 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     sources.register(spark)
     df = spark.readStream.format(f"sparkqos.{cfg['source']['format']}").options(**source_options(cfg)).load()
 
-    queries = sensor_queries(work_us=cfg["queries"]["work_us"], window_s=cfg["queries"]["window_s"])
-    compiled = queries.build()
-    klass_of = {q.name: q.klass for q in compiled.plan.queries.values()}
+    from sparkqos.examples import SENSOR_CLASSES
+    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
+
+    qcfg = cfg["queries"]
+    queries = sensor_transforms(work_us=qcfg["work_us"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
+    klass_of = dict(SENSOR_QUERY_CLASSES)
     delays = {k: metrics.DelayDigest() for k in set(klass_of.values())}  # bounded, however long the run
     peak_queued = {"rows": 0.0, "bytes": 0.0}
     peak_class = {k: [0.0, 0.0] for k in delays}  # rows, bytes queued for the class's queries
@@ -196,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     strategy_params = {"candidates": sched["candidates"], "seed": sched["seed"]} if sched["strategy"] == "adaptive" else {}
     handle = sparkqos.stream(
         df,
-        compiled,
+        queries,
+        classes=SENSOR_QUERY_CLASSES,
+        priorities=SENSOR_CLASSES,
         strategy=sched["strategy"],
         strategy_params=strategy_params,
         qos=sched["qos"] if sched["strategy"] == "adaptive" else None,
@@ -219,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     duration = job["duration_s"]
     print(
-        f"sensor_monitor: {len(compiled.plan.queries)} queries, {len(compiled.plan)} operators, strategy "
+        f"sensor_monitor: {len(queries)} queries, {len(handle.loop.executor.plan)} operators, strategy "
         f"{sched['strategy']}{' over ' + ','.join(sched['candidates']) if sched['strategy'] == 'adaptive' else ''}, "
         f"source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s, trigger {job['trigger_s']:g}s; "
         + (f"runs {duration:g}s" if duration else "runs until stopped (Ctrl-C)")

@@ -38,6 +38,14 @@ def stream(df, queries, **kwargs):
     return _stream(df, queries, **kwargs)
 
 
+def synthetic(df, selectivity, cost_s=0.0, seed=0, key=""):
+    """``df`` through the papers' synthetic operator (declared selectivity and CPU cost per row),
+    for experiments written as PySpark transforms: :func:`sparkqos.spark.synthetic.synthetic`."""
+    from sparkqos.spark.synthetic import synthetic as _synthetic
+
+    return _synthetic(df, selectivity, cost_s, seed, key)
+
+
 def run(df, queries, strategy="fifo", **kwargs):
     """Every query's output (a dict of pyarrow Tables) on the finite DataFrame ``df``, computed
     by the executor under ``strategy``; ``queries`` maps query name → PySpark transform. The
@@ -80,4 +88,5 @@ __all__ = [
     "schedulers",
     "stream",
     "sum_",
+    "synthetic",
 ]

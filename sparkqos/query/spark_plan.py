@@ -48,7 +48,7 @@ from sparkqos.executor.expressions import (
     StringMatch,
     cast_supported,
 )
-from sparkqos.executor.operators import PhysicalOperator, Project, Select, Union
+from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import with_internal
 from sparkqos.model.plan import Operator, Plan
@@ -57,6 +57,10 @@ __all__ = ["DEFAULT_STREAM", "compile_plans", "spark_type"]
 
 #: Name of the stream the input DataFrame feeds.
 DEFAULT_STREAM = "input"
+
+#: Start of the marker literal :func:`sparkqos.spark.synthetic.synthetic` puts in a ``where``
+#: (followed by the operator's parameters as JSON): that Filter runs as the executor's Synthetic.
+SYNTHETIC_MARKER = "sparkqos.synthetic:"
 
 _TYPES = {
     "byte": pa.int8(),
@@ -256,6 +260,19 @@ def _parse_plan(nodes: Sequence[dict[str, Any]], source: Sequence[dict[str, Any]
     return root
 
 
+def _synthetic_params(cond: _Node) -> dict[str, Any] | None:
+    """The parameters of a synthetic operator's marker (``hash_keeps AND marker IS NOT NULL``)."""
+    if cond.cls != "And" or len(cond.children) != 2:
+        return None
+    marker = cond.children[1]
+    if marker.cls != "IsNotNull" or marker.children[0].cls != "Literal":
+        return None
+    value = marker.children[0].fields.get("value")
+    if not isinstance(value, str) or not value.startswith(SYNTHETIC_MARKER):
+        return None
+    return dict(json.loads(value[len(SYNTHETIC_MARKER) :]))
+
+
 def _parse_expr(nodes: Sequence[dict[str, Any]]) -> _Node:
     pos = 0
 
@@ -323,7 +340,11 @@ class _QueryCompiler:
             return self.relation(node.children[0])
         if node.cls == "Filter":
             child = self.relation(node.children[0])
-            pred = self.expr(_parse_expr(node.fields["condition"]), child)
+            cond = _parse_expr(node.fields["condition"])
+            params = _synthetic_params(cond)
+            if params is not None:
+                return self.add("synthetic", Synthetic(**params), [child], child.attrs)
+            pred = self.expr(cond, child)
             return self.add("where", Select(pred), [child], child.attrs)
         if node.cls == "Project":
             return self.project(node)

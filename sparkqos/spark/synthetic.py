@@ -1,0 +1,56 @@
+"""The papers' synthetic operator inside a PySpark transform: ``sparkqos.synthetic(df, ...)``.
+
+The papers' experiments (thesis §3.2.2; Chain §6; Jiang §5) use a generic operator of declared
+selectivity and per-row cost. :func:`synthetic` writes it as ordinary PySpark code: a ``where``
+whose condition is the executor's keep/drop hash (:class:`~sparkqos.executor.operators.Synthetic`,
+64-bit integer arithmetic Spark computes natively, so Spark's own run keeps the same rows) joined
+to a marker literal carrying the operator's parameters. :mod:`sparkqos.query.spark_plan` reads the
+marker and runs the executor's Synthetic operator, which also spends the declared CPU per row;
+Spark's run only filters. Use it for experiments; real queries are real code.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from sparkqos.errors import ArgumentError, PlanError, check_number
+from sparkqos.executor.operators import Synthetic
+from sparkqos.query.spark_plan import SYNTHETIC_MARKER
+
+__all__ = ["synthetic"]
+
+
+def _keep(key: Column, op: Synthetic) -> Column:
+    p = F.lit(op.MODULUS)
+    seed = F.lit(op.seed % op.MODULUS)
+    h = F.pmod(F.pmod(F.abs(key.cast("long")), p) * F.lit(op.A1) + seed, p)
+    h = F.pmod(h * h + F.lit(op.A2), p)
+    h = F.pmod(h * h + seed, p)
+    return key.isNotNull() & (h < F.lit(op.threshold))
+
+
+def synthetic(df: DataFrame, selectivity: float, cost_s: float = 0.0, seed: int = 0, key: str = "") -> DataFrame:
+    """``df`` through the papers' synthetic operator: keeps a ``selectivity`` share of rows by a
+    hash of the integer column ``key`` and ``seed``, spending ``cost_s`` seconds of CPU per row
+    when sparkqos runs it.
+
+    Example (inside a transform)::
+
+        def anomaly(df):
+            return sparkqos.synthetic(df.where(F.col("temperature") > 29), 0.5, cost_s=150e-6, seed=11, key="sensor_id")
+    """
+    check_number("selectivity", selectivity, low=0, high=1, error=PlanError, where="synthetic ")
+    check_number("cost_s", cost_s, low=0, error=PlanError, where="synthetic ")
+    check_number("seed", seed, integer=True, low=0, error=PlanError, where="synthetic ")
+    if not isinstance(key, str) or key not in df.columns:
+        raise ArgumentError(
+            f"synthetic needs key= naming an integer column of the DataFrame, got {key!r}; columns are {df.columns}",
+            parameter="key",
+            value=key,
+        )
+    op = Synthetic(selectivity, cost_s, seed, key)
+    marker = SYNTHETIC_MARKER + json.dumps({"selectivity": selectivity, "cost_s": cost_s, "seed": seed, "key": key})
+    return df.where(_keep(F.col(key), op) & F.lit(marker).isNotNull())
