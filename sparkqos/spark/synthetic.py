@@ -5,8 +5,10 @@ selectivity and per-row cost. :func:`synthetic` writes it as ordinary PySpark co
 whose condition is the executor's keep/drop hash (:class:`~sparkqos.executor.operators.Synthetic`,
 64-bit integer arithmetic Spark computes natively, so Spark's own run keeps the same rows) joined
 to a marker literal carrying the operator's parameters. :mod:`sparkqos.query.spark_plan` reads the
-marker and runs the executor's Synthetic operator, which also spends the declared CPU per row;
-Spark's run only filters. Use it for experiments; real queries are real code.
+marker and runs the executor's Synthetic operator, which spends the declared CPU per row. So that
+Spark's own run of the same transform (the FAIR-pools benchmark's) does the same work, a declared
+cost adds a pandas UDF to the condition that spends it per row in Spark's Python workers; the
+executor never calls it. Use it for experiments; real queries are real code.
 """
 
 from __future__ import annotations
@@ -32,6 +34,19 @@ def _keep(key: Column, op: Synthetic) -> Column:
     return key.isNotNull() & (h < F.lit(op.threshold))
 
 
+def _spend(cost_s: float):
+    """A pandas UDF that spends ``cost_s`` seconds of CPU per row and keeps every row."""
+    from pyspark.sql.functions import pandas_udf
+
+    def spend(key):  # pandas Series in, Series out
+        from sparkqos.executor.operators.synthetic import _burn
+
+        _burn(cost_s * len(key))
+        return key.notna() | key.isna()
+
+    return pandas_udf(spend, "boolean")
+
+
 def synthetic(df: DataFrame, selectivity: float, cost_s: float = 0.0, seed: int = 0, key: str = "") -> DataFrame:
     """``df`` through the papers' synthetic operator: keeps a ``selectivity`` share of rows by a
     hash of the integer column ``key`` and ``seed``, spending ``cost_s`` seconds of CPU per row
@@ -53,4 +68,7 @@ def synthetic(df: DataFrame, selectivity: float, cost_s: float = 0.0, seed: int 
         )
     op = Synthetic(selectivity, cost_s, seed, key)
     marker = SYNTHETIC_MARKER + json.dumps({"selectivity": selectivity, "cost_s": cost_s, "seed": seed, "key": key})
-    return df.where(_keep(F.col(key), op) & F.lit(marker).isNotNull())
+    keep = _keep(F.col(key), op)
+    if cost_s > 0:
+        keep = keep & _spend(cost_s)(F.col(key))
+    return df.where(keep & F.lit(marker).isNotNull())
