@@ -55,6 +55,8 @@ def table() -> pa.Table:
 def transforms():
     from pyspark.sql import functions as F
 
+    import sparkqos
+
     return {
         # three-valued logic: null comparisons drop the row in a filter, OR/AND with nulls
         "tvl": lambda df: df.where((F.col("i") > 0) | (F.col("f") & (F.col("d") < 3))).select("i", "d", "f"),
@@ -89,6 +91,7 @@ def transforms():
         "string": lambda df: df.where(F.col("s").startswith("a") | F.col("s").contains("c")).select(
             F.upper("s").alias("u"), F.isnan("d")
         ),
+        "synthetic": lambda df: sparkqos.synthetic(df.where(F.col("l") != 0), 0.5, seed=3, key="l").select("l", "s"),
     }
 
 

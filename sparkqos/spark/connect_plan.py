@@ -27,6 +27,7 @@ from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 from pyspark.sql.connect.plan import CachedRelation
 
 from sparkqos.errors import UnsupportedTransform
+from sparkqos.query.spark_plan import SYNTHETIC_MARKER
 
 __all__ = ["connect_plans"]
 
@@ -160,6 +161,9 @@ class _Translator:
         body = getattr(rel, kind)
         if kind == "filter":
             nodes, attrs = self.relation(body.input)
+            marker = _synthetic_marker(body.condition)
+            if marker is not None:  # sparkqos.synthetic: the executor runs it from the marker alone
+                return [{"class": f"{_PKG}.plans.logical.Filter", "num-children": 1, "condition": marker}, *nodes], attrs
             cond = self.typed(body.input, [body.condition], attrs)[0]
             return [{"class": f"{_PKG}.plans.logical.Filter", "num-children": 1, "condition": cond[0]}, *nodes], attrs
         if kind in ("project", "with_columns") and (_contains(body, _is_window) or _contains(body, _is_aggregate)):
@@ -437,6 +441,31 @@ class _Translator:
         else:
             raise self.unsupported(f"a {spark_t} literal")
         return node
+
+
+def _synthetic_marker(cond: proto.Expression) -> list[dict[str, Any]] | None:
+    """The JSON condition spark_plan reads as a synthetic operator (``... AND marker IS NOT NULL``,
+    see :mod:`sparkqos.spark.synthetic`), when ``cond`` is one; its hash part is not needed."""
+    if cond.WhichOneof("expr_type") != "unresolved_function" or cond.unresolved_function.function_name != "and":
+        return None
+    args = cond.unresolved_function.arguments
+    if len(args) != 2 or args[1].WhichOneof("expr_type") != "unresolved_function":
+        return None
+    test = args[1].unresolved_function
+    if test.function_name.lower() != "isnotnull" or len(test.arguments) != 1:
+        return None
+    lit = test.arguments[0]
+    if lit.WhichOneof("expr_type") != "literal" or lit.literal.WhichOneof("literal_type") != "string":
+        return None
+    if not lit.literal.string.startswith(SYNTHETIC_MARKER):
+        return None
+    expr = f"{_PKG}.expressions"
+    return [
+        {"class": f"{expr}.And", "num-children": 2},
+        {"class": f"{expr}.Literal", "num-children": 0, "value": "true", "dataType": "boolean"},
+        {"class": f"{expr}.IsNotNull", "num-children": 1},
+        {"class": f"{expr}.Literal", "num-children": 0, "value": lit.literal.string, "dataType": "string"},
+    ]
 
 
 def _short(cls: str) -> str:
