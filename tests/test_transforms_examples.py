@@ -13,6 +13,7 @@ from sparkqos.examples import SENSOR_CLASSES, sensor_trace
 from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
 from sparkqos.spark.transforms import compile_transforms
 from tests.test_transforms import canonical
+from tests.test_transforms_stateful import assert_same
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,6 @@ def test_sensor_transforms_equal_spark(readings):
     got = sparkqos.run(readings, queries, strategy="adaptive", batch_rows=400)
     for name, transform in queries.items():
         want = transform(readings).toArrow()
-        assert got[name].schema.names == want.schema.names, name
-        assert canonical(got[name].cast(want.schema)) == canonical(want), name
+        assert_same(got[name], want, name)
         assert want.num_rows > 0, name
     assert isinstance(got["fire"], pa.Table)

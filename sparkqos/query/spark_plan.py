@@ -185,8 +185,12 @@ def spark_type(name: str) -> pa.DataType | None:
 
 
 #: Further plan nodes: Spark class name → ``handler(compiler, node) -> _Rel``. The modules of
-#: sparkqos.query that map them (imported at the end of this module) register here.
+#: sparkqos.query that map them (imported by the package, ``sparkqos/query/__init__.py``) register here.
 RELATIONS: dict[str, Callable[[Any, Any], Any]] = {}
+#: For a handler of RELATIONS that maps some nodes under its own as part of itself (an Aggregate
+#: and the analyzer's rewrite of window()): Spark class name → ``inputs(node)``, the nodes below
+#: that are relations again, which the operation check visits instead of the node's children.
+INPUTS: dict[str, Callable[[Any], list[Any]]] = {}
 #: Further expressions, looked up before the ones mapped here: Spark class name →
 #: ``handler(compiler, node, rel) -> Expr``.
 EXPRESSIONS: dict[str, Callable[[Any, Any, Any], Any]] = {}
@@ -360,7 +364,8 @@ class _QueryCompiler:
         looked at: what a user most needs to hear is which operation, not which function."""
         if node.cls not in _OPERATORS and node.cls not in RELATIONS:
             raise self.unsupported_operation(node)
-        for child in node.children:
+        inputs = INPUTS.get(node.cls)
+        for child in node.children if inputs is None else inputs(node):
             self.check_operations(child)
 
     def unsupported_operation(self, node: _Node) -> UnsupportedTransform:
@@ -566,6 +571,3 @@ def compile_plans(
     plan = Plan(plan_ops, streams=[stream], classes=dict(priorities or {}))
     return CompiledPlan(plan, ops, {stream: schema}, roots)
 
-
-# The modules that map further plan nodes and expressions register them in RELATIONS / EXPRESSIONS.
-from sparkqos.query import functions, joins, stateful, udf  # noqa: E402, F401

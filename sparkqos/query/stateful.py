@@ -1,1 +1,263 @@
-"""(filled by issue 14 phase 2)"""
+"""Spark's event-time aggregation in a transform's plan → the executor's EventWindowAggregate.
+
+``df.withWatermark("ts", "2 seconds").groupBy(F.window("ts", "10 seconds"[, slide]), "zone").agg(...)``
+reaches the analyzer as an ``Aggregate`` over the window rewrite (Spark's TimeWindowing rule):
+tumbling, ``Project(window struct AS window, ...) ← Filter(isnotnull(ts))``; sliding,
+``Filter(isnotnull(ts) AND ts in window) ← Expand(one projection per overlapping window)``. This
+module recognises that shape and maps the whole of it to one
+:class:`~sparkqos.executor.operators.EventWindowAggregate`, which assigns rows to Spark's windows
+itself. What the analyzed JSON leaves out comes from the plan context
+(:mod:`sparkqos.spark.transforms`): the window's duration, slide and start (read from the
+unresolved ``window(...)`` call), the watermark delay of the event-time column (from the
+``EventTimeWatermark`` node) and whether the input is a stream.
+
+Supported aggregates: ``count`` (of rows, a literal or a column), ``sum``, ``avg``/``mean``,
+``min``, ``max``, ``first``, ``last`` (``ignorenulls`` too), over columns or expressions, keys
+that are columns. An aggregation without a time window, a stream without a watermark, distinct
+aggregates, expressions over aggregates and other aggregate functions raise
+:class:`~sparkqos.errors.UnsupportedTransform` naming them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkqos.executor.expressions import Alias, Col
+from sparkqos.executor.operators import EventWindowAggregate, Project, WindowAgg
+from sparkqos.query.spark_plan import INPUTS, RELATIONS, _Node, _parse_expr, _Rel
+
+_AGGREGATES = {"Count": "count", "Sum": "sum", "Average": "avg", "Min": "min", "Max": "max", "First": "first", "Last": "last"}
+_AGG_NAMES = {
+    "CollectList": "collect_list",
+    "CollectSet": "collect_set",
+    "StddevSamp": "stddev",
+    "StddevPop": "stddev_pop",
+    "VarianceSamp": "variance",
+    "VariancePop": "var_pop",
+    "ApproximatePercentile": "percentile_approx",
+    "HyperLogLogPlusPlus": "approx_count_distinct",
+    "CountIf": "count_if",
+    "BoolAnd": "bool_and",
+    "BoolOr": "bool_or",
+    "MaxBy": "max_by",
+    "MinBy": "min_by",
+}
+
+
+def _is_window_struct(node: _Node) -> bool:
+    t = node.fields.get("dataType")
+    if not isinstance(t, dict) or t.get("type") != "struct":
+        return False
+    fields = [(f.get("name"), f.get("type")) for f in t.get("fields", [])]
+    return len(fields) == 2 and fields[0][0] == "start" and fields[1][0] == "end" and fields[0][1] == fields[1][1]
+
+
+def _eid(node: _Node) -> int:
+    return node.fields["exprId"]["id"]
+
+
+def _time_column(cond: _Node) -> _Node | None:
+    """The event-time attribute of the window rewrite's filter (``isnotnull(ts)``, or
+    ``ts >= window.start AND ts < window.end``): its first timestamp attribute."""
+    todo = [cond]
+    while todo:
+        node = todo.pop(0)
+        if node.cls == "AttributeReference" and node.fields.get("dataType") in ("timestamp", "timestamp_ntz"):
+            return node
+        todo = node.children + todo
+    return None
+
+
+def _rewrite(child: _Node) -> tuple[_Node, _Node] | None:
+    """(event-time attribute, the relation under it) when ``child`` is the analyzer's rewrite of
+    ``window()`` under an Aggregate."""
+    node = child
+    if node.cls == "Project" and node.children and node.children[0].cls == "Filter":  # tumbling
+        ts = _time_column(_parse_expr(node.children[0].fields["condition"]))
+        if ts is not None:
+            return ts, node.children[0].children[0]
+    if node.cls == "Filter" and node.children and node.children[0].cls == "Expand":  # sliding
+        ts = _time_column(_parse_expr(node.fields["condition"]))
+        if ts is not None:
+            return ts, node.children[0].children[0]
+    return None
+
+
+def _literal_int(node: _Node) -> int | None:
+    while node.cls == "Cast" and node.children:
+        node = node.children[0]
+    if node.cls == "Literal" and node.fields.get("dataType") in ("long", "integer") and node.fields.get("value") is not None:
+        return int(node.fields["value"])
+    return None
+
+
+def _find(node: _Node, cls: str) -> _Node | None:
+    todo = [node]
+    while todo:
+        n = todo.pop(0)
+        if n.cls == cls:
+            return n
+        todo = n.children + todo
+    return None
+
+
+def _window_params(qc: Any, child: _Node) -> tuple[int, int, int]:
+    """(duration, slide, start) in µs of the window() the analyzer rewrote under ``child``.
+
+    The rewrite computes ``start = t − ((t − startTime) % slide [+ slide when negative]) − i·slide``
+    and ``end = start + duration`` as a named struct (Spark's TimeWindowing): the ``%`` reads
+    ``(t − startTime) % slide`` and the ``end`` field ``… + duration``."""
+    struct = None
+    if child.cls == "Project":
+        for item in child.fields["projectList"]:
+            tree = _parse_expr(item)
+            if tree.cls == "Alias" and tree.children[0].cls == "CreateNamedStruct":
+                struct = tree.children[0]
+                break
+    elif child.cls == "Filter" and child.children[0].cls == "Expand":
+        first = child.children[0].fields["projections"][0]
+        tree = _parse_expr(first[0])
+        struct = tree if tree.cls == "CreateNamedStruct" else None
+    if struct is None or len(struct.children) != 4:
+        raise qc.unsupported("a window() sparkqos cannot read", "window(time column, 'duration'[, 'slide'[, 'start']])")
+    rem = _find(struct.children[1], "Remainder")
+    end = struct.children[3]
+    while end.cls in ("KnownNullable", "PreciseTimestampConversion") and end.children:
+        end = end.children[0]
+    slide = start = size = None
+    if rem is not None and rem.children[0].cls == "Subtract":
+        start, slide = _literal_int(rem.children[0].children[1]), _literal_int(rem.children[1])
+    if end.cls == "Add":
+        size = _literal_int(end.children[1])
+    if None in (slide, start, size) or not (0 < slide <= size):
+        raise qc.unsupported("a window() sparkqos cannot read", "window(time column, 'duration'[, 'slide'[, 'start']])")
+    return size, slide, start
+
+
+def _window_input(qc: Any, child: _Node) -> tuple[_Node, _Node]:
+    found = _rewrite(child)
+    if found is None:
+        raise qc.unsupported("a groupBy whose window() sparkqos cannot place", "group by window(col, ...) and columns")
+    return found
+
+
+def _aggregate_inputs(node: _Node) -> list[_Node]:
+    found = _rewrite(node.children[0]) if node.children else None
+    return node.children if found is None else [found[1]]
+
+
+def aggregate(qc: Any, node: _Node) -> _Rel:
+    if "groupingExpressions" not in node.fields:  # Spark Connect writes the node without its fields
+        raise qc.unsupported("Spark operation 'Aggregate'", "groupBy/agg is not supported under Spark Connect yet")
+    grouping = [_parse_expr(g) for g in node.fields["groupingExpressions"]]
+    windows = [g for g in grouping if g.cls == "AttributeReference" and _is_window_struct(g)]
+    if not windows:
+        raise qc.unsupported(
+            "Spark operation 'Aggregate' (groupBy/agg) without a time window",
+            "a continuous query aggregates per event-time window: groupBy(window(ts, ...), ...) after withWatermark",
+        )
+    if len(windows) > 1:
+        raise qc.unsupported("a groupBy over two time windows")
+    window_id = _eid(windows[0])
+    ts, below = _window_input(qc, node.children[0])
+    size_us, slide_us, start_us = _window_params(qc, node.children[0])
+    base = qc.relation(below)
+    names = dict(base.attrs)
+    if _eid(ts) not in names:
+        raise qc.unsupported("window() over a computed column", "add the column with withColumn before withWatermark")
+    time_col = names[_eid(ts)]
+    delay_s = (qc.context.get("watermarks") or {}).get(_eid(ts))
+    if delay_s is None and qc.context.get("streaming"):
+        raise qc.unsupported(
+            "groupBy(window(...)) on a stream without withWatermark",
+            f"Spark's append mode needs a watermark on {time_col!r} to know when a window is complete",
+        )
+    keys: list[str] = []
+    for g in grouping:
+        if g is windows[0]:
+            continue
+        if g.cls != "AttributeReference" or _eid(g) not in names:
+            raise qc.unsupported("a groupBy key that is an expression", "add it with withColumn and group by its name")
+        keys.append(names[_eid(g)])
+    # Aggregate arguments that are not plain columns are computed first, by a select.
+    extra: list[tuple[str, Any]] = []
+    aggs: list[WindowAgg] = []
+    out_attrs: list[tuple[int, str]] = []
+    order: list[str] = []
+    key_ids = {_eid(g): names[_eid(g)] for g in grouping if g is not windows[0]}
+    for item in node.fields["aggregateExpressions"]:
+        tree = _parse_expr(item)
+        if tree.cls == "AttributeReference" and _eid(tree) == window_id:
+            out_attrs.append((_eid(tree), tree.fields["name"]))
+            order.append("window")
+            continue
+        if tree.cls == "AttributeReference" and _eid(tree) in key_ids:
+            out_attrs.append((_eid(tree), key_ids[_eid(tree)]))
+            order.append(key_ids[_eid(tree)])
+            continue
+        if tree.cls == "Alias" and tree.children[0].cls == "AttributeReference":
+            inner = _eid(tree.children[0])
+            if inner == window_id or inner in key_ids:
+                out_attrs.append((_eid(tree), tree.fields["name"]))
+                order.append("window" if inner == window_id else key_ids[inner])
+                continue
+        if tree.cls != "Alias" or tree.children[0].cls != "AggregateExpression":
+            raise qc.unsupported("an expression over aggregates in agg()", "compute it with a select after the agg")
+        agg_expr = tree.children[0]
+        if agg_expr.fields.get("isDistinct"):
+            raise qc.unsupported("a distinct aggregate (countDistinct, sum_distinct)")
+        if len(agg_expr.children) > 1:  # a FILTER (WHERE ...) clause
+            raise qc.unsupported("an aggregate with a filter clause")
+        fn_node = agg_expr.children[0]
+        fn = _AGGREGATES.get(fn_node.cls)
+        if fn is None:
+            name = _AGG_NAMES.get(fn_node.cls, fn_node.cls)
+            raise qc.unsupported(f"aggregate function {name!r}")
+        arg = fn_node.children[0] if fn_node.children else None
+        column: str | None
+        if fn == "count":
+            if len(fn_node.children) != 1:
+                raise qc.unsupported("count over several columns")
+            if arg.cls == "Literal" and arg.fields.get("value") is not None:
+                fn, column = "count_all", None
+            else:
+                column = _argument(qc, arg, base, names, extra)
+        else:
+            column = _argument(qc, arg, base, names, extra)
+        ignore = bool(fn_node.fields.get("ignoreNulls", False))
+        if fn in ("first", "last") and len(fn_node.children) > 1:
+            flag = fn_node.children[1]
+            ignore = flag.fields.get("value") == "true"
+        name = tree.fields["name"]
+        aggs.append(WindowAgg(fn, column, name, ignore))
+        out_attrs.append((_eid(tree), name))
+        order.append(name)
+    if extra:
+        cols = [Col(n) for _, n in base.attrs] + [Alias(e, n) for n, e in extra]
+        base = qc.add("select", Project(cols), [base], base.attrs + [(None, n) for n, _ in extra])
+    op = EventWindowAggregate(
+        keys, aggs, time_col, size_us, slide_us, start_us, None if delay_s is None else int(round(delay_s * 1e6))
+    )
+    natural = ["window", *keys, *(a.name for a in aggs)]
+    rel = qc.add("window_agg", op, [base], [(None, n) for n in natural])
+    if order == natural and [n for _, n in out_attrs] == natural:
+        rel.attrs = out_attrs
+        return rel
+    # agg() lists its columns in another order, or renames the window or a key: a select does it.
+    exprs = [Col(o) if o == n else Alias(Col(o), n) for (_, n), o in zip(out_attrs, order, strict=True)]
+    return qc.add("select", Project(exprs), [rel], out_attrs)
+
+
+def _argument(qc: Any, arg: _Node, base: _Rel, names: dict[int, str], extra: list[tuple[str, Any]]) -> str:
+    """The column an aggregate reads: a column of ``base``, or a new one computed by a select."""
+    if arg.cls == "AttributeReference" and _eid(arg) in names:
+        return names[_eid(arg)]
+    name = f"agg_arg{len(extra)}"
+    while name in names.values():
+        name += "_"
+    extra.append((name, qc.expr(arg, base)))
+    return name
+
+
+RELATIONS["Aggregate"] = aggregate
+INPUTS["Aggregate"] = _aggregate_inputs

@@ -48,8 +48,34 @@ Transform = Callable[[DataFrame], DataFrame]
 CONTEXT_READERS: list[Callable[[str, DataFrame, Any], Mapping[str, Any]]] = []
 
 
+def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
+    """What the analyzed JSON leaves out for stateful operators: whether the input streams, and
+    each watermark's delay in seconds by its event-time column's expression id
+    (``EventTimeWatermark.delay`` is a CalendarInterval the JSON writes as null)."""
+    facts: dict[str, Any] = {"streaming": bool(result.isStreaming)}
+    if jvm_plan is None:
+        return facts
+    from py4j.java_gateway import get_field
+
+    def items(seq: Any) -> list[Any]:
+        return [seq.apply(i) for i in range(seq.size())]
+
+    watermarks: dict[int, float] = {}
+    nodes = [jvm_plan]
+    while nodes:
+        node = nodes.pop()
+        if node.getClass().getSimpleName() == "EventTimeWatermark":
+            d = node.delay()
+            months, days, micros = (int(get_field(d, f)) for f in ("months", "days", "microseconds"))
+            # Spark's own conversion of the delay (EventTimeWatermark.getDelayMs): a month is 31 days
+            watermarks[int(node.eventTime().exprId().id())] = ((months * 31 + days) * 86_400_000_000 + micros) / 1e6
+        nodes.extend(items(node.children()))
+    facts["watermarks"] = watermarks
+    return facts
+
+
 def _context(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = _plan_facts(name, result, jvm_plan)
     for reader in CONTEXT_READERS:
         out.update(reader(name, result, jvm_plan))
     return out

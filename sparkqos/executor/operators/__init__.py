@@ -1,7 +1,8 @@
 """Physical operators of the executor, on pyarrow compute (thesis §3.2.2; Chain §5 for joins).
 
 One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.synthetic`,
-:mod:`.window` (window aggregation) and :mod:`.join` (window join), on the base class of
+:mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
+aggregation, for PySpark transforms) and :mod:`.join` (window join), on the base class of
 :mod:`.base`. Each operator is bound to its input schemas when a plan is built
 (:meth:`PhysicalOperator.bind`, which type-checks its expressions and returns the output schema)
 and then runs on the rows the executor hands it from its input queues
@@ -9,12 +10,14 @@ and then runs on the rows the executor hands it from its input queues
 ``__seq`` through every operator. Window and join state is bounded and serialisable
 (:meth:`~PhysicalOperator.to_state` / :meth:`~PhysicalOperator.from_state`, Arrow IPC bytes).
 
-Every operator has a Spark equivalent that gives the same answer on a finite input:
-``sparkqos.spark.translate.operator_to_spark`` builds it from the operator's public properties
-(the executor itself never imports Spark).
+Every operator has a Spark equivalent that gives the same answer on a finite input: for those of
+the QuerySet builder ``sparkqos.spark.translate.operator_to_spark`` builds it from the operator's
+public properties; those compiled from PySpark transforms have the transform itself (the executor
+never imports Spark).
 """
 
 from sparkqos.executor.operators.base import PhysicalOperator
+from sparkqos.executor.operators.event_window import EventWindowAggregate, WindowAgg
 from sparkqos.executor.operators.join import WindowJoin
 from sparkqos.executor.operators.project import Project
 from sparkqos.executor.operators.select import Select
@@ -22,4 +25,14 @@ from sparkqos.executor.operators.synthetic import Synthetic
 from sparkqos.executor.operators.union import Union
 from sparkqos.executor.operators.window import WindowAggregate
 
-__all__ = ["PhysicalOperator", "Project", "Select", "Synthetic", "Union", "WindowAggregate", "WindowJoin"]
+__all__ = [
+    "EventWindowAggregate",
+    "PhysicalOperator",
+    "Project",
+    "Select",
+    "Synthetic",
+    "Union",
+    "WindowAgg",
+    "WindowAggregate",
+    "WindowJoin",
+]

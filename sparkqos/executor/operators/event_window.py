@@ -1,0 +1,316 @@
+"""EventWindowAggregate: Spark's ``groupBy(window(ts, size[, slide]), keys).agg(...)`` on event time.
+
+What a PySpark transform's ``withWatermark(...).groupBy(F.window("ts", "10 seconds"), "zone").agg(...)``
+compiles to (:mod:`sparkqos.query.stateful`). Windows are Spark's: a row at event time ``t``
+(microseconds) falls in the windows ``[s, s + size)`` with ``s = t − ((t − start) mod slide) − i·slide``
+for ``i = 0 … ceil(size / slide) − 1``, keeping those with ``s ≤ t``; rows with a null time are
+dropped, as Spark's plan filters them. The output is Spark's: a ``window`` struct
+``<start, end>`` of timestamps, the grouping keys, then the aggregates with Spark's types and null
+rules (count never null; sum/avg/min/max skip nulls and are null for a group of nulls; NaN is
+above every number in min/max; first/last take the first/last row in arrival order).
+
+Streaming (Spark's append mode): with a watermark delay the watermark is the largest event time
+seen minus the delay; a window is emitted once the watermark reaches its end, and a (row, window)
+pair whose window already ended before the watermark is late: dropped and counted in
+``late_rows``. Without a watermark (a finite DataFrame, where Spark ignores ``withWatermark``)
+every window is emitted at :meth:`flush`. ``__arrival``/``__seq`` of an output row are the largest
+of its window's rows, so its delay counts from the newest row it covers. State (one partial
+aggregate per open window and key) is bounded by the watermark and serialisable (Arrow IPC).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkqos.errors import ExpressionError, PlanError, check_number
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
+from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, table_to_ipc
+
+#: Aggregate functions: ``count_all`` (rows), ``count`` (non-null values) and the rest over a column.
+FUNCTIONS = ("count_all", "count", "sum", "avg", "min", "max", "first", "last")
+_TS = pa.timestamp("us", tz="UTC")
+
+
+@dataclass(frozen=True)
+class WindowAgg:
+    """One aggregate: ``fn`` of :data:`FUNCTIONS` over ``column`` (None for ``count_all``),
+    output column ``name``; ``ignore_nulls`` for first/last."""
+
+    fn: str
+    column: str | None
+    name: str
+    ignore_nulls: bool = False
+
+
+def _is_float(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t)
+
+
+class EventWindowAggregate(PhysicalOperator):
+    """Aggregates of ``aggs`` by ``keys`` over event-time windows of ``size_us`` microseconds,
+    sliding every ``slide_us`` (tumbling when equal), offset ``start_us``, on the timestamp column
+    ``time_col``; ``delay_us`` is the watermark delay (None: no watermark, emit at the end).
+
+    >>> import pyarrow as pa
+    >>> from sparkqos.executor.queues import stamp, with_internal
+    >>> ts = pa.timestamp("us", tz="UTC")
+    >>> op = EventWindowAggregate(["k"], [WindowAgg("count_all", None, "n")], "t", 10_000_000, delay_us=0)
+    >>> _ = op.bind("q/agg", [with_internal(pa.schema([("k", pa.string()), ("t", ts)]))])
+    >>> op.process(stamp(pa.record_batch({"k": ["a", "a"], "t": pa.array([1_000_000, 2_000_000], ts)}), 0.0, 0))
+    >>> out = op.process(stamp(pa.record_batch({"k": ["b"], "t": pa.array([12_000_000], ts)}), 1.0, 2))
+    >>> out.column("n").to_pylist(), [w["end"].timestamp() for w in out.column("window").to_pylist()]
+    ([2], [10.0])
+    """
+
+    kind = "aggregate"
+    selectivity = 0.1
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        aggs: Sequence[WindowAgg],
+        time_col: str,
+        size_us: int,
+        slide_us: int | None = None,
+        start_us: int = 0,
+        delay_us: int | None = None,
+        window_name: str = "window",
+    ):
+        super().__init__()
+        self.keys = list(keys)
+        self.aggs = list(aggs)
+        if not self.aggs:
+            raise PlanError("a window aggregation needs at least one aggregate")
+        for a in self.aggs:
+            if a.fn not in FUNCTIONS:
+                raise ExpressionError(f"unknown window aggregate {a.fn!r}; known: {FUNCTIONS}")
+        check_number("size_us", size_us, integer=True, low=1, error=PlanError, where="window ")
+        slide_us = size_us if slide_us is None else slide_us
+        check_number("slide_us", slide_us, integer=True, low=1, high=size_us, error=PlanError, where="window ")
+        check_number("start_us", start_us, integer=True, error=PlanError, where="window ")
+        check_number("delay_us", delay_us, integer=True, low=0, none_ok=True, error=PlanError, where="window ")
+        self.time_col, self.window_name = time_col, window_name
+        self.size_us, self.slide_us, self.start_us, self.delay_us = int(size_us), int(slide_us), int(start_us), delay_us
+        self.copies = int(math.ceil(self.size_us / self.slide_us))
+        self._state: pa.Table | None = None
+        self._max_time: int | None = None
+        self._closed_until = -(2**63)  # windows ending at or before this (µs) were emitted
+        self.late_rows = 0
+
+    def copy(self) -> EventWindowAggregate:
+        return EventWindowAggregate(
+            self.keys, self.aggs, self.time_col, self.size_us, self.slide_us, self.start_us, self.delay_us, self.window_name
+        )
+
+    # -- building --------------------------------------------------------------------------------
+    def _output_schema(self) -> pa.Schema:
+        src = self.input_schemas[0]
+
+        def field_type(name: str) -> pa.DataType:
+            i = src.get_field_index(name)
+            if i < 0:
+                raise ExpressionError(f"operator {self.name!r}: unknown column {name!r}; columns are {src.names}")
+            return src.field(i).type
+
+        if not pa.types.is_timestamp(field_type(self.time_col)):
+            raise ExpressionError(f"operator {self.name!r}: window time column {self.time_col!r} must be a timestamp")
+        self._time_type = field_type(self.time_col)
+        window_t = pa.struct([pa.field("start", self._time_type), pa.field("end", self._time_type)])
+        fields = [pa.field(self.window_name, window_t)] + [pa.field(k, field_type(k)) for k in self.keys]
+        self._partials: list[tuple[str, str | None, str, Any]] = []  # (state column, input, pyarrow fn, options)
+        for i, a in enumerate(self.aggs):
+            t = None if a.column is None else field_type(a.column)
+            if a.fn in ("count_all", "count"):
+                out = pa.int64()
+                self._partials.append((f"p{i}", a.column, "count_all" if a.fn == "count_all" else "count", None))
+            elif a.fn in ("sum", "avg"):
+                if not (pa.types.is_integer(t) or _is_float(t)):
+                    raise ExpressionError(f"operator {self.name!r}: {a.fn} needs a numeric column, got {a.column!r} ({t})")
+                out = pa.float64() if a.fn == "avg" or _is_float(t) else pa.int64()
+                self._partials.append((f"p{i}", a.column, "sum", None))
+                self._partials.append((f"p{i}_n", a.column, "count", None))
+            elif a.fn in ("min", "max"):
+                out = t
+                self._partials.append((f"p{i}", a.column, a.fn, None))
+                if _is_float(t):
+                    self._partials.append((f"p{i}_nan", a.column, "nan_count", None))
+            else:
+                out = t
+                self._partials.append((f"p{i}", a.column, a.fn, pc.ScalarAggregateOptions(skip_nulls=a.ignore_nulls)))
+            fields.append(pa.field(a.name, out))
+        names = [f.name for f in fields]
+        dup = {n for n in names if names.count(n) > 1} | (set(names) & set(INTERNAL))
+        if dup:
+            raise ExpressionError(f"operator {self.name!r}: output column(s) {sorted(dup)} defined twice")
+        return pa.schema(fields + [src.field(ARRIVAL), src.field(SEQ)])
+
+    # -- running ---------------------------------------------------------------------------------
+    def _inputs(self, batch: pa.RecordBatch) -> dict[str, pa.Array]:
+        """Per partial: the values it aggregates (NaN → null for min/max of floats, -0.0 kept)."""
+        out = {}
+        for name, column, fn, _ in self._partials:
+            if column is None:  # count_all: the non-null values of a column that is never null
+                out[name] = batch.column(ARRIVAL)
+                continue
+            x = batch.column(column)
+            if _is_float(x.type):
+                if fn == "sum":
+                    x = pc.cast(x, pa.float64())
+                elif fn in ("min", "max"):
+                    x = pc.if_else(pc.is_nan(x), pa.scalar(None, x.type), x)
+                elif fn == "nan_count":
+                    x = pc.cast(pc.is_nan(x), pa.int64())
+            elif fn == "sum":
+                x = pc.cast(x, pa.int64())
+            out[name] = x
+        return out
+
+    def _pairs(self, batch: pa.RecordBatch) -> tuple[pa.Table, int]:
+        """(row, window) pairs of ``batch`` not already closed, as a table of window starts,
+        keys, partial inputs and the executor's columns; and how many rows were late."""
+        t = batch.column(self.time_col)
+        valid = t.is_valid()
+        if t.null_count:
+            batch = batch.filter(valid)
+            t = batch.column(self.time_col)
+        us = pc.cast(t, pa.int64()).to_numpy(zero_copy_only=False)
+        last_start = us - np.mod(us - self.start_us, self.slide_us)
+        base = {k: batch.column(k) for k in self.keys}
+        base = {k: _normal_key(v) for k, v in base.items()}
+        base.update(self._inputs(batch))
+        base[ARRIVAL], base[SEQ] = batch.column(ARRIVAL), batch.column(SEQ)
+        pieces, order = [], []
+        alive = np.zeros(len(us), dtype=bool)
+        for i in range(self.copies):
+            ws = last_start - i * self.slide_us
+            keep = (ws <= us) & (us < ws + self.size_us)
+            open_ = keep & (ws + self.size_us > self._closed_until)
+            alive |= open_
+            if open_.any():
+                mask = pa.array(open_)
+                cols = {"__ws": pa.array(ws[open_])} | {k: v.filter(mask) for k, v in base.items()}
+                pieces.append(pa.table(cols))
+                order.append(np.flatnonzero(open_))
+        late = int(len(us) - alive.sum())
+        if not pieces:
+            return pa.table({"__ws": pa.array([], pa.int64())} | {k: v.slice(0, 0) for k, v in base.items()}), late
+        pairs = pa.concat_tables(pieces)
+        if len(pieces) > 1:  # back in row order, so first/last see the rows as they came
+            pairs = pairs.take(np.argsort(np.concatenate(order), kind="stable"))
+        return pairs, late
+
+    def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
+        group = ["__ws", *self.keys]
+        specs, names = [], []
+        for name, _, fn, opts in self._partials:
+            if combine:
+                fn = {"count_all": "sum", "count": "sum", "nan_count": "sum"}.get(fn, fn)
+            else:
+                fn = {"count_all": "count", "nan_count": "sum"}.get(fn, fn)
+            specs.append((name, fn, opts) if opts is not None else (name, fn))
+            names.append(name)
+        specs += [(ARRIVAL, "max"), (SEQ, "max")]
+        names += [ARRIVAL, SEQ]
+        g = table.group_by(group, use_threads=False).aggregate(specs)
+        out = {k: g.column(k) for k in group}
+        for (src, fn, *_), name in zip(specs, names, strict=True):
+            out[name] = g.column(f"{src}_{fn}")
+        return pa.table(out)
+
+    def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
+        pairs, late = self._pairs(batch)
+        self.late_rows += late
+        if pairs.num_rows:
+            part = self._aggregate(pairs, combine=False)
+            if self._state is None or self._state.num_rows == 0:
+                self._state = part
+            else:
+                self._state = self._aggregate(pa.concat_tables([self._state, part]), combine=True)
+        t = batch.column(self.time_col)
+        if len(t) - t.null_count:
+            m = int(pc.max(pc.cast(t, pa.int64())).as_py())
+            self._max_time = m if self._max_time is None else max(self._max_time, m)
+        if self.delay_us is None or self._max_time is None:
+            return None
+        return self._emit(self._max_time - self.delay_us)
+
+    def _emit(self, watermark: int) -> pa.RecordBatch | None:
+        self._closed_until = max(self._closed_until, watermark)
+        state = self._state
+        if state is None or state.num_rows == 0:
+            return None
+        done = pc.less_equal(pc.add(state.column("__ws"), self.size_us), watermark)
+        if not pc.any(done).as_py():
+            return None
+        self._state = state.filter(pc.invert(done))
+        return self._finish(state.filter(done))
+
+    def _finish(self, part: pa.Table) -> pa.RecordBatch:
+        ws = part.column("__ws").combine_chunks()
+        start = pc.cast(ws, self._time_type)
+        end = pc.cast(pc.add(ws, self.size_us), self._time_type)
+        arrays: list[Any] = [pa.StructArray.from_arrays([start, end], fields=list(self.schema.field(0).type))]
+        arrays += [part.column(k) for k in self.keys]
+        for i, a in enumerate(self.aggs):
+            out_t = self.schema.field(a.name).type
+            v = part.column(f"p{i}")
+            if a.fn in ("count_all", "count"):
+                arrays.append(pc.cast(v, pa.int64()))
+            elif a.fn in ("sum", "avg"):
+                n = part.column(f"p{i}_n")
+                none = pc.equal(n, 0)
+                if a.fn == "avg":
+                    v = pc.divide(pc.cast(v, pa.float64()), pc.cast(n, pa.float64()))
+                arrays.append(pc.if_else(none, pa.scalar(None, out_t), pc.cast(v, out_t)))
+            elif f"p{i}_nan" in part.column_names:
+                nans = pc.greater(part.column(f"p{i}_nan"), 0)
+                nan = pa.scalar(math.nan, out_t)
+                if a.fn == "max":  # NaN is above every number
+                    arrays.append(pc.if_else(nans, nan, v))
+                else:  # min: NaN only when nothing else
+                    arrays.append(pc.if_else(pc.and_(nans, pc.is_null(v)), nan, v))
+            else:
+                arrays.append(v)
+        arrays += [part.column(ARRIVAL), part.column(SEQ)]
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        return table.combine_chunks().to_batches()[0] if table.num_rows else None
+
+    def flush(self) -> list[pa.RecordBatch]:
+        state = self._state
+        self._state = None
+        if state is None or state.num_rows == 0:
+            return []
+        out = self._finish(state)
+        return [] if out is None else [out]
+
+    def state_rows(self) -> int:
+        return 0 if self._state is None else self._state.num_rows
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "partials": None if self._state is None else table_to_ipc(self._state),
+            "max_time": self._max_time,
+            "closed_until": self._closed_until,
+            "late_rows": self.late_rows,
+        }
+
+    def from_state(self, state: dict[str, Any]) -> None:
+        self._state = None if state["partials"] is None else ipc_to_table(state["partials"])
+        self._max_time = state["max_time"]
+        self._closed_until = state["closed_until"]
+        self.late_rows = state["late_rows"]
+
+
+def _normal_key(x: pa.Array) -> pa.Array:
+    """Spark groups -0.0 with 0.0 and every NaN together (it normalises float keys)."""
+    if not _is_float(x.type):
+        return x
+    zero = pa.scalar(0.0, x.type)
+    return pc.if_else(pc.is_nan(x), pa.scalar(math.nan, x.type), pc.add(x, zero))

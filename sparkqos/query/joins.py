@@ -1,1 +1,0 @@
-"""(filled by issue 14 phase 2)"""

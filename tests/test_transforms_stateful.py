@@ -1,0 +1,195 @@
+"""Event-time window aggregation written as PySpark (issue 14): ``withWatermark`` +
+``groupBy(window(ts, size[, slide]), keys).agg(...)`` compiled to one EventWindowAggregate.
+
+* On a finite DataFrame ``sparkqos.run`` gives Spark's rows (nulls, NaN, ±inf in the values and
+  keys, empty input) under every registered strategy; float sums and means are compared to 1e-12
+  relative, because Spark's own result depends on the order it adds in (its partitioning).
+* On a stream, windows are emitted as the watermark passes their end, late rows are dropped and
+  counted, and after ``finish()`` the result is the static one.
+* What is not supported raises UnsupportedTransform naming it, before any data moves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+
+import sparkqos
+from sparkqos.errors import UnsupportedTransform
+from sparkqos.executor.operators import EventWindowAggregate, WindowAgg
+from sparkqos.executor.queues import stamp, with_internal
+
+STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
+BASE_US = 1_700_000_000_000_000
+SCHEMA = pa.schema([("k", pa.string()), ("i", pa.int32()), ("d", pa.float64()), ("ts", pa.timestamp("us", tz="UTC"))])
+EXAMPLES = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+keys = st.one_of(st.none(), st.sampled_from(["a", "b", ""]))
+ints = st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1), st.integers(-5, 5))
+doubles = st.one_of(st.none(), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 2.5]), st.floats(-1e3, 1e3))
+offsets = st.one_of(st.none(), st.integers(0, 40_000_000))  # 40 s of event time, some rows without one
+rows = st.lists(st.tuples(keys, ints, doubles, offsets), max_size=40)
+
+
+@pytest.fixture(scope="module")
+def spark_sql(spark):
+    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    yield spark
+    spark.conf.set("spark.sql.ansi.enabled", before)
+
+
+def make_df(spark, data):
+    cols = list(zip(*data, strict=True)) if data else [[], [], [], []]
+    ts = [None if o is None else BASE_US + o for o in cols[3]]
+    arrays = [pa.array(list(cols[0]), pa.string()), pa.array(list(cols[1]), pa.int32()), pa.array(list(cols[2]), pa.float64())]
+    table = pa.table([*arrays, pa.array(ts, SCHEMA.field("ts").type)], schema=SCHEMA)
+    return spark.createDataFrame(table).coalesce(1)  # one partition: first/last are Spark's row order
+
+
+def _cell(v):
+    if isinstance(v, dict):
+        return tuple(v.values())
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN"
+    return v
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    return sorted((tuple(_cell(v) for v in r.values()) for r in table.to_pylist()), key=repr)
+
+
+def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
+    assert got.schema.names == want.schema.names, name
+    assert got.schema.types == want.schema.types, name
+    g, w = rows_of(got), rows_of(want)
+    assert len(g) == len(w), name
+    for a, b in zip(g, w, strict=True):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, float) and isinstance(y, float) and not (math.isinf(x) or math.isinf(y)):
+                assert x == pytest.approx(y, rel=1e-12, abs=1e-300), (name, a, b)
+            else:
+                assert x == y, (name, a, b)
+
+
+def tumbling(df):
+    return df.withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds"), "k").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.count("d").alias("nd"),
+        F.sum("i").alias("si"),
+        F.sum("d").alias("sd"),
+        F.avg("i").alias("ai"),
+        F.avg("d").alias("ad"),
+        F.min("d").alias("lo"),
+        F.max("d").alias("hi"),
+        F.min("k").alias("kmin"),
+        F.max("i").alias("imax"),
+    )
+
+
+def sliding(df):
+    return df.groupBy(F.window("ts", "10 seconds", "4 seconds", "1 second"), "k").agg(
+        F.first("i").alias("fi"),
+        F.last("d").alias("ld"),
+        F.first("d", ignorenulls=True).alias("fd"),
+        F.last("i", ignorenulls=True).alias("li"),
+        F.count("*").alias("n"),
+    )
+
+
+def reordered(df):
+    return (
+        df.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
+        .agg(F.sum(F.col("i") * 2).alias("twice"), F.max(F.abs("d")).alias("m"))
+        .select("twice", "w", "key", "m")
+        .where(F.col("twice").isNotNull())
+    )
+
+
+def no_keys(df):
+    return df.groupBy(F.window("ts", "20 seconds")).count()
+
+
+QUERIES = {"tumbling": tumbling, "sliding": sliding, "reordered": reordered, "no_keys": no_keys}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@given(data=rows)
+@EXAMPLES
+def test_window_aggregates_equal_spark(spark_sql, strategy, data):
+    df = make_df(spark_sql, data)
+    got = sparkqos.run(df, QUERIES, strategy=strategy, batch_rows=7, units_between=2)
+    for name, transform in QUERIES.items():
+        assert_same(got[name], transform(df).toArrow(), name)
+
+
+def test_aggregate_plan_is_one_operator(spark):
+    from sparkqos.spark.transforms import compile_transforms
+
+    df = make_df(spark, [("a", 1, 1.0, 0)])
+    compiled = compile_transforms(df, {"t": tumbling, "r": reordered})
+    # r: a select computing i * 2, the aggregate, a select naming its columns w and key, the
+    # user's select and where
+    assert compiled.plan.names == ("t/1:window_agg", "r/1:select", "r/2:window_agg", "r/3:select", "r/4:select", "r/5:where")
+    op = compiled.operators["t/1:window_agg"]
+    assert (op.size_us, op.slide_us, op.start_us, op.delay_us) == (10_000_000, 10_000_000, 0, None)  # static: no watermark
+
+
+def _op(delay_us=2_000_000):
+    op = EventWindowAggregate(["k"], [WindowAgg("count_all", None, "n")], "ts", 10_000_000, delay_us=delay_us)
+    op.bind("q/agg", [with_internal(pa.schema([("k", pa.string()), ("ts", SCHEMA.field("ts").type)]))])
+    return op
+
+
+def _batch(keys_, secs, seq=0):
+    ts = pa.array([BASE_US + int(s * 1e6) for s in secs], SCHEMA.field("ts").type)
+    return stamp(pa.record_batch({"k": keys_, "ts": ts}), 0.0, seq)
+
+
+def test_windows_close_with_the_watermark_and_late_rows_are_counted():
+    op = _op()
+    assert op.process(_batch(["a", "a", "b"], [1, 3, 9])) is None  # watermark 7 s: nothing ends before it
+    out = op.process(_batch(["a"], [13], 3))  # watermark 11 s >= the end of [0, 10)
+    assert sorted(zip(out.column("k").to_pylist(), out.column("n").to_pylist())) == [("a", 2), ("b", 1)]
+    assert op.process(_batch(["a", "a"], [5, 12], 4)) is None  # 5 s falls in a closed window: late
+    assert op.late_rows == 1
+    state = op.to_state()
+    again = _op()
+    again.from_state(state)
+    (rest,) = again.flush()
+    assert rest.column("n").to_pylist() == [2] and again.late_rows == 1
+
+
+def test_stream_needs_a_watermark_and_a_time_window(spark, tmp_path):
+    from sparkqos import sources
+
+    sources.register(spark)
+    stream = spark.readStream.format("sparkqos.bursty").load()
+    with pytest.raises(UnsupportedTransform, match="without withWatermark"):
+        sparkqos.stream(stream, {"q": lambda d: d.groupBy(F.window("ts", "10 seconds")).count()}, checkpoint=tmp_path)
+    with pytest.raises(UnsupportedTransform, match="Aggregate.*without a time window"):
+        by_zone = {"q": lambda d: d.withWatermark("ts", "1 second").groupBy("location").count()}
+        sparkqos.stream(stream, by_zone, checkpoint=tmp_path)
+    assert not spark.streams.active
+
+
+@pytest.mark.parametrize(
+    ("transform", "named"),
+    [
+        (lambda d: d.groupBy(F.window("ts", "10 seconds")).agg(F.collect_list("i")), "collect_list"),
+        (lambda d: d.groupBy(F.window("ts", "10 seconds")).agg(F.countDistinct("i")), "distinct"),
+        (lambda d: d.groupBy(F.window("ts", "10 seconds")).agg((F.sum("i") + 1).alias("x")), "expression over aggregates"),
+        (lambda d: d.groupBy(F.window("ts", "10 seconds"), F.col("i") % 2).count(), "key that is an expression"),
+        (lambda d: d.groupBy(F.session_window("ts", "10 seconds")).count(), "not supported"),
+    ],
+)
+def test_unsupported_aggregations_name_what(spark, transform, named):
+    df = make_df(spark, [("a", 1, 1.0, 0)])
+    with pytest.raises(UnsupportedTransform, match=named):
+        sparkqos.run(df, {"q": transform})
