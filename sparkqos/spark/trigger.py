@@ -314,18 +314,21 @@ class TriggerLoop:
         self, batch_id: int, started: float, rows_in: int, consumed: int, dead: pa.Table | None = None, busy_s: float = 0.0
     ) -> dict[str, Any]:
         outputs = self.executor.take_outputs()
-        delays = {
-            q: pc.subtract(t.column(EMIT), t.column(ARRIVAL)).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
-            for q, t in outputs.items()
-        }
-        if self.config.on_delays is not None:
-            self.config.on_delays(batch_id, delays)
         dead_rows = 0 if dead is None else dead.num_rows
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
         self.sink.write(
             batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
         )
+        # Delay is end to end: the moment the row is in its sink minus its event time (for a
+        # window, the newest row it covers), whenever the executor produced it.
+        written = time.time()
+        delays = {
+            q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
+            for q, t in outputs.items()
+        }
+        if self.config.on_delays is not None:
+            self.config.on_delays(batch_id, delays)
         self._fault("after_sink", batch_id)
         self.store.save(
             batch_id,
