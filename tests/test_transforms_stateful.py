@@ -79,17 +79,21 @@ def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
 
 
 def tumbling(df):
-    return df.withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds"), "k").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.count("d").alias("nd"),
-        F.sum("i").alias("si"),
-        F.sum("d").alias("sd"),
-        F.avg("i").alias("ai"),
-        F.avg("d").alias("ad"),
-        F.min("d").alias("lo"),
-        F.max("d").alias("hi"),
-        F.min("k").alias("kmin"),
-        F.max("i").alias("imax"),
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy(F.window("ts", "10 seconds"), "k")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count("d").alias("nd"),
+            F.sum("i").alias("si"),
+            F.sum("d").alias("sd"),
+            F.avg("i").alias("ai"),
+            F.avg("d").alias("ad"),
+            F.min("d").alias("lo"),
+            F.max("d").alias("hi"),
+            F.min("k").alias("kmin"),
+            F.max("i").alias("imax"),
+        )
     )
 
 

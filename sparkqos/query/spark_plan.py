@@ -570,4 +570,3 @@ def compile_plans(
             )
     plan = Plan(plan_ops, streams=[stream], classes=dict(priorities or {}))
     return CompiledPlan(plan, ops, {stream: schema}, roots)
-
