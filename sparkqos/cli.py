@@ -1,4 +1,6 @@
-"""Command line: ``python -m sparkqos simulate WORKLOAD.toml --scheduler NAME --until T [--json]``."""
+"""Command line: ``python -m sparkqos simulate WORKLOAD.toml --scheduler NAME --until T [--json]``,
+``python -m sparkqos report OUTPUT_DIR`` and ``python -m sparkqos trace vessels [--file NAME]
+[--out PATH] [--limit N]`` (the recorded AIS trace for the replay source; needs the ``data`` extra)."""
 
 from __future__ import annotations
 
@@ -55,7 +57,32 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="render an HTML report with figures from a metrics table")
     rep.add_argument("output_dir", help="a job's or experiment's output folder (holding metrics/)")
     rep.add_argument("--title", default=None)
+    trace = sub.add_parser("trace", help="build a recorded trace for the sparkqos.replay source")
+    trace.add_argument("kind", choices=["vessels"], help="vessels: AIS position reports (pip install -e '.[data]')")
+    trace.add_argument(
+        "--file",
+        default="US_coastal_2020_06_30",
+        help="US_coastal_2020_06_30 (one day, default), NYHarbor_2020_12_first_week, or a path to a .traj file",
+    )
+    trace.add_argument("--out", default=None, help="the Parquet trace to write (default: output/traces/vessels_FILE.parquet)")
+    trace.add_argument("--limit", type=int, default=None, help="keep the first N reports in time order")
+    trace.add_argument("--refresh", action="store_true", help="rebuild even if the cached trace is up to date")
+    trace.add_argument("--json", action="store_true", help="print the statistics as JSON")
     return parser
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from sparkqos.sources.ais import dead_letter_path, vessel_trace
+
+    path, stats = vessel_trace(args.out, file=args.file, limit=args.limit, refresh=args.refresh)
+    if args.json:
+        json.dump({"trace": str(path), "dead_letters_path": str(dead_letter_path(path)), **stats.to_json()}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    print(f"trace:        {path}")
+    print(f"dead letters: {dead_letter_path(path)}")
+    print(stats.summary())
+    return 0
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -95,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             page = render(args.output_dir, title=args.title)
             print(f"report written to {page}")
             return 0
+        if args.command == "trace":
+            return _trace(args)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,11 +1,17 @@
 """Streams to run on: the Spark data sources ``sparkqos.bursty`` / ``.poisson`` / ``.replay``
-(datasources.py, Python Data Source API) and the Spark-free generators behind them (generators.py).
+(datasources.py, Python Data Source API), the Spark-free generators behind them (generators.py)
+and the recorded AIS vessel trace (ais.py, issue 16).
 
 Use: ``sources.register(spark)`` once per session, then
 ``spark.readStream.format("sparkqos.bursty").option("rate", 4000).load()``.
+
+The data-source names load pyspark on first use only, so the Spark-free parts (the generators,
+the vessel trace behind ``python -m sparkqos trace``) import without it.
 """
 
-from sparkqos.sources.datasources import BurstySource, PoissonSource, ReplaySource, register
+from typing import Any
+
+from sparkqos.sources.ais import TRACE_SCHEMA, TraceStats, parse_traj, vessel_trace
 from sparkqos.sources.generators import (
     PACKET_SCHEMA,
     PAYLOADS,
@@ -16,16 +22,31 @@ from sparkqos.sources.generators import (
     payload_table,
 )
 
+_DATASOURCES = ("BurstySource", "PoissonSource", "ReplaySource", "register")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DATASOURCES:
+        from sparkqos.sources import datasources
+
+        return getattr(datasources, name)
+    raise AttributeError(f"module 'sparkqos.sources' has no attribute {name!r}")
+
+
 __all__ = [
     "PACKET_SCHEMA",
     "PAYLOADS",
     "SENSOR_SCHEMA",
+    "TRACE_SCHEMA",
     "BurstyGenerator",
     "BurstySource",
     "PoissonGenerator",
     "PoissonSource",
     "ReplaySource",
     "ReplayTrace",
+    "TraceStats",
+    "parse_traj",
     "payload_table",
     "register",
+    "vessel_trace",
 ]
