@@ -7,9 +7,12 @@ A replayable trace (Parquet) is fed to ``jobs/sensor_monitor.py`` (replay source
 stream time per micro-batch, so the trace takes ``seconds / 2`` batches). First one uninterrupted
 run; then one run per crash, each restarted from the same output and checkpoint folders:
 
-* five injected points of a trigger (the job's ``--fault``; the trigger loop SIGKILLs its own process):
-  at the start of foreachBatch, after the executor's run, between the sink write and our
-  checkpoint, after our checkpoint (before Spark commits the batch), at the end of foreachBatch;
+* seven injected points (the job's ``--fault``; the trigger loop SIGKILLs its own process): five
+  of a trigger — at the start of foreachBatch, after the executor's run, between the sink write and
+  our checkpoint, after our checkpoint (before Spark commits the batch), at the end of
+  foreachBatch — and two of the continuous worker (the job's default mode, issue 13): on the
+  worker's thread after a slice served rows between two triggers (the executor ahead of the
+  checkpoint), and while a trigger pauses the worker with a slice possibly in flight;
 * two SIGKILLs of the whole process group (driver and JVM) at seeded random moments;
 * finally a torn checkpoint file: the job must refuse to start with a message naming the file.
 
@@ -43,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CAP_S = 2.0
-FAULTS = ["before_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress"]
+FAULTS = ["before_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress", "between_triggers", "in_pause"]
 
 
 def make_trace(path: Path, rows: int, seconds: float, seed: int) -> pa.Table:

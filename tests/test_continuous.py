@@ -55,6 +55,7 @@ BATCHES = [sensor_table(120, b, start=T0 + 2 * b) for b in range(N_BATCHES)]
 
 def make_loop(root: Path, work_us: float = 0.0, **kw) -> TriggerLoop:
     kw.setdefault("strategy", "chain")
+    kw.setdefault("continuous", False)  # the library's default is continuous; these tests compare both
     kw.setdefault("budget_s", 0.002)  # per-trigger mode leaves a backlog between triggers
     kw.setdefault("output", root / "out")
     config = RunConfig(checkpoint=root / "ckpt", **kw)
@@ -196,7 +197,10 @@ class Crash(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("point", FAULT_POINTS)
+TRIGGER_POINTS = [p for p in FAULT_POINTS if p not in ("between_triggers", "in_pause")]
+
+
+@pytest.mark.parametrize("point", TRIGGER_POINTS)
 def test_a_crash_at_any_fault_point_restarts_exactly_once(tmp_path, monkeypatch, per_trigger, point):
     def crash(self, point, batch_id):
         raise Crash(f"{point} of batch {batch_id}")
@@ -213,6 +217,36 @@ def test_a_crash_at_any_fault_point_restarts_exactly_once(tmp_path, monkeypatch,
     second = make_loop(tmp_path, continuous=True)
     assert second.restore() == (4 if checkpointed else 3)
     run_all(second, range(4, N_BATCHES), pause_s=0.01)  # batch 4 replayed: skipped or run again
+    second.finish()
+    assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
+
+
+@pytest.mark.parametrize("point", ["between_triggers", "in_pause"])
+def test_a_crash_in_the_worker_or_its_pause_restarts_exactly_once(tmp_path, monkeypatch, per_trigger, point):
+    """The continuous worker's own crash points: after a slice that served rows once batch 3 was
+    committed (the executor ahead of checkpoint 3), and while batch 4's trigger pauses the worker.
+    Either way the next trigger fails, nothing of the worker survives, and a restart from
+    checkpoint 3 ends with exactly the per-trigger rows."""
+    fired = threading.Event()
+
+    def crash(self, point, batch_id):
+        fired.set()
+        raise Crash(f"{point} of batch {batch_id}")
+
+    monkeypatch.setattr(TriggerLoop, "_kill", crash)  # a SIGKILL would end the test run
+    batch = 3 if point == "between_triggers" else 4
+    first = make_loop(tmp_path, work_us=200.0, continuous=True, fault=f"{point}:{batch}")
+    run_all(first, range(4), pause_s=0.01)
+    if point == "between_triggers":
+        assert fired.wait(10), "the worker served no rows after batch 3"
+    with pytest.raises(Crash, match=f"{point} of batch {batch}"):
+        first.process(BATCHES[4], 4)
+    assert continuous_threads() == []
+    assert first.store.batches()[-1] == 3
+    del first
+    second = make_loop(tmp_path, work_us=200.0, continuous=True)
+    assert second.restore() == 3
+    run_all(second, range(4, N_BATCHES), pause_s=0.01)
     second.finish()
     assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
 
@@ -278,8 +312,10 @@ def test_continuous_options_are_checked(tmp_path, options, parameter):
 
 
 def test_continuous_option_defaults(tmp_path):
+    assert RunConfig(checkpoint=tmp_path).continuous is True  # on by default (issue 13's measurements)
+    assert RunConfig(checkpoint=tmp_path).trigger_s == 0.5
     config = RunConfig(checkpoint=tmp_path, trigger_s=2.0)
-    assert config.continuous is False and config.effective_slice_s == SLICE_S
+    assert config.effective_slice_s == SLICE_S
     assert config.effective_top_class_s == pytest.approx(0.2)
     assert RunConfig(checkpoint=tmp_path, slice_s=1, top_class_s=0).effective_top_class_s == 0.0
 

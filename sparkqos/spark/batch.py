@@ -13,6 +13,7 @@ One code path for both: nothing here asks which kind of session it runs under.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from sparkqos.executor.plan import CompiledPlan
@@ -46,4 +47,8 @@ class BatchFunction:
         return self._loop
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        self.loop.process(batch_df.toArrow(), batch_id)
+        loop = self.loop
+        t0 = time.perf_counter()
+        table = batch_df.toArrow()  # Spark reads the source here
+        loop.phase_s["toArrow"] += time.perf_counter() - t0
+        loop.process(table, batch_id)

@@ -49,7 +49,18 @@ AVAILABLE_NOW = "available_now"
 SLICE_S = 0.05
 
 #: Where a crash can be injected, in the order a trigger passes them.
-FAULT_POINTS = ("before_ingest", "after_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress")
+FAULT_POINTS = (
+    "before_ingest",
+    "after_ingest",
+    "after_run",
+    "after_sink",
+    "after_checkpoint",
+    "after_progress",
+    # continuous mode only: in the worker, after a slice that served rows once batch N was
+    # committed (the executor ahead of the checkpoint), and while batch N's trigger pauses it
+    "between_triggers",
+    "in_pause",
+)
 
 
 def parse_faults(text: str | None) -> dict[str, set[int]]:

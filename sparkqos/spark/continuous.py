@@ -22,6 +22,7 @@ This module does not import pyspark.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from sparkqos.errors import check_number
 from sparkqos.executor.loop import Executor
@@ -35,9 +36,19 @@ class ContinuousWorker:
     It starts paused (:meth:`resume` starts the thread). ``busy_s`` and ``rows_consumed`` add up
     what the slices did since the last :meth:`take_counters`. A slice that raises stops the worker;
     the next :meth:`pause` re-raises that error in the caller's thread.
+
+    ``on_event`` (crash tests only) is called with ``"slice"`` on the worker's thread after each
+    slice that consumed rows, and with ``"pause"`` by :meth:`pause` while a slice may still be in
+    flight, before it waits for that slice: the two moments a crash can hit only in this mode.
     """
 
-    def __init__(self, executor: Executor, slice_s: float, name: str = "sparkqos-continuous"):
+    def __init__(
+        self,
+        executor: Executor,
+        slice_s: float,
+        name: str = "sparkqos-continuous",
+        on_event: Callable[[str], None] | None = None,
+    ):
         check_number("slice_s", slice_s, low=0, low_open=True)
         self.executor = executor
         self.slice_s = float(slice_s)
@@ -45,6 +56,7 @@ class ContinuousWorker:
         self.busy_s = 0.0
         self.rows_consumed = 0
         self.slices = 0
+        self.on_event = on_event
         self._cond = threading.Condition()
         self._stop_slice = threading.Event()  # checked by the running slice between units
         self._paused = True
@@ -63,6 +75,8 @@ class ContinuousWorker:
     def pause(self) -> None:
         """Stop at the next safe point and stay stopped: on return the caller owns the executor.
         Re-raises the error a slice failed with, if any."""
+        if self.on_event is not None:
+            self.on_event("pause")
         with self._cond:
             self._paused = True
             self._stop_slice.set()
@@ -119,6 +133,8 @@ class ContinuousWorker:
                 self._running = True
             try:
                 report = self.executor.run(self.slice_s, stop=self._stop_slice)
+                if self.on_event is not None and report.rows_consumed:
+                    self.on_event("slice")
             except BaseException as exc:  # noqa: BLE001 - handed to the trigger's thread by pause()
                 with cond:
                     self._error = exc

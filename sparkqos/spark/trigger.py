@@ -59,10 +59,12 @@ from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
 from sparkqos.spark.progress import ProgressReporter
 from sparkqos.spark.sinks import MemorySink, ParquetSink
 
-__all__ = ["DEFAULT_ARRIVAL_COLUMN", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
+__all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
 
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
+#: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
+PHASES = ("toArrow", "ingest", "executor", "sink", "checkpoint", "progress")
 
 
 def encode_state(obj: Any) -> Any:
@@ -185,12 +187,21 @@ class TriggerLoop:
         )
         self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
         self.last_batch = -1
+        #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
+        #: (added by the foreachBatch function: Spark reads the source and converts), ``ingest``
+        #: (checks, dead letters, queueing), ``executor`` (operator work, in the trigger and on the
+        #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row).
+        self.phase_s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._restored = False
         self.worker: ContinuousWorker | None = None
         self.top_class: str | None = None
         self._top_operators: tuple[str, ...] = ()
         if config.continuous:
-            self.worker = ContinuousWorker(self.executor, config.effective_slice_s, name=f"sparkqos-continuous-{config.name}")
+            on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
+            self.worker = ContinuousWorker(
+                self.executor, config.effective_slice_s, name=f"sparkqos-continuous-{config.name}", on_event=on_event
+            )
+            self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
             self.top_class = top_class(compiled)
             if self.top_class is not None:
                 plan = compiled.plan
@@ -222,8 +233,9 @@ class TriggerLoop:
         worker = self.worker
         if worker is None:
             return self._trigger(table, batch_id, started)
-        worker.pause()  # from here until resume() this thread alone touches the executor
+        self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
         try:
+            worker.pause()  # from here until resume() this thread alone touches the executor
             progress = self._trigger(table, batch_id, started)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
@@ -235,6 +247,7 @@ class TriggerLoop:
 
     def _trigger(self, table: pa.Table, batch_id: int, started: float) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
+        t0 = time.perf_counter()
         rows_in = table.num_rows
         dead = None
         if rows_in:
@@ -247,6 +260,7 @@ class TriggerLoop:
                 )
             if good.num_rows:
                 self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
+        self.phase_s["ingest"] += time.perf_counter() - t0
         self._fault("after_ingest", batch_id)
         busy_s, consumed = self.worker.take_counters() if self.worker is not None else (0.0, 0)
         if self.worker is None:
@@ -305,6 +319,14 @@ class TriggerLoop:
         if batch_id in self.config.faults.get(point, ()):
             self._kill(point, batch_id)
 
+    def _worker_event(self, event: str) -> None:
+        """The continuous worker's crash points: ``in_pause:N`` while batch N's trigger pauses it;
+        ``between_triggers:N`` after a slice served rows once batch N was committed."""
+        if event == "pause":
+            self._fault("in_pause", self._worker_batch)
+        elif self.last_batch >= 0:
+            self._fault("between_triggers", self.last_batch)
+
     def _kill(self, point: str, batch_id: int) -> None:
         """The injected crash: SIGKILL, so nothing after this point runs, not even ``finally``."""
         print(f"sparkqos: fault injection: SIGKILL at {point} of batch {batch_id}", file=sys.stderr, flush=True)
@@ -313,6 +335,8 @@ class TriggerLoop:
     def _commit(
         self, batch_id: int, started: float, rows_in: int, consumed: int, dead: pa.Table | None = None, busy_s: float = 0.0
     ) -> dict[str, Any]:
+        self.phase_s["executor"] += busy_s
+        t0 = time.perf_counter()
         outputs = self.executor.take_outputs()
         dead_rows = 0 if dead is None else dead.num_rows
         if self.dead_letter is not None:
@@ -329,6 +353,8 @@ class TriggerLoop:
         }
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
+        t1 = time.perf_counter()
+        self.phase_s["sink"] += t1 - t0
         self._fault("after_sink", batch_id)
         self.store.save(
             batch_id,
@@ -339,6 +365,8 @@ class TriggerLoop:
                 "dead_lettered_total": self.dead_lettered_total + dead_rows,
             },
         )
+        t2 = time.perf_counter()
+        self.phase_s["checkpoint"] += t2 - t1
         self._fault("after_checkpoint", batch_id)
         self.last_batch = batch_id
         self.dead_lettered_total += dead_rows
@@ -355,5 +383,6 @@ class TriggerLoop:
             state=self.executor.state,
             scheduler=self.scheduler,
         )
+        self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)
         return progress
