@@ -1,27 +1,36 @@
-"""sparkqos against what a Spark user does today: one streaming query per query class in FAIR pools.
+"""sparkqos against what a Spark user does today: one streaming query per query, in FAIR pools.
 
-    .venv/bin/python benchmarks/vs_fair_pools.py [--seconds 60] [--rate 4000] [--work-us 150] [--trigger 0.5] [--budget 0.4]
+    .venv/bin/python benchmarks/vs_fair_pools.py [--seconds 60] [--rate 4000] [--work-us 150]
+        [--fair-triggers fast,0.25,0.5,1,2] [--set key=value ...]
 
 One bursty trace (recorded once, replayed at its own pace with ``sparkqos.replay``) feeds, in
-turn, on the same machine:
+turn, the four sensor queries — the same PySpark transforms (:mod:`sparkqos.spark.examples`) in
+every variant:
 
-* ``fair`` — the four sensor queries (sparkqos.examples) as four separate Spark streaming
-  queries in FAIR scheduler pools H/C/N with weights 6/3/1 (conf/fairscheduler.xml;
-  ``setLocalProperty("spark.scheduler.pool", …)`` before each ``start()``). fire, anomaly and
-  archive run the very same pyarrow operators as sparkqos (so the same CPU work) inside Spark
-  tasks with ``mapInArrow``; zone_stats is Spark's own event-time window aggregation;
-* ``cqc`` and ``adaptive`` — the same queries as one sparkqos query set.
+* ``fair@T`` — each transform as its own Spark streaming query in the FAIR pool of its class
+  (H/C/N, weights 6/3/1: conf/fairscheduler.xml), trigger T seconds (``fast``: as fast as
+  possible). Spark runs the transforms itself; the costly steps spend their declared CPU per row
+  in Spark's Python workers (a pandas UDF, see :mod:`sparkqos.spark.synthetic`), as sparkqos's
+  executor spends it;
+* ``sparkqos`` — the same transforms as one sparkqos stream at sparkqos's defaults
+  (``sparkqos.stream(df, queries, classes=..., priorities=...)`` and nothing else; ``--set`` to
+  try other settings).
 
 Each variant runs in its own ``spark-submit`` (its own JVM), so peak memory is the resident
-memory of that process tree, sampled every 0.2 s. Delay is measured the same way for all: the
-wall time a row left its query's last operator minus its event time ``ts`` (for a window
-aggregate: the newest ``ts`` in the window); for fair, results.json also keeps "delivered" (the
-wall time the row reached the foreachBatch code minus ``ts``). Every query replays the trace from
-the same instant, ``--lead`` seconds after start-up, with Python workers already warm, and the
-trace opens with ``--warmup`` seconds of a quiet trickle (no class-H or class-C rows) so the slow
-first micro-batches of every query are over before the bursts. Rows still queued when the input
-ends are drained (sparkqos ``finish()``), so every row is counted. Goal (issue 7): class-H p99
-delay ≥ 2× lower than fair, no lost output.
+memory of that process tree, sampled every 0.2 s. Both write each micro-batch's outputs as
+Parquet files ``outputs/query=NAME/batch=ID.parquet`` and delay is computed afterwards from those
+files, by one function for every variant: a row's delay is the modification time of the file that
+holds it (the moment it was written to its sink) minus its event time (``ts``; for a window of
+zone_stats, the window's end, the earliest instant it could be complete). Every query replays
+the trace from the same instant, ``--lead`` seconds after start-up, and the trace opens with
+``--warmup`` seconds of a quiet trickle, so slow first micro-batches are over before the bursts.
+Rows still queued when the input ends are drained (sparkqos ``finish()``; FAIR: the queries run
+until every row is read and their last batch is written), so every row is counted.
+
+FAIR's best setting is taken per class (the lowest class-H p99 and the lowest class C and N mean
+over its triggers) and compared with sparkqos; fire and archive outputs must be identical across
+variants. Goal (issue 13): class-H p99 ≤ 0.5× FAIR's best, class C and N means no worse, peak RSS
+no higher. The last line is ``class-H p99 ratio FAIR-best/sparkqos: X.XX``.
 """
 
 from __future__ import annotations
@@ -29,10 +38,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -44,270 +53,217 @@ sys.path.insert(0, str(ROOT / "jobs" / "experiments"))
 
 import _common as C  # noqa: E402
 
-POOLS = {"H": "H", "C": "C", "N": "N"}
-VARIANTS = ("fair", "cqc", "adaptive")
+FAIR_TRIGGERS = ("fast", "0.25", "0.5", "1", "2")
 
 
-# -- plain Spark: one streaming query per sensor query, FAIR pools ------------------------------------
-def _chain_fn(operators, emit_col: str = "emit"):
-    """A mapInArrow function running ``operators`` (bound pyarrow operators, in order) on each
-    batch and stamping each output row with the wall time it left the last one."""
+def _queries(args):
+    from sparkqos.spark.examples import sensor_transforms
 
-    def fn(batches):
-        import pyarrow as pa
-
-        from sparkqos.executor.queues import stamp
-        from sparkqos.spark.trigger import epoch_seconds
-
-        for b in batches:
-            if b.num_rows == 0:
-                continue
-            ts = epoch_seconds(b.column(b.schema.get_field_index("ts")))
-            cols = [pa.array(ts) if name == "ts" else b.column(i) for i, name in enumerate(b.schema.names)]
-            plain = pa.RecordBatch.from_arrays(cols, names=b.schema.names)
-            # a per-row key for the synthetic operators' keep/drop hash (sparkqos uses its own
-            # sequence numbers; the kept fraction is the same in expectation)
-            key = (ts * 1e6).astype(np.int64) * 64 + np.asarray(b.column(b.schema.get_field_index("sensor_id"))) % 64
-            cur = stamp(plain, ts, 0)
-            cur = pa.RecordBatch.from_arrays(list(cur.columns[:-1]) + [pa.array(key)], names=cur.schema.names)
-            for op in operators:
-                cur = op.process(cur)
-                if cur is None or cur.num_rows == 0:
-                    break
-            else:
-                now = time.time()
-                keep = [n for n in cur.schema.names if not n.startswith("__")]
-                out = cur.select(keep)
-                yield pa.RecordBatch.from_arrays(
-                    list(out.columns) + [pa.array(np.full(out.num_rows, now))], names=keep + [emit_col]
-                )
-
-    return fn
+    return sensor_transforms(work_us=args.work_us, window_s=args.window, watermark_s=args.watermark)
 
 
-def run_fair(args, out: Path) -> dict:
+def _write_batch(folder: Path, query: str, batch_id: int, table) -> None:
+    """One micro-batch's rows of ``query``, in the ParquetSink's layout (temp file + rename)."""
     import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
 
-    from sparkqos.examples import sensor_queries
+    d = folder / f"query={query}"
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".batch={batch_id}.parquet.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, d / f"batch={batch_id}.parquet")
 
-    spark = C.session("vs_fair_pools-fair")
+
+# -- plain Spark: one streaming query per transform, FAIR pools -----------------------------------------
+def run_fair(args, out: Path, trigger: str) -> dict:
+    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES
+
+    spark = C.session(f"vs_fair_pools-fair@{trigger}")
     sc = spark.sparkContext
     if sc.getConf().get("spark.scheduler.mode", "FIFO") != "FAIR":
-        raise SystemExit("fair variant needs --conf spark.scheduler.mode=FAIR (the parent passes it)")
-    compiled = sensor_queries(work_us=args.work_us).build().fresh()
-    plan = compiled.plan
-    lock = threading.Lock()
-    delays: dict[str, list] = {q: [] for q in plan.queries}
-    delivered: dict[str, list] = {q: [] for q in plan.queries}
+        raise SystemExit("the fair variants need --conf spark.scheduler.mode=FAIR (the parent passes it)")
+    folder = out / "outputs"
     started = time.time()
-
-    def sink(query: str, emit_of):
-        folder = out / "outputs" / query
-        folder.mkdir(parents=True, exist_ok=True)
-
-        def write(batch_df, batch_id):
-            t = batch_df.toArrow()
-            now = time.time()
-            if t.num_rows:
-                ts_col = "last_ts" if query == "zone_stats" else "ts"
-                ts = C_seconds(t.column(ts_col))
-                emit = emit_of(t, now)
-                with lock:
-                    delays[query].append(emit - ts)
-                    delivered[query].append(now - ts)
-                pq.write_table(t, folder / f"batch-{batch_id}.parquet")
-            el = now - started
-            if not args.quiet:
-                print(
-                    f"  [fair {el:5.1f}/{args.lead + args.seconds + 2 * args.trigger:.0f}s] {query:<10} batch {batch_id:>3} "
-                    f"out {t.num_rows:>6}",
-                    flush=True,
-                )
-
-        return write
-
+    replay_start = started + args.lead  # every query replays the trace from the same instant
     queries = {}
-    replay_start = time.time() + args.lead  # every query replays the trace from the same instant
-    for path in plan.paths:
-        q = path.query
-        klass = plan.queries[q].klass
-        sc.setLocalProperty("spark.scheduler.pool", POOLS[klass])
-        df = C.replay_df(spark, args.trace, start=replay_start)
-        if q == "zone_stats":
-            op = compiled.operators[path.operators[0]]
-            agg = (
-                df.withWatermark("ts", "0 seconds")
-                .groupBy(F.window("ts", f"{int(op.size)} seconds"), "location")
-                .agg(
-                    F.count(F.lit(1)).alias("count"),
-                    F.avg("temperature").alias("avg_temperature"),
-                    F.max("humidity").alias("max_humidity"),
-                    F.max("ts").alias("last_ts"),
-                )
-            )
-            stream_df = agg.select(
-                F.col("window.start").cast("double").alias("window_start"),
-                F.col("window.end").cast("double").alias("window_end"),
-                "location",
-                "count",
-                "avg_temperature",
-                "max_humidity",
-                F.col("last_ts").cast("double").alias("last_ts"),
-            )
-            emit_of = lambda t, now: np.full(t.num_rows, now)  # noqa: E731  (emitted when the batch ends)
-        else:
-            ops = [compiled.operators[n] for n in path.operators]
-            schema = ops[-1].schema
-            ddl = ", ".join(f"{f.name} {_ddl(f.type)}" for f in schema if not f.name.startswith("__")) + ", emit double"
-            stream_df = df.mapInArrow(_chain_fn(ops), ddl)
-            emit_of = lambda t, now: t.column("emit").to_numpy()  # noqa: E731
-        queries[q] = (
-            stream_df.writeStream.foreachBatch(sink(q, emit_of))
-            .queryName(f"fair_{q}")
+    for name, transform in _queries(args).items():
+
+        def write(batch_df, batch_id, name=name):
+            table = batch_df.toArrow()
+            if table.num_rows:
+                _write_batch(folder, name, batch_id, table)
+
+        sc.setLocalProperty("spark.scheduler.pool", SENSOR_QUERY_CLASSES[name])
+        writer = (
+            transform(C.replay_df(spark, args.trace, start=replay_start))
+            .writeStream.foreachBatch(write)
+            .queryName(f"fair_{name}")
             .outputMode("append")
-            .option("checkpointLocation", str(out / "_checkpoint" / q))
-            .trigger(processingTime=f"{args.trigger} seconds")
-            .start()
+            .option("checkpointLocation", str(out / "_checkpoint" / name))
         )
+        writer = writer.trigger(processingTime="0 seconds" if trigger == "fast" else f"{float(trigger)} seconds")
+        queries[name] = writer.start()
     sc.setLocalProperty("spark.scheduler.pool", None)
-    seen: dict[str, dict[int, int]] = {q: {} for q in queries}
-    deadline = time.time() + 4 * args.seconds + 60
+    deadline = started + args.lead + 4 * args.seconds + 60
+    seen: dict[str, dict[int, int]] = {name: {} for name in queries}  # batch id -> rows read
+    last_print = 0.0
     try:
         while time.time() < deadline:
-            for q, sq in queries.items():
+            for name, sq in queries.items():
                 if sq.exception() is not None:
-                    raise RuntimeError(f"fair query {q} failed: {sq.exception()}")
-                for p in sq.recentProgress:
-                    seen[q][p["batchId"]] = p["numInputRows"]
-            if all(sum(s.values()) >= args.rows for s in seen.values()):
-                time.sleep(2 * args.trigger)  # let the window query emit on a no-data batch
+                    raise RuntimeError(f"fair query {name} failed: {sq.exception()}")
+                for p in sq.recentProgress:  # the newest 100: polled often enough to miss none
+                    seen[name][p["batchId"]] = p["numInputRows"]
+            done = min(sum(s.values()) for s in seen.values())
+            if done >= args.rows:
+                # one more trigger of each, so the window query closes what the last rows closed
+                time.sleep(max(1.0, 2 * (0 if trigger == "fast" else float(trigger))))
                 break
-            time.sleep(0.5)
+            if not args.quiet and time.time() - last_print > 5:
+                last_print = time.time()
+                print(f"  [fair@{trigger} {time.time() - started:5.0f}s] rows read by the slowest query: {done}", flush=True)
+            time.sleep(0.25)
     finally:
         for sq in queries.values():
+            # between triggers: stopping one that is reading the Python data source makes Spark's
+            # stream thread die of a StackOverflowError in its error handling (see QosStream.stop)
+            by = time.time() + 5
+            while sq.isActive and sq.status.get("isTriggerActive") and time.time() < by:
+                time.sleep(0.05)
             sq.stop()
-    rows_in = {q: sum(s.values()) for q, s in seen.items()}
-    klass_of = {q.name: q.klass for q in plan.queries.values()}
-    result = _result(
-        "fair",
-        klass_of,
-        {q: _cat(v) for q, v in delays.items()},
-        {q: _cat(v) for q, v in delivered.items()},
-        rows_in=min(rows_in.values()),
-        peak_queued_mb=math.nan,
-        elapsed=time.time() - started,
-    )
+    result = {"variant": f"fair@{trigger}", "rows_in": min(sum(s.values()) for s in seen.values()), "replay_start": replay_start}
     spark.stop()
     return result
 
 
-def C_seconds(column) -> np.ndarray:
+# -- sparkqos -----------------------------------------------------------------------------------------
+def run_sparkqos(args, out: Path) -> dict:
+    import sparkqos
+    from sparkqos.examples import SENSOR_CLASSES
+    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES
+    from sparkqos.spark.sinks import ParquetSink
+
+    spark = C.session("vs_fair_pools-sparkqos")
+    options = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
+    seen = {"rows": 0, "peak_queued_mb": 0.0, "strategies": {}}
+
+    def on_progress(p: dict) -> None:
+        seen["rows"] += p["numInputRows"]
+        seen["peak_queued_mb"] = max(seen["peak_queued_mb"], p["queuedBytes"] / 1e6)
+        seen["strategies"][p["strategy"]] = seen["strategies"].get(p["strategy"], 0) + 1
+
+    started = time.time()
+    replay_start = started + args.lead
+    handle = sparkqos.stream(
+        C.replay_df(spark, args.trace, start=replay_start),
+        _queries(args),
+        classes=SENSOR_QUERY_CLASSES,
+        priorities=SENSOR_CLASSES,
+        checkpoint=out / "_checkpoint" / "sparkqos",
+        output=out,
+        sink=ParquetSink(out / "outputs"),
+        name="sparkqos",
+        on_progress=on_progress,
+        **options,
+    )
+    query = handle.start()
+    deadline = started + args.lead + 4 * args.seconds + 60
+    last_print = 0.0
+    try:
+        while query.isActive and time.time() < deadline and seen["rows"] < args.rows:
+            query.awaitTermination(0.25)
+            if not args.quiet and time.time() - last_print > 5:
+                last_print = time.time()
+                print(f"  [sparkqos {time.time() - started:5.0f}s] rows read: {seen['rows']}", flush=True)
+    finally:
+        handle.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the sparkqos stream failed: {query.exception()}")
+    handle.finish()  # drain what is still queued, written as one more batch
+    result = {
+        "variant": "sparkqos",
+        "rows_in": seen["rows"],
+        "replay_start": replay_start,
+        "peak_queued_mb": seen["peak_queued_mb"],
+        "strategy_mix": seen["strategies"],
+        "options": {k: str(v) for k, v in options.items()},
+    }
+    spark.stop()
+    return result
+
+
+def _value(raw: str):
+    """A --set value: JSON when it parses (numbers, true/false, lists), else the string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+# -- the same delay measurement for every variant ------------------------------------------------------
+def delays_of(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, list]]:
+    """Per query: every row's delay (its file's modification time minus its event time), and the
+    rows themselves (to compare outputs across variants)."""
+    import pyarrow.parquet as pq
+
     from sparkqos.spark.trigger import epoch_seconds
 
-    return epoch_seconds(column)
+    delays: dict[str, list[np.ndarray]] = {}
+    rows: dict[str, list] = {}
+    for d in sorted(folder.glob("query=*")):
+        q = d.name.split("=", 1)[1]
+        for f in sorted(d.glob("batch=*.parquet")):
+            t = pq.read_table(f)
+            if not t.num_rows:
+                continue
+            written = f.stat().st_mtime
+            if "window" in t.column_names:
+                event = epoch_seconds(t.column("window").combine_chunks().field("end"))
+            else:
+                event = epoch_seconds(t.column("ts"))
+            delays.setdefault(q, []).append(written - event)
+            rows.setdefault(q, []).extend(t.to_pylist())
+    return {q: np.concatenate(v) for q, v in delays.items()}, rows
 
 
-def _ddl(t) -> str:
-    import pyarrow as pa
+def summarise(variant: dict, folder: Path) -> dict:
+    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES
 
-    if pa.types.is_int32(t):
-        return "int"
-    if pa.types.is_int64(t):
-        return "bigint"
-    if pa.types.is_floating(t):
-        return "double"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    raise TypeError(f"no DDL type for {t}")
-
-
-def _cat(parts: list) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0)
-
-
-def _result(variant, klass_of, delays, delivered, rows_in, peak_queued_mb, elapsed) -> dict:
-    def by_class(d, k):
-        parts = [d[q] for q, kk in klass_of.items() if kk == k and q in d]
-        return _cat(parts)
-
-    h, n = by_class(delays, "H"), by_class(delays, "N")
-    hd = by_class(delivered, "H")
-    return {
-        "variant": variant,
-        "rows_in": int(rows_in),
-        "H_mean_ms": C.mean_ms(h),
-        "H_p99_ms": C.p99_ms(h),
-        "H_max_ms": float(h.max() * 1000) if h.size else math.nan,
-        "H_delivered_p99_ms": C.p99_ms(hd),
-        "C_mean_ms": C.mean_ms(by_class(delays, "C")),
-        "N_mean_ms": C.mean_ms(n),
-        "rows_out": {q: int(delays[q].size) for q in klass_of},
-        "total_out": int(sum(delays[q].size for q in klass_of)),
-        "peak_queued_mb": peak_queued_mb,
-        "elapsed_s": elapsed,
-    }
+    delays, rows = delays_of(folder)
+    per_class: dict[str, list[np.ndarray]] = {}
+    for q, d in delays.items():
+        per_class.setdefault(SENSOR_QUERY_CLASSES[q], []).append(d)
+    r = dict(variant)
+    for k in ("H", "C", "N"):
+        d = np.concatenate(per_class[k]) if k in per_class else np.empty(0)
+        r[f"{k}_mean_ms"] = C.mean_ms(d)
+        r[f"{k}_p99_ms"] = C.p99_ms(d)
+        r[f"{k}_max_ms"] = float(d.max() * 1000) if d.size else math.nan
+    r["rows_out"] = {q: len(v) for q, v in rows.items()}
+    r["digest"] = {q: _digest(v, variant.get("replay_start", 0.0)) for q, v in rows.items() if q in ("fire", "archive")}
+    return r
 
 
-# -- sparkqos ---------------------------------------------------------------------------------------
-def register_spark_cqc(k: float, quantum: float) -> str:
-    """CQC with its round ``k`` and unit ``quantum`` sized for wall-clock seconds inside a 1 s
-    trigger. The library defaults (k = 20, quantum = 1: the paper's time units) would hand a
-    class several whole triggers in a row, and adaptive builds its members with defaults, so
-    the benchmark registers this variant as a user would."""
-    from sparkqos import schedulers
-    from sparkqos.schedulers.cqc import Cqc
+def _digest(rows: list, replay_start: float) -> str:
+    """A digest of ``rows`` in any order, event times taken in µs from the variant's replay start
+    (each variant replays the trace from its own instant; the source gets the start to the µs)."""
+    import datetime as dt
+    import hashlib
 
-    class CqcSpark(Cqc):
-        def __init__(self, k: float = k, quantum: float = quantum):
-            super().__init__(k=k, quantum=quantum)
-
-    schedulers.register("cqc_spark", replace=True)(CqcSpark)
-    return "cqc_spark"
-
-
-def run_sparkqos_variant(args, out: Path, strategy: str) -> dict:
-    from sparkqos.examples import sensor_queries
-
-    spark = C.session(f"vs_fair_pools-{strategy}")
-    compiled = sensor_queries(work_us=args.work_us).build()
-    cqc = register_spark_cqc(args.cqc_k, args.cqc_quantum)
-    params = {"candidates": ["fifo", "chain", "pc", cqc], "seed": 0} if strategy == "adaptive" else {}
-    if strategy == "cqc":
-        strategy = cqc
-    qos = args.qos if strategy == "adaptive" else None
-    stats = C.run_sparkqos(
-        spark,
-        args.trace,
-        compiled,
-        strategy,
-        out=out,
-        name=strategy,
-        input_rows=args.rows,
-        trace_s=args.seconds,
-        trigger_s=args.trigger,
-        budget_s=args.budget or None,
-        strategy_params=params,
-        qos=qos,
-        quiet=args.quiet,
-        lead_s=args.lead,
-    )
-    delays = {q: stats.query_delays(q) for q in stats.klass_of}
-    result = _result(
-        "cqc" if strategy == cqc else strategy,
-        stats.klass_of,
-        delays,
-        {},
-        rows_in=stats.rows_in,
-        peak_queued_mb=stats.peak_bytes / 1e6,
-        elapsed=stats.elapsed,
-    )
-    result["strategy_mix"] = stats.strategies
-    spark.stop()
-    return result
+    h = hashlib.sha256()
+    lines = []
+    origin = dt.datetime.fromtimestamp(0, dt.UTC)
+    start_us = round(replay_start * 1e6)
+    for r in rows:
+        r = dict(r)
+        if r.get("ts") is not None:
+            r["ts"] = (r["ts"] - origin) // dt.timedelta(microseconds=1) - start_us
+        lines.append(json.dumps(r, sort_keys=True, default=str))
+    for line in sorted(lines):
+        h.update(line.encode())
+    return h.hexdigest()[:16]
 
 
-# -- the parent: record the trace, run each variant in its own spark-submit, compare ---------------
+# -- the parent: record the trace, run each variant in its own spark-submit, compare -------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=60.0, help="length of the bursty trace")
@@ -315,20 +271,13 @@ def main(argv=None) -> int:
     ap.add_argument("--off-scale", type=float, default=8.0, help="bursty minimum OFF period (s)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--work-us", type=float, default=150.0, help="declared CPU µs per row of the costly steps")
-    ap.add_argument("--trigger", type=float, default=0.5, help="trigger interval of every query (s)")
-    ap.add_argument("--budget", type=float, default=0.4, help="sparkqos executor budget per trigger; 0 = trigger")
-    ap.add_argument("--qos", default="balanced", help="adaptive's QoS template")
-    ap.add_argument("--cqc-k", type=float, default=0.5, help="cqc round length, seconds (class H gets 6/10 of it)")
-    ap.add_argument("--cqc-quantum", type=float, default=0.05, help="cqc's longest unit of work, seconds")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--window", type=float, default=10.0, help="zone_stats window, seconds")
+    ap.add_argument("--watermark", type=float, default=2.0, help="zone_stats watermark delay, seconds")
+    ap.add_argument("--fair-triggers", default=",".join(FAIR_TRIGGERS), help="FAIR variants' triggers ('fast' = 0)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a sparkqos.stream option")
+    ap.add_argument("--skip-sparkqos", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "output" / "vs_fair_pools"))
-    ap.add_argument(
-        "--warmup",
-        type=float,
-        default=20.0,
-        help="seconds of a 4 rows/s trickle (no fire, no anomaly) before the bursty trace, so "
-        "every query's slow first micro-batches are behind it",
-    )
+    ap.add_argument("--warmup", type=float, default=20.0, help="seconds of a 4 rows/s trickle before the bursty trace")
     ap.add_argument("--lead", type=float, default=8.0, help="seconds between starting the queries and the first row")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
@@ -339,69 +288,50 @@ def main(argv=None) -> int:
 
     if args.variant:  # child
         vout = out / args.variant
-        shutil.rmtree(vout / "_checkpoint", ignore_errors=True)
-        shutil.rmtree(vout / "outputs", ignore_errors=True)
-        result = run_fair(args, vout) if args.variant == "fair" else run_sparkqos_variant(args, vout, args.variant)
+        shutil.rmtree(vout, ignore_errors=True)
+        vout.mkdir(parents=True)
+        if args.variant == "sparkqos":
+            result = run_sparkqos(args, vout)
+        else:
+            result = run_fair(args, vout, args.variant.split("@", 1)[1])
         (vout / "result.json").write_text(json.dumps(result, indent=1))
         return 0
 
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad:
-        ap.error(f"unknown variant(s) {bad}; choose from {VARIANTS}")
+    triggers = [t.strip() for t in args.fair_triggers.split(",") if t.strip()]
+    for t in triggers:
+        if t != "fast":
+            try:
+                if not float(t) > 0:
+                    raise ValueError
+            except ValueError:
+                ap.error(f"--fair-triggers: {t!r} is neither 'fast' nor a number of seconds > 0")
+    for s in args.set:
+        if "=" not in s:
+            ap.error(f"--set wants KEY=VALUE, got {s!r}")
+    variants = [f"fair@{t}" for t in triggers] + ([] if args.skip_sparkqos else ["sparkqos"])
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.parquet"
     rows = C.write_bursty_trace(trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale, warmup_s=args.warmup)
-    args.seconds += args.warmup
-    per_run = args.seconds + args.lead + 25
+    seconds = args.seconds + args.warmup
+    per_run = seconds + args.lead + 25
     print(
-        f"vs_fair_pools: trace {rows} rows over {args.seconds:g}s ({args.warmup:g}s trickle, then bursty, "
-        f"mean {args.rate:g}/s, seed {args.seed}); "
-        f"work {args.work_us:g} µs/row; variants {', '.join(variants)}; expect about "
-        f"{len(variants) * per_run / 60:.0f}-{len(variants) * 2 * per_run / 60:.0f} min",
+        f"vs_fair_pools: trace {rows} rows over {seconds:g}s ({args.warmup:g}s trickle, then bursty, mean "
+        f"{args.rate:g}/s, seed {args.seed}); work {args.work_us:g} µs/row; variants {', '.join(variants)}; "
+        f"expect about {len(variants) * per_run / 60:.0f}-{len(variants) * 2 * per_run / 60:.0f} min",
         flush=True,
     )
     results = []
     for v in variants:
         vout = out / v
-        vout.mkdir(parents=True, exist_ok=True)
-        (vout / "result.json").unlink(missing_ok=True)
         cmd = [str(ROOT / "spark-submit.sh"), "--master", "local[2]"]
-        if v == "fair":
-            cmd += [
-                "--conf",
-                "spark.scheduler.mode=FAIR",
-                "--conf",
-                f"spark.scheduler.allocation.file={ROOT / 'conf' / 'fairscheduler.xml'}",
-            ]
-        cmd += [
-            str(Path(__file__).resolve()),
-            "--variant",
-            v,
-            "--trace",
-            str(trace),
-            "--rows",
-            str(rows),
-            "--seconds",
-            str(args.seconds),
-            "--work-us",
-            str(args.work_us),
-            "--trigger",
-            str(args.trigger),
-            "--budget",
-            str(args.budget),
-            "--lead",
-            str(args.lead),
-            "--cqc-k",
-            str(args.cqc_k),
-            "--cqc-quantum",
-            str(args.cqc_quantum),
-            "--qos",
-            args.qos,
-            "--out",
-            str(out),
-        ] + (["--quiet"] if args.quiet else [])
-        print(f"-- {v}: {' '.join(cmd[:1] + cmd[3:7] if v == 'fair' else cmd[:1])} ...", flush=True)
+        if v.startswith("fair"):
+            cmd += ["--conf", "spark.scheduler.mode=FAIR"]
+            cmd += ["--conf", f"spark.scheduler.allocation.file={ROOT / 'conf' / 'fairscheduler.xml'}"]
+        cmd += [str(Path(__file__).resolve()), "--variant", v, "--trace", str(trace), "--rows", str(rows)]
+        cmd += ["--seconds", str(seconds), "--work-us", str(args.work_us), "--lead", str(args.lead), "--out", str(out)]
+        cmd += ["--window", str(args.window), "--watermark", str(args.watermark)]
+        cmd += [a for s in args.set for a in ("--set", s)] + (["--quiet"] if args.quiet else [])
+        print(f"-- {v}", flush=True)
         proc = subprocess.Popen(cmd)
         peak = 0
         while proc.poll() is None:
@@ -410,64 +340,64 @@ def main(argv=None) -> int:
         if proc.returncode != 0 or not (vout / "result.json").exists():
             print(f"vs_fair_pools: variant {v} failed (exit {proc.returncode})", file=sys.stderr)
             return 1
-        r = json.loads((vout / "result.json").read_text())
+        r = summarise(json.loads((vout / "result.json").read_text()), vout / "outputs")
         r["peak_rss_mb"] = peak / 1e6
         results.append(r)
 
-    header = [
-        "variant",
-        "H mean ms",
-        "H p99 ms",
-        "H max ms",
-        "C mean ms",
-        "N mean ms",
-        "rows out",
-        "fire",
-        "archive",
-        "peak RSS MB",
-        "peak queued MB",
-    ]
-    rows_t = [
-        [
-            r["variant"],
-            r["H_mean_ms"],
-            r["H_p99_ms"],
-            r["H_max_ms"],
-            r["C_mean_ms"],
-            r["N_mean_ms"],
-            r["total_out"],
-            r["rows_out"]["fire"],
-            r["rows_out"]["archive"],
-            r["peak_rss_mb"],
-            r["peak_queued_mb"],
-        ]
+    header = ["variant", "H mean ms", "H p99 ms", "H max ms", "C mean ms", "C p99 ms", "N mean ms", "N p99 ms"]
+    header += ["rows in", "fire", "archive", "peak RSS MB"]
+    table = [
+        [r["variant"], r["H_mean_ms"], r["H_p99_ms"], r["H_max_ms"], r["C_mean_ms"], r["C_p99_ms"], r["N_mean_ms"]]
+        + [r["N_p99_ms"], r["rows_in"], r["rows_out"].get("fire", 0), r["rows_out"].get("archive", 0), r["peak_rss_mb"]]
         for r in results
     ]
     print()
     text = C.print_table(
-        f"vs_fair_pools: {rows} rows, {args.warmup:g}s trickle + {args.seconds - args.warmup:g}s bursty trace, "
-        f"{args.rate:g} rows/s mean, "
-        f"work {args.work_us:g} µs, trigger {args.trigger:g}s, local[2]",
+        f"vs_fair_pools: {rows} rows, {args.warmup:g}s trickle + {args.seconds:g}s bursty trace, {args.rate:g} rows/s "
+        f"mean, work {args.work_us:g} µs, local[2]; delay = sink file written − event time",
         header,
-        rows_t,
+        table,
     )
-    base = next((r for r in results if r["variant"] == "fair"), None)
-    verdicts = []
-    for r in results:
-        if base is None or r is base:
-            continue
-        ratio = base["H_p99_ms"] / r["H_p99_ms"] if r["H_p99_ms"] > 0 else math.inf
-        lost = {q: base["rows_out"][q] - r["rows_out"][q] for q in ("fire", "archive")}
-        ok = ratio >= 2 and all(v == 0 for v in lost.values())
-        verdicts.append(
-            f"{r['variant']}: class-H p99 {ratio:.2f}x lower than FAIR pools; fire/archive rows vs fair "
-            f"{r['rows_out']['fire']}/{r['rows_out']['archive']} vs {base['rows_out']['fire']}/"
-            f"{base['rows_out']['archive']} (input {rows}) -> goal {'MET' if ok else 'NOT met'}"
-            + (f"; strategy mix {r.get('strategy_mix')}" if r.get("strategy_mix") else "")
+    lines = []
+    fair = [r for r in results if r["variant"].startswith("fair")]
+    ours = next((r for r in results if r["variant"] == "sparkqos"), None)
+    digests = {json.dumps(r["digest"], sort_keys=True) for r in results}
+    lines.append(
+        "fire and archive outputs identical across variants: "
+        + ("yes" if len(digests) == 1 else f"NO ({[(r['variant'], r['digest']) for r in results]})")
+    )
+    if fair and ours:
+        best = {
+            "H_p99_ms": min(fair, key=lambda r: r["H_p99_ms"]),
+            "C_mean_ms": min(fair, key=lambda r: r["C_mean_ms"]),
+            "N_mean_ms": min(fair, key=lambda r: r["N_mean_ms"]),
+        }
+        rss_fair = min(r["peak_rss_mb"] for r in fair)
+        ratios = {k: best[k][k] / ours[k] if ours[k] > 0 else math.inf for k in best}
+        goals = {
+            "H_p99_ms": ratios["H_p99_ms"] >= 2.0,
+            "C_mean_ms": ratios["C_mean_ms"] >= 1.0,
+            "N_mean_ms": ratios["N_mean_ms"] >= 1.0,
+        }
+        lines.append(
+            f"peak RSS: sparkqos {ours['peak_rss_mb']:.0f} MB, FAIR lowest {rss_fair:.0f} MB -> "
+            f"{'no higher' if ours['peak_rss_mb'] <= rss_fair else 'HIGHER'}"
         )
-    for v in verdicts:
-        print(v)
-    (out / "summary.txt").write_text(text + "\n" + "\n".join(verdicts) + "\n")
+        lines.append(
+            f"strategy mix {ours.get('strategy_mix')}; sparkqos options {ours.get('options') or 'defaults'}; FAIR best: "
+            + ", ".join(f"{k.split('_')[0]} {k.split('_')[1]} at {best[k]['variant']}" for k in best)
+        )
+        lines.append(
+            f"goal: class-H p99 <= 0.5x FAIR's best ({'met' if goals['H_p99_ms'] else 'NOT met'}), class C and N mean "
+            f"no worse ({'met' if goals['C_mean_ms'] and goals['N_mean_ms'] else 'NOT met'})"
+        )
+        lines.append(f"class-C mean ratio FAIR-best/sparkqos: {ratios['C_mean_ms']:.2f}")
+        lines.append(f"class-N mean ratio FAIR-best/sparkqos: {ratios['N_mean_ms']:.2f}")
+        lines.append(f"class-H mean ratio FAIR-best/sparkqos: {min(r['H_mean_ms'] for r in fair) / ours['H_mean_ms']:.2f}")
+        lines.append(f"class-H p99 ratio FAIR-best/sparkqos: {ratios['H_p99_ms']:.2f}")
+    for line in lines:
+        print(line)
+    (out / "summary.txt").write_text(text + "\n" + "\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=1))
     return 0
 
