@@ -273,6 +273,21 @@ def test_close_joins_the_worker_and_a_later_trigger_starts_a_new_one(tmp_path):
     loop.close()
 
 
+def test_a_worker_no_trigger_resumes_ends_by_itself_and_the_next_trigger_restarts_it(tmp_path, per_trigger):
+    """Spark Connect keeps the worker's process after the client stopped the stream: with no
+    trigger for ``orphan_s`` the thread ends (state kept), and a later trigger starts a new one."""
+    loop = make_loop(tmp_path, continuous=True)
+    loop.worker.orphan_s = 0.3
+    run_all(loop, range(3), pause_s=0.01)
+    deadline = time.time() + 10
+    while continuous_threads() and time.time() < deadline:
+        time.sleep(0.05)
+    assert continuous_threads() == []
+    run_all(loop, range(3, N_BATCHES), pause_s=0.01)
+    loop.finish()
+    assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
+
+
 def test_a_failing_slice_surfaces_at_the_next_trigger(tmp_path, monkeypatch):
     loop = make_loop(tmp_path, work_us=50.0, continuous=True, top_class_s=0)
     real_run = Executor.run

@@ -22,6 +22,7 @@ This module does not import pyspark.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from sparkqos.errors import check_number
@@ -37,6 +38,11 @@ class ContinuousWorker:
     what the slices did since the last :meth:`take_counters`. A slice that raises stops the worker;
     the next :meth:`pause` re-raises that error in the caller's thread.
 
+    ``orphan_s``: with no :meth:`resume` for that long the thread ends by itself (state kept; the
+    next resume starts a new one). Under Spark Connect the worker lives in the server's Python
+    worker, which outlives the stream: once the client stops the query no trigger comes again, and
+    the thread must not serve (and hold CPU) for the life of that process.
+
     ``on_event`` (crash tests only) is called with ``"slice"`` on the worker's thread after each
     slice that consumed rows, and with ``"pause"`` by :meth:`pause` while a slice may still be in
     flight, before it waits for that slice: the two moments a crash can hit only in this mode.
@@ -48,8 +54,12 @@ class ContinuousWorker:
         slice_s: float,
         name: str = "sparkqos-continuous",
         on_event: Callable[[str], None] | None = None,
+        orphan_s: float = 60.0,
     ):
         check_number("slice_s", slice_s, low=0, low_open=True)
+        check_number("orphan_s", orphan_s, low=0, low_open=True)
+        self.orphan_s = float(orphan_s)
+        self._resumed_at = time.monotonic()
         self.executor = executor
         self.slice_s = float(slice_s)
         self.name = name
@@ -63,6 +73,7 @@ class ContinuousWorker:
         self._running = False  # a slice is in flight (the worker owns the executor)
         self._work = False  # there may be something to run (cleared when a slice finds nothing)
         self._closing = False
+        self._exiting = False  # the thread has decided to end (it may still be alive a moment)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -90,13 +101,15 @@ class ContinuousWorker:
         """Hand the executor back (starting the thread at the first call, or after :meth:`close`):
         it serves until nothing can run, then waits for the next resume."""
         with self._cond:
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None or not self._thread.is_alive() or self._exiting:
                 self._closing = False
+                self._exiting = False
                 self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
                 self._thread.start()
             self._paused = False
             self._stop_slice.clear()
             self._work = True
+            self._resumed_at = time.monotonic()
             self._cond.notify_all()
 
     def take_counters(self) -> tuple[float, int]:
@@ -122,13 +135,19 @@ class ContinuousWorker:
                 self._thread = None
 
     # -- the worker's side -------------------------------------------------------------------------
+    def _orphaned(self) -> bool:
+        """No trigger has resumed the worker for ``orphan_s``: the stream is gone (call with the lock)."""
+        return time.monotonic() - self._resumed_at > self.orphan_s
+
     def _main(self) -> None:
         cond = self._cond
         while True:
             with cond:
-                while not self._closing and (self._paused or not self._work):
-                    cond.wait()
-                if self._closing:
+                while not self._closing and (self._paused or not self._work) and not self._orphaned():
+                    cond.wait(min(self.orphan_s, 5.0))
+                if self._closing or self._orphaned():
+                    self._paused = True  # as after close(): the next resume() starts a new thread
+                    self._exiting = True
                     return
                 self._running = True
             try:
@@ -140,6 +159,7 @@ class ContinuousWorker:
                     self._error = exc
                     self._running = False
                     self._closing = True
+                    self._exiting = True
                     cond.notify_all()
                 return
             with cond:

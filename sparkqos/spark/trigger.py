@@ -198,8 +198,14 @@ class TriggerLoop:
         self._top_operators: tuple[str, ...] = ()
         if config.continuous:
             on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
+            # a worker not resumed by a trigger for this long ends by itself (Spark Connect: the stream was stopped)
+            orphan_s = max(60.0, 20 * (config.interval_s or 0.0))
             self.worker = ContinuousWorker(
-                self.executor, config.effective_slice_s, name=f"sparkqos-continuous-{config.name}", on_event=on_event
+                self.executor,
+                config.effective_slice_s,
+                name=f"sparkqos-continuous-{config.name}",
+                on_event=on_event,
+                orphan_s=orphan_s,
             )
             self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
             self.top_class = top_class(compiled)
