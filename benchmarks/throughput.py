@@ -1,0 +1,184 @@
+"""Highest input rate sustained: sparkqos against native Spark on the four sensor queries (issue 13).
+
+    ./spark-submit.sh benchmarks/throughput.py [--rows 1000000] [--files 20] [--files-per-trigger 2] [--rounds 2]
+
+One Parquet trace of sensor readings (``sparkqos.examples.sensor_trace``) split into ``--files``
+files is read by Spark's own file source (``spark.readStream.parquet``), ``--files-per-trigger``
+files per micro-batch, with an available-now trigger: all of the input is there at the start, so
+each system runs flat out, and the rows per second it reaches from start to the last output
+written is the highest input rate it sustains — at any higher rate its queues would grow without
+bound. The queries are the main job's four PySpark transforms (:mod:`sparkqos.spark.examples`)
+with ``work_us=0`` (no declared work: the operators' own cost only):
+
+* ``native`` — Spark runs each transform as its own streaming query (four queries, so the trace
+  is read four times), each writing Spark's Parquet file sink; the four run at once and the time
+  is until the last one has finished;
+* ``sparkqos`` — ``sparkqos.stream(df, transforms, classes=..., priorities=...)`` at its
+  defaults but for the available-now trigger: the stream is read once, every query is served by
+  the executor, ``finish()`` drains what is still queued; the time includes that drain.
+
+Runs alternate (native, sparkqos, native, ...) for ``--rounds`` rounds in one Spark session after
+a small warm-up of both; the medians give the ratio. For sparkqos the wall time is then broken
+down into Spark's own per-trigger work (planning, offsets, WAL: ``triggerExecution - addBatch``),
+``toArrow`` (Spark reads the files and converts the batch), ingest, executor, sink, checkpoint and
+the metrics row, from ``TriggerLoop.phase_s``. The last line is
+``throughput ratio sparkqos/native: X.XX``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def write_trace(folder: Path, rows: int, files: int, seed: int) -> int:
+    """The trace as ``files`` Parquet files in time order (the file source reads them by name)."""
+    from sparkqos.examples import sensor_trace
+
+    folder.mkdir(parents=True)
+    table = sensor_trace(folder.parent / "whole.parquet", rows, seconds=rows / 20_000, seed=seed, fire_probability=0.01)
+    step = -(-rows // files)
+    for i in range(files):
+        pq.write_table(table.slice(i * step, step), folder / f"part-{i:05d}.parquet")
+    (folder.parent / "whole.parquet").unlink()
+    return table.num_rows
+
+
+def file_stream(spark, folder: Path, per_trigger: int):
+    schema = spark.read.parquet(str(folder)).schema  # the file source needs it given
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", per_trigger).parquet(str(folder))
+
+
+def run_native(spark, trace: Path, out: Path, per_trigger: int) -> dict:
+    """Each transform as its own streaming query with Spark's Parquet sink; seconds until all end."""
+    from sparkqos.spark.examples import sensor_transforms
+
+    started = time.perf_counter()
+    queries = []
+    for name, transform in sensor_transforms(work_us=0.0).items():
+        queries.append(
+            transform(file_stream(spark, trace, per_trigger))
+            .writeStream.format("parquet")
+            .option("path", str(out / name))
+            .option("checkpointLocation", str(out / "_checkpoint" / name))
+            .outputMode("append")
+            .queryName(f"native_{name}")
+            .trigger(availableNow=True)
+            .start()
+        )
+    for q in queries:
+        q.awaitTermination()
+        if q.exception() is not None:
+            raise RuntimeError(f"native query {q.name} failed: {q.exception()}")
+    seconds = time.perf_counter() - started
+    rows_out = {
+        q.name.removeprefix("native_"): spark.read.parquet(str(out / q.name.removeprefix("native_"))).count() for q in queries
+    }
+    return {"seconds": seconds, "rows_out": rows_out}
+
+
+def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int) -> dict:
+    """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
+    import sparkqos
+    from sparkqos.examples import SENSOR_CLASSES
+    from sparkqos.spark.config import AVAILABLE_NOW
+    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
+    from sparkqos.spark.sinks import read_parquet_sink
+
+    started = time.perf_counter()
+    handle = sparkqos.stream(
+        file_stream(spark, trace, per_trigger),
+        sensor_transforms(work_us=0.0),
+        classes=SENSOR_QUERY_CLASSES,
+        priorities=SENSOR_CLASSES,
+        trigger_s=AVAILABLE_NOW,
+        checkpoint=out / "_checkpoint",
+        output=out,
+        name="throughput",
+    )
+    query = handle.start()
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"the sparkqos stream failed: {query.exception()}")
+    loop_s = time.perf_counter() - started
+    handle.finish()
+    seconds = time.perf_counter() - started
+    spark_own = sum(p["durationMs"].get("triggerExecution", 0) - p["durationMs"].get("addBatch", 0) for p in query.recentProgress)
+    phases = dict(handle.loop.phase_s)
+    phases["spark per-trigger work"] = spark_own / 1000.0
+    phases["finish (drain)"] = seconds - loop_s
+    rows_out = {q: t.num_rows for q, t in read_parquet_sink(out / "outputs").items()}
+    return {"seconds": seconds, "rows_out": rows_out, "phases": phases, "triggers": len(query.recentProgress)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows in the trace")
+    ap.add_argument("--files", type=int, default=20, help="Parquet files the trace is split into")
+    ap.add_argument("--files-per-trigger", type=int, default=2, help="maxFilesPerTrigger of the file source")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--keep", help="keep the work folder here")
+    args = ap.parse_args(argv)
+    for name in ("rows", "files", "files_per_trigger", "rounds"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+
+    from pyspark.sql import SparkSession
+
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkqos-throughput-"))
+    shutil.rmtree(work, ignore_errors=True)
+    rows = write_trace(work / "trace", args.rows, args.files, args.seed)
+    write_trace(work / "warm", 20_000, 2, args.seed + 1)
+    spark = (
+        SparkSession.builder.appName("throughput")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    print(
+        f"throughput: {rows} rows in {args.files} files, {args.files_per_trigger} per trigger, available-now; "
+        f"the four sensor transforms with work_us=0; {args.rounds} round(s)",
+        flush=True,
+    )
+    run_native(spark, work / "warm", work / "warm-native", 1)
+    run_sparkqos(spark, work / "warm", work / "warm-sparkqos", 1)
+    results: dict[str, list[dict]] = {"native": [], "sparkqos": []}
+    for r in range(args.rounds):
+        for kind, fn in (("native", run_native), ("sparkqos", run_sparkqos)):
+            res = fn(spark, work / "trace", work / f"{kind}-{r}", args.files_per_trigger)
+            results[kind].append(res)
+            line = f"  round {r + 1} {kind:<9} {res['seconds']:7.2f} s  {rows / res['seconds']:>10,.0f} rows/s"
+            print(f"{line}  out {res['rows_out']}", flush=True)
+    spark.stop()
+
+    rate = {k: statistics.median(rows / r["seconds"] for r in v) for k, v in results.items()}
+    best = min(results["sparkqos"], key=lambda r: abs(rows / r["seconds"] - rate["sparkqos"]))
+    print()
+    print(f"native   (4 streaming queries, 4 reads): {rate['native']:>10,.0f} rows/s (median of {args.rounds})")
+    print(f"sparkqos (1 stream, executor)          : {rate['sparkqos']:>10,.0f} rows/s (median of {args.rounds})")
+    print(f"where sparkqos's {best['seconds']:.2f} s went ({best['triggers']} triggers):")
+    total = best["seconds"]
+    for name, s in sorted(best["phases"].items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<24} {s:7.2f} s  {100 * s / total:5.1f}%")
+    print("  (the executor works on its own thread between triggers, so parts overlap and need not add up to the wall time)")
+    print(f"throughput ratio sparkqos/native: {rate['sparkqos'] / rate['native']:.2f}")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
