@@ -243,7 +243,10 @@ def make_loop(root: Path, **kw) -> TriggerLoop:
 @pytest.mark.parametrize("strategy", ["chain", "adaptive"])
 def test_runner_wraps_the_strategy_with_class_shares(tmp_path, strategy):
     """Spark-free: the trigger loop on Arrow tables. The sensor queries have classes H, C, N."""
-    assert not isinstance(make_loop(tmp_path / "off", strategy=strategy).scheduler, ClassShares)  # default off
+    off = make_loop(tmp_path / "off", strategy=strategy, class_shares=False).scheduler
+    assert not isinstance(off, ClassShares) and not getattr(off, "class_shares", None)  # the papers' strategy as is
+    default = make_loop(tmp_path / "default", strategy=strategy).scheduler  # on by default for a named strategy
+    assert type(default) is type(make_loop(tmp_path / "explicit", strategy=strategy, class_shares=True).scheduler)
     loop = make_loop(tmp_path / "on", strategy=strategy, class_shares=True)
     scheduler = loop.scheduler
     if strategy == "adaptive":

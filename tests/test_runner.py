@@ -134,7 +134,9 @@ def test_adaptive_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path)
         )
     )
     assert_same_as_spark(spark, read_parquet_sink(tmp_path / "outputs"), expected_outputs(spark, trace[1]))
-    assert {p["strategy"] for p in handle.recentProgress} <= {"fifo", "chain", "cqc"}
+    # the continuous worker may not have picked yet at the first trigger: then it says "adaptive"
+    names = {p["strategy"] for p in handle.recentProgress}
+    assert names <= {"fifo", "chain", "cqc", "adaptive"} and names & {"fifo", "chain", "cqc"}
 
 
 def test_progress_and_metrics(chain_run):
@@ -246,6 +248,7 @@ def test_listener_sees_sparkqos_metrics(spark, replay_df, tmp_path):
             time.sleep(0.1)
     finally:
         spark.streams.removeListener(listener)
+        handle.stop()  # the continuous worker outlives an available-now query until stopped
     assert [b for b, _ in seen] == list(range(handle.last_batch + 1))
     assert all(qp is not None and qp["strategy"] == "fifo" and qp["batchId"] == b for b, qp in seen)
 

@@ -34,6 +34,7 @@ BATCHES = [sensor_table(150, b, start=T0 + 4 * b) for b in range(5)]
 
 def make_loop(root: Path, **kw) -> TriggerLoop:
     kw.setdefault("strategy", "chain")
+    kw.setdefault("continuous", False)  # one trigger serves everything it ingested (tests/test_continuous.py: the worker)
     config = RunConfig(checkpoint=root / "ckpt", output=root / "out", budget_s=30.0, **kw)
     return TriggerLoop(sensor_queries(work_us=0.0, window_s=5.0), config)
 

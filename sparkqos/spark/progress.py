@@ -45,11 +45,17 @@ KEEP = 100
 
 def strategy_in_force(scheduler: Scheduler) -> tuple[str, dict[str, float]]:
     """The strategy running now and its scores: a selector (one with a ``current`` member name,
-    such as ``adaptive``) reports the member and its last decision's scores."""
+    such as ``adaptive``) reports the member and its last decision's scores (its own name before
+    its first pick); class shares report the strategy inside each class."""
     current = getattr(scheduler, "current", None)
     if isinstance(current, str):
         decisions = getattr(scheduler, "decisions", [])
         return current, dict(decisions[-1]["scores"]) if decisions else {}
+    inner = getattr(scheduler, "inner", None)  # class shares: the strategy that orders each class's work
+    if isinstance(inner, str):
+        return inner, {}
+    if isinstance(inner, Scheduler):
+        return strategy_in_force(inner)
     return scheduler.name or type(scheduler).__name__, {}
 
 
