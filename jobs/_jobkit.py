@@ -1,0 +1,182 @@
+"""What the monitoring jobs share (jobs/sensor_monitor.py, jobs/vessel_monitor.py): the command line
+(``--config``, ``--set``, ``--duration``, ``--output``, ``--checkpoint``, ``--fresh``, ``--quiet``,
+``--fault``), the ``job`` and ``scheduler`` sections of their configuration, and the run itself —
+restore, start, run until the duration or Ctrl-C, stop between triggers, print the per-class
+summary and render the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sparkqos import schedulers
+from sparkqos.config import ConfigError, Key, describe, load_config
+from sparkqos.errors import RunnerError, SparkqosError
+from sparkqos.spark.config import parse_faults
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
+    """The ``job`` keys; the defaults (0.5 s trigger, continuous) are issue 13's measured ones."""
+    return {
+        "name": Key(str, name, "query name (metrics 'run')"),
+        "duration_s": Key(float, duration_s, "seconds to run; 0 = until stopped", low=0),
+        "trigger_s": Key(float, 0.5, "micro-batch interval", low=0, low_open=True),
+        "budget_s": Key(float, 0.0, "executor seconds per trigger when not continuous; 0 = the trigger interval", low=0),
+        "continuous": Key(bool, True, "serve the queues between triggers too (issue 13)"),
+        "output": Key(str, f"output/{name}", "outputs, metrics and report"),
+        "checkpoint": Key(str, "", "checkpoint folder; empty = <output>/_checkpoint"),
+        "report": Key(bool, True, "render the HTML report at the end"),
+    }
+
+
+def scheduler_section(candidates: list[str] | None = None) -> dict[str, Key]:
+    return {
+        "strategy": Key(str, "adaptive", choices=schedulers.available),
+        "candidates": Key(
+            list,
+            list(candidates or ["fifo", "chain", "pc", "cqc"]),
+            choices=lambda: [s for s in schedulers.available() if s != "adaptive"],
+        ),
+        "qos": Key(str, "balanced", "QoS template name or TOML path (adaptive)"),
+        "seed": Key(int, 0),
+        "class_shares": Key(bool, True, "CQC's class shares above the strategy, it orders work inside each class (issue 13)"),
+    }
+
+
+def parse_args(
+    doc: str, config: Path, schema: dict, argv: list[str] | None = None, extra: Any = None
+) -> tuple[argparse.Namespace, dict]:
+    """The job's arguments and its configuration (the file, then ``--set`` overrides, checked
+    against ``schema``); ``extra(cfg)`` checks more and raises ConfigError."""
+    parser = argparse.ArgumentParser(
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"configuration keys ({config.relative_to(ROOT)}):\n" + describe(schema),
+    )
+    parser.add_argument("--config", default=str(config))
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides")
+    parser.add_argument("--duration", type=float, help="shortcut for --set job.duration_s=…")
+    parser.add_argument("--output", help="shortcut for --set job.output=…")
+    parser.add_argument("--checkpoint", help="shortcut for --set job.checkpoint=…")
+    parser.add_argument("--fresh", action="store_true", help="delete the output and checkpoint folders first")
+    parser.add_argument("--quiet", action="store_true", help="no per-trigger lines")
+    parser.add_argument(
+        "--fault",
+        default=os.environ.get("SPARKQOS_FAULT", ""),
+        metavar="POINT:BATCH[,...]",
+        help="crash tests: SIGKILL this process at that point of that batch (default: $SPARKQOS_FAULT)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        parse_faults(args.fault)
+    except RunnerError as exc:
+        raise ConfigError(f"--fault: {exc}") from None
+    overrides = list(args.overrides)
+    for flag, key in (("duration", "job.duration_s"), ("output", "job.output"), ("checkpoint", "job.checkpoint")):
+        if getattr(args, flag) is not None:
+            overrides.append(f"{key}={getattr(args, flag)}")
+    cfg = load_config(schema, path=args.config, overrides=overrides)
+    if cfg["scheduler"]["strategy"] == "adaptive":
+        from sparkqos.adaptive.qos import resolve
+
+        try:
+            resolve(cfg["scheduler"]["qos"])
+        except SparkqosError as exc:
+            raise ConfigError(f"scheduler.qos: {exc}") from None
+    if extra is not None:
+        extra(cfg)
+    return args, cfg
+
+
+def folders(args: argparse.Namespace, job: dict) -> tuple[Path, Path]:
+    """(output, checkpoint); ``--fresh`` empties both first."""
+    output = Path(job["output"])
+    checkpoint = Path(job["checkpoint"]) if job["checkpoint"] else output / "_checkpoint"
+    if args.fresh:
+        shutil.rmtree(output, ignore_errors=True)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    return output, checkpoint
+
+
+def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output: Path, monitor: Any) -> dict[str, Any]:
+    """``sparkqos.stream`` keywords from the ``job`` and ``scheduler`` sections."""
+    job, sched = cfg["job"], cfg["scheduler"]
+    adaptive = sched["strategy"] == "adaptive"
+    return {
+        "strategy": sched["strategy"],
+        "strategy_params": {"candidates": sched["candidates"], "seed": sched["seed"]} if adaptive else {},
+        "qos": sched["qos"] if adaptive else None,
+        "trigger_s": job["trigger_s"],
+        "budget_s": job["budget_s"] or None,
+        "continuous": job["continuous"],
+        "class_shares": sched["class_shares"],
+        "checkpoint": checkpoint,
+        "output": output,
+        "name": job["name"],
+        "on_progress": monitor.on_progress,
+        "on_delays": monitor.on_delays,
+        "fault": args.fault,
+    }
+
+
+def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
+    """Restore, print ``banner``, run for ``job.duration_s`` (0: until Ctrl-C/SIGTERM), stop between
+    triggers, print the summary, render the report; the exit code."""
+    job, sched = cfg["job"], cfg["scheduler"]
+    name = job["name"]
+    try:
+        resumed = handle.restore()
+    except SparkqosError as exc:  # e.g. CheckpointCorrupt: say so, never start empty
+        print(f"{name}: cannot resume from {handle.config.checkpoint}: {exc}", file=sys.stderr)
+        spark.stop()
+        return 1
+    duration = job["duration_s"]
+    over = " over " + ",".join(sched["candidates"]) if sched["strategy"] == "adaptive" else ""
+    print(
+        f"{name}: {banner}, {len(handle.loop.executor.plan)} operators, strategy {sched['strategy']}{over}, "
+        f"trigger {job['trigger_s']:g}s; "
+        + (f"runs {duration:g}s" if duration else "runs until stopped (Ctrl-C)")
+        + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),
+        flush=True,
+    )
+    query = handle.start()
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    deadline = monitor.started + duration if duration else math.inf
+    try:
+        while not stop["now"] and time.time() < deadline and query.isActive:
+            query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
+    finally:
+        handle.stop()
+    if query.exception() is not None:
+        print(f"{name}: the streaming query failed: {query.exception()}", file=sys.stderr)
+        return 1
+    print()
+    print(monitor.summary())
+    output = Path(job["output"])
+    if job["report"] and (output / "metrics").is_dir():
+        from sparkqos.report import render
+
+        print(f"report: {render(output, title=name)}")
+    spark.stop()
+    return 0
+
+
+def session(name: str):
+    """The job's SparkSession (UTC, quiet logs)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(name).config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,106 @@
+"""What a job prints: one line per trigger and a table per query class at the end.
+
+The jobs (jobs/sensor_monitor.py, jobs/vessel_monitor.py) hand :meth:`ClassMonitor.on_progress`
+and :meth:`ClassMonitor.on_delays` to ``sparkqos.stream`` and print :meth:`ClassMonitor.summary`
+when they stop. Delays are kept per class in bounded digests, so a job of any length uses constant
+memory. Pure Python (numpy): no Spark.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sparkqos.report.metrics import DelayDigest
+
+__all__ = ["ClassMonitor"]
+
+
+class ClassMonitor:
+    """Per-class delay and queue peaks of a running stream, and its console lines.
+
+    ``klass_of`` maps each query to its class; ``watch`` is the query whose p99 each trigger line
+    shows beside the overall one (the job's most critical query); ``classes`` orders the summary
+    (default: the classes in sorted order); ``print_fn`` receives each line (None: silent).
+
+    >>> m = ClassMonitor({"fire": "H", "archive": "N"}, watch="fire", print_fn=None, clock=lambda: 0.0)
+    >>> m.on_delays(0, {"fire": np.array([0.1, 0.3]), "archive": np.array([1.0])})
+    >>> print(m.summary(elapsed_s=10).splitlines()[3].split()[:3])
+    ['H', '2', '200.0']
+    """
+
+    def __init__(
+        self,
+        klass_of: Mapping[str, str],
+        watch: str | None = None,
+        classes: Sequence[str] | None = None,
+        print_fn: Any = print,
+        clock: Any = time.time,
+    ):
+        self.klass_of = dict(klass_of)
+        self.classes = list(classes) if classes is not None else sorted(set(self.klass_of.values()))
+        self.watch = watch
+        self.print_fn = print_fn
+        self.clock = clock
+        self.started = clock()
+        self.delays = {k: DelayDigest() for k in self.classes}
+        self.peak_queued = {"rows": 0.0, "bytes": 0.0}
+        self.peak_class = {k: [0.0, 0.0] for k in self.classes}  # rows, bytes queued for the class's queries
+        self.strategies: dict[str, int] = {}
+
+    def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
+        for q, d in per_query.items():
+            self.delays[self.klass_of[q]].add(d)
+
+    def on_progress(self, p: Mapping[str, Any]) -> None:
+        self.peak_queued["rows"] = max(self.peak_queued["rows"], p["queuedRows"])
+        self.peak_queued["bytes"] = max(self.peak_queued["bytes"], p["queuedBytes"])
+        self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
+        by_class: dict[str, list[float]] = {}
+        for q in p["queries"]:
+            acc = by_class.setdefault(q["klass"], [0.0, 0.0])
+            acc[0] += q["queuedRows"]
+            acc[1] += q["queuedBytes"]
+        for klass, (r, b) in by_class.items():
+            peak = self.peak_class.setdefault(klass, [0.0, 0.0])
+            peak[0] = max(peak[0], r)
+            peak[1] = max(peak[1], b)
+        if self.print_fn is None:
+            return
+        w = next((q for q in p["queries"] if q["query"] == self.watch), None)
+        w_p99 = w["delayP99_s"] * 1000 if w and not math.isnan(w["delayP99_s"]) else float("nan")
+        watched = f" ({self.watch} {w_p99:>7.1f} ms)" if self.watch else ""
+        self.print_fn(
+            f"[{self.clock() - self.started:6.1f}s] batch {p['batchId']:>4}  in {p['numInputRows']:>6}  "
+            f"out {p['numOutputRows']:>6}  queued {p['queuedRows']:>8.0f} rows / {p['queuedBytes'] / 1e6:6.2f} MB  "
+            f"delay p99 {p['delayMsP99']:>8.1f} ms{watched}  strategy {p['strategy']}",
+            flush=True,
+        )
+
+    def summary(self, elapsed_s: float | None = None) -> str:
+        """The closing lines: run length, peaks and strategy mix, then one row per class (rows
+        out, mean / p99 / max delay in ms, peak queued rows and MB)."""
+        elapsed = self.clock() - self.started if elapsed_s is None else elapsed_s
+        triggers = sum(self.strategies.values())
+        mix = ", ".join(f"{k} {v / max(triggers, 1):.0%}" for k, v in sorted(self.strategies.items(), key=lambda kv: -kv[1]))
+        lines = [
+            f"summary after {elapsed:.0f}s, {triggers} triggers; peak queued {self.peak_queued['rows']:.0f} rows / "
+            f"{self.peak_queued['bytes'] / 1e6:.2f} MB; strategy mix: {mix or '-'}"
+        ]
+        header = (
+            f"{'class':<6} {'rows out':>10} {'mean delay ms':>14} {'p99 delay ms':>13} {'max delay ms':>13} "
+            f"{'peak queued rows':>17} {'peak queued MB':>15}"
+        )
+        lines += [header, "-" * len(header)]
+        for klass in self.classes:
+            d = self.delays[klass]
+            peak = self.peak_class.get(klass, [0.0, 0.0])
+            lines.append(
+                f"{klass:<6} {d.count:>10} {d.mean * 1000:>14.1f} {d.percentile(99) * 1000:>13.1f} {d.max * 1000:>13.1f} "
+                f"{peak[0]:>17.0f} {peak[1] / 1e6:>15.2f}"
+            )
+        return "\n".join(lines)
