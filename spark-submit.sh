@@ -42,6 +42,24 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$
   echo "$want" > "$stamp"
 fi
 
+# A job that needs an optional extra says so in a line "# sparkqos-extras: NAME[,NAME]" near its
+# top (jobs/vessel_monitor.py: data, the recorded AIS trace); install it once, on first use.
+for arg in "$@"; do
+  case "$arg" in
+    *.py)
+      if [ -f "$arg" ]; then
+        extras="$(head -n 40 "$arg" | sed -n 's/^# sparkqos-extras: *\([a-z,]*\) *$/\1/p' | head -n 1)"
+        if [ -n "$extras" ] && [ "$(cat "$venv/.sparkqos-extras-$extras" 2>/dev/null)" != "$want" ]; then
+          echo "spark-submit.sh: installing the extra(s) $extras that $arg needs (first run only)..." >&2
+          "$venv/bin/python" -m pip install -q -e "$here[plot,$extras]" >&2
+          echo "$want" > "$venv/.sparkqos-extras-$extras"
+        fi
+      fi
+      break
+      ;;
+  esac
+done
+
 export PYSPARK_PYTHON="$venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
