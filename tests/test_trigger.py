@@ -84,6 +84,33 @@ def test_two_triggers_write_outputs_checkpoints_and_progress(tmp_path):
     assert last["durationMs"]["triggerExecution"] >= 0
 
 
+def rows_by_query(sink: dict[str, pa.Table]) -> dict[str, Counter]:
+    """Each query's rows as a multiset (a window's mean to 12 digits: it may differ in its last
+    bits with how its rows were split into runs)."""
+
+    def key(row: dict) -> tuple:
+        return tuple(float(f"{v:.12g}") if isinstance(v, float) else v for v in row.values())
+
+    return {q: Counter(key(r) for r in t.to_pylist()) for q, t in sink.items()}
+
+
+def test_cos_serves_its_clusters_from_a_thread_per_core_with_the_same_rows(tmp_path, monkeypatch):
+    """Issue 16: with cos the executor serves clusters from a thread pool (one thread per core
+    unless executor_args says otherwise); the rows are those of a serial strategy."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    for name, strategy in (("cos", "cos"), ("chain", "chain")):
+        loop = make_loop(tmp_path / name, strategy=strategy, class_shares=False)
+        for b in range(3):
+            loop.process(BATCHES[b], b)
+        loop.finish()
+    assert make_loop(tmp_path / "x", strategy="cos", class_shares=False).executor.cluster_threads == 2
+    one = make_loop(tmp_path / "y", strategy="cos", class_shares=False, executor_args={"cluster_threads": 0})
+    assert one.executor.cluster_threads == 0
+    assert make_loop(tmp_path / "z", strategy="chain").executor.cluster_threads == 0
+    got, want = (rows_by_query(read_parquet_sink(tmp_path / n / "out" / "outputs")) for n in ("cos", "chain"))
+    assert got == want and got["archive"]
+
+
 def test_progress_read_back_from_the_metrics_table_equals_the_live_records(tmp_path):
     """How a Spark Connect client follows a run whose triggers execute in the server's Python
     worker: the records rebuilt from the metrics table are the ones reported live, bad rows and

@@ -115,6 +115,17 @@ def top_class(compiled: CompiledPlan) -> str | None:
     return ranked[0][1]
 
 
+def executor_args(config: RunConfig, scheduler: Scheduler) -> dict[str, Any]:
+    """The Executor's options: ``config.executor_args``, and for a strategy that serves clusters
+    (``cos``: COS §4.2) one thread per core unless ``cluster_threads`` is given — its operators'
+    pyarrow and numpy kernels release the GIL, so clusters really run side by side."""
+    args = dict(config.executor_args)
+    cores = os.cpu_count() or 1
+    if "cluster_threads" not in args and hasattr(scheduler, "pick_cluster") and cores > 1:
+        args["cluster_threads"] = cores
+    return args
+
+
 class TriggerLoop:
     """The work of every trigger of one query set on one stream, on Arrow tables.
 
@@ -183,7 +194,11 @@ class TriggerLoop:
         self.dead_letter: DeadLetterSink | None = dead_letter
         self.dead_lettered_total = 0
         self.executor = Executor(
-            compiled.fresh(), self.scheduler, clock=time.time, whole_batches=config.whole_batches, **config.executor_args
+            compiled.fresh(),
+            self.scheduler,
+            clock=time.time,
+            whole_batches=config.whole_batches,
+            **executor_args(config, self.scheduler),
         )
         self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
         self.last_batch = -1
