@@ -404,6 +404,54 @@ SUMMARY_HEADER = [
 ]
 
 
+def write_vessel_trace(
+    path: str | Path,
+    rate: float,
+    seconds: float,
+    seed: int = 7,
+    flows: int = 64,
+    rate_profile: Callable[[float], float] | None = None,
+) -> int:
+    """Record ``seconds`` of real arrivals into Parquet: the instants of consecutive recorded AIS
+    position reports (sparkqos.sources.ais; the ``data`` extra), the recorded pace compressed so
+    the mean is ``rate`` rows/s (the real inter-arrival pattern, bursts included), carrying the sensor payload the experiments' plans read (vessel MMSI mod
+    ``flows`` as the flow). ``rate_profile`` thins it as in :func:`write_bursty_trace`."""
+    from sparkqos.sources.ais import vessel_trace
+    from sparkqos.sources.generators import payload_table
+
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    peak = 1.0
+    if rate_profile is not None:
+        peak = max(rate_profile(float(s)) for s in range(int(math.ceil(seconds))))
+        if not peak > 0:
+            raise ValueError("rate_profile is zero everywhere")
+    source, _ = vessel_trace(cache_dir=Path(__file__).resolve().parents[2] / "output" / "traces")
+    recorded = pq.read_table(source, columns=["mmsi", "ts"])
+    us = recorded.column("ts").cast(pa.int64()).to_numpy()
+    # The day's reports thicken from night to afternoon: take the needed number of consecutive
+    # reports from where a third of the day's have gone by, and compress their span to ``seconds``.
+    want = int(round(rate * peak * seconds))
+    first = min(len(us) // 3, max(len(us) - want, 0))
+    last = min(first + want, len(us))
+    if last - first < want:
+        raise ValueError(f"the recorded day holds {len(us):,} reports, fewer than {want:,} ({seconds:g}s at {rate * peak:g}/s)")
+    span_us = max(int(us[last - 1] - us[first]), 1)
+    ts = ((us[first:last] - us[first]) * (seconds * US / (span_us + 1))).astype(np.int64)
+    keep = slice(first, last)
+    flow = recorded.column("mmsi").to_numpy()[keep] % flows
+    if rate_profile is not None:
+        keep_p = np.array([rate_profile(float(s)) / peak for s in range(int(math.ceil(seconds)) + 1)])
+        u = np.random.default_rng([seed, 99]).random(ts.size)
+        kept = u < keep_p[(ts // US).astype(np.int64)]
+        flow, ts = flow[kept], ts[kept]
+    table = payload_table("sensor", seed, flow.astype(np.int64), ts + ORIGIN_US)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return table.num_rows
+
+
 def experiment_args(description: str, defaults: Mapping[str, Any]):
     """The experiments' common command line (every default overridable)."""
     import argparse
@@ -416,6 +464,12 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
     ap.add_argument("--budget", type=float, default=defaults.get("budget", 0.0), help="executor s per trigger; 0 = trigger")
     ap.add_argument("--seed", type=int, default=defaults.get("seed", 7))
     ap.add_argument("--off-scale", type=float, default=defaults.get("off_scale", 8.0))
+    ap.add_argument(
+        "--trace",
+        choices=("bursty", "vessels"),
+        default="bursty",
+        help="arrivals: the bursty ON/OFF generator, or the real instants of recorded AIS reports (data extra)",
+    )
     ap.add_argument("--strategies", default=",".join(defaults["strategies"]))
     ap.add_argument("--plans", default=",".join(defaults["plans"]))
     ap.add_argument("--out", default=defaults["out"])
@@ -442,11 +496,18 @@ def run_experiment(
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.parquet"
-    rows = write_bursty_trace(trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale, rate_profile=rate_profile)
+    kind = getattr(args, "trace", "bursty")
+    if kind == "vessels":
+        rows = write_vessel_trace(trace, args.rate, args.seconds, seed=args.seed, rate_profile=rate_profile)
+    else:
+        rows = write_bursty_trace(
+            trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale, rate_profile=rate_profile
+        )
     pairs = [(p, s) for p in plans for s in strategies]
     per_run = args.seconds + 4 + 6
+    arrivals = "real AIS report instants, compressed" if kind == "vessels" else "bursty"
     print(
-        f"{title}: trace {rows} rows over {args.seconds:g}s (bursty, mean {args.rate:g}/s); {len(pairs)} runs "
+        f"{title}: trace {rows} rows over {args.seconds:g}s ({arrivals}, mean {args.rate:g}/s); {len(pairs)} runs "
         f"({', '.join(plans)} × {', '.join(strategies)}); expect about {len(pairs) * per_run / 60 + 0.5:.0f} min "
         f"(more on a loaded machine)",
         flush=True,
