@@ -122,7 +122,7 @@ def _equalities(
 
 
 def join(qc: Any, node: _Node) -> _Rel:
-    if "condition" not in node.fields:  # Spark Connect writes the node without its fields
+    if "joinType" not in node.fields:  # Spark Connect writes the node without its fields
         raise qc.unsupported("Spark operation 'Join'", "join is not supported under Spark Connect yet")
     how = _join_type(qc, node)
     left, right = node.children

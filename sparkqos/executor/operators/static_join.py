@@ -13,6 +13,7 @@ of the stream row; rows come out in the order of the stream rows they extend.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -46,7 +47,7 @@ def key_table(keys: Sequence[pa.Array], index: str) -> pa.Table:
     cols[index] = pa.array(np.arange(n, dtype=np.int64))
     table = pa.table(cols)
     if any(k.null_count for k in keys):
-        valid = pc.and_kleene(*[k.is_valid() for k in keys]) if len(keys) > 1 else keys[0].is_valid()
+        valid = functools.reduce(pc.and_, [k.is_valid() for k in keys])
         table = table.filter(valid)
     return table
 
