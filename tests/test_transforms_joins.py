@@ -371,3 +371,25 @@ def test_a_join_as_spark_connect_writes_it_is_refused():
     plan = [{"class": "Join", "num-children": 2}, *source, static]
     with pytest.raises(UnsupportedTransform, match="'Join'.*not supported under Spark Connect"):
         compile_plans({"q": plan}, source, [], pa.schema([("k", pa.int32())]))
+
+
+def test_interval_join_drops_late_rows_and_evicts_by_the_watermark():
+    from sparkqos.executor.queues import stamp, with_internal
+
+    sch = with_internal(pa.schema([("k", pa.int64()), ("t", TS)]))
+    op = IntervalJoin(["k"], ["k"], ("t", "t"), -1_000_000, 1_000_000, delays_us=(0, 2_000_000), right_names=["k2", "t2"])
+    op.bind("q/join", [sch, sch])
+
+    def rows(ks, secs):
+        return stamp(pa.table({"k": ks, "t": pa.array([BASE_US + int(s * 1e6) for s in secs], TS)}).to_batches()[0], 0.0, 0)
+
+    assert op.process(rows([1, 1], [0, 10]), 0) is None
+    out = op.process(rows([1, 1], [10.5, 9.5]), 1)  # both pair with the left row at 10 s
+    assert sorted(r["t2"].timestamp() - BASE_US / 1e6 for r in out.to_pylist()) == [9.5, 10.5]
+    # watermark min(10 - 0, 10.5 - 2) = 8.5 s: the left row at 0 s (0 + 1 < 8.5) is gone
+    assert op.watermark() == BASE_US + 8_500_000 and op.state_rows() == 3
+    assert op.process(rows([1], [0.5]), 1) is None and op.late_rows == 1
+    again = IntervalJoin(["k"], ["k"], ("t", "t"), -1_000_000, 1_000_000, delays_us=(0, 2_000_000), right_names=["k2", "t2"])
+    again.bind("q/join", [sch, sch])
+    again.from_state(op.to_state())
+    assert again.state_rows() == 3 and again.late_rows == 1 and again.watermark() == op.watermark()
