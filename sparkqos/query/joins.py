@@ -15,6 +15,17 @@ Two shapes are mapped, one sparkqos operator per Spark Join:
   AND t + INTERVAL 2 SECONDS")`` → :class:`~sparkqos.executor.operators.IntervalJoin`, whose
   watermark comes from the sides' ``withWatermark`` (on a stream; a finite DataFrame has none).
 
+How Spark's analyzer writes these (what this module reads): the condition is a tree of ``And``
+over ``EqualTo(left key, right key)`` and comparisons; ``b.t2 >= a.t - INTERVAL 2 SECONDS`` is
+``GreaterThanOrEqual(t2, Cast(timestamp, DatetimeSub(t, 2000000 µs)))``, the DatetimeSub standing
+for its child ``TimestampAddInterval(t, -(2000000))``, and ``a.t + INTERVAL ...`` a
+``TimestampAddInterval``; ``BETWEEN`` (from ``F.expr``) stays a ``Between`` node with its
+``input``/``lower``/``upper`` as fields. The right branch of a self-join reads the input under
+new expression ids (found as a copy of the input, see spark_plan). On a finite DataFrame Spark
+drops ``withWatermark`` from the plan; on a stream the ``EventTimeWatermark`` nodes stay, and
+their delays come from the plan context. A ``using`` join (``on=["k"]``) is the Join under a
+Project that keeps the stream's copy of the keys.
+
 Everything else raises :class:`~sparkqos.errors.UnsupportedTransform` naming it: right and full
 outer, semi and anti joins, cross joins, non-equality conditions with a static side, a static
 side that streams, outer stream–stream joins and stream–stream joins without a bounded
