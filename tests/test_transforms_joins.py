@@ -92,6 +92,8 @@ def static_queries(lookup):
         "left_outer_cond": lambda d: d.join(lookup, (d.k == lookup.k) & (d.d == lookup.w), "left_outer").drop(lookup.k),
         "two_keys": lambda d: d.join(named, ["k", "s"], "inner"),
         "then_filter": lambda d: d.where(F.col("d") != 0).join(lookup, "k").where(F.col("w").isNull()).select("s", "name"),
+        "static_first": lambda d: lookup.join(d, lookup.k == d.k, "inner").drop(d.k),
+        "right_using": lambda d: lookup.join(d, "k", "right_outer"),
     }
 
 
@@ -289,7 +291,7 @@ def _refused_static(lookup):
         (lambda d: d.join(lookup, (d.k == lookup.k) & (lookup.w > 0)), "non-equality condition"),
         (lambda d: d.join(lookup, d.k.eqNullSafe(lookup.k)), "null-safe equality"),
         (lambda d: d.crossJoin(lookup), "cross join"),
-        (lambda d: lookup.join(d, "k"), "stream on the right side"),
+        (lambda d: lookup.join(d, "k", "left"), "left join with a static DataFrame.*stream on the right"),
         (lambda d: d.join(lookup, d.s == lookup.name), "two columns of the same name"),
     ]
 

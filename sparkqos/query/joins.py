@@ -4,7 +4,8 @@ Two shapes are mapped, one sparkqos operator per Spark Join:
 
 * **A join with a stored relation** (Chain §5): ``stream_df.join(static_df, on=keys, how="inner"
   | "left" | "left_outer")`` or on an equality condition ``stream.k == static.k`` (several joined
-  by ``&``). The static side is any finite DataFrame; its rows come from the plan context
+  by ``&``); also ``static_df.join(stream_df, ..., "inner" | "right")``, whose output puts the
+  static columns first. The static side is any finite DataFrame; its rows come from the plan context
   (:mod:`sparkqos.spark.static_tables`, read once now) and travel in the compiled plan inside a
   :class:`~sparkqos.executor.operators.StaticJoin`. A ``using`` join (``on="k"``) arrives as the
   Join under a Project keeping one copy of the keys: that Project stays a select.
@@ -140,13 +141,9 @@ def join(qc: Any, node: _Node) -> _Rel:
     streams = [_reads_input(left), _reads_input(right)]
     if streams == [True, True]:
         return _stream_join(qc, node, how)
-    if streams == [False, True]:
-        raise qc.unsupported(
-            "a join with the stream on the right side", "write stream_df.join(static_df, ...): the stream is the left side"
-        )
     if streams == [False, False]:
         raise qc.unsupported("a join that does not read the input stream")
-    return _static_join(qc, node, how)
+    return _static_join(qc, node, how, 0 if streams[0] else 1)
 
 
 # -- a stream joined with a stored relation ------------------------------------------------------
@@ -162,22 +159,29 @@ def _unique(names: list[tuple[int, str]], taken: set[str]) -> list[str]:
     return out
 
 
-def _static_join(qc: Any, node: _Node, how: str) -> _Rel:
-    if how not in ("inner", "left"):
-        raise qc.unsupported(f"a {how} join with a static DataFrame", "a join with a static DataFrame is inner or left (outer)")
+def _static_join(qc: Any, node: _Node, how: str, stream_side: int) -> _Rel:
+    """``stream_side``: 0 for ``stream.join(static)``, 1 for ``static.join(stream)`` (inner, or
+    right outer: the stream's rows are kept, the static columns come first)."""
+    kept = ("inner", "left") if stream_side == 0 else ("inner", "right outer")
+    if how not in kept:
+        side = "the stream on the left" if stream_side == 0 else "the stream on the right"
+        raise qc.unsupported(
+            f"a {how} join with a static DataFrame",
+            f"with {side}, a join with a static DataFrame is {kept[0]} or {kept[1]}: only the stream's rows can be kept",
+        )
     cond = node.fields.get("condition")
     if not cond:
         raise qc.unsupported("a join with a static DataFrame without a condition (a cross join)")
     sides = (qc.context.get("join_sides") or {}).get(condition_key(cond))
     if sides is None:
         raise qc.unsupported("a join with a static DataFrame", "its rows are read through classic pyspark only")
-    static = sides[1]
+    static = sides[1 - stream_side]
     if static.streaming:
         raise qc.unsupported(
             "a join with a static DataFrame that is itself streaming",
             "the other side of a join is a finite DataFrame, or a branch of the same input stream",
         )
-    stream_rel = qc.relation(node.children[0])
+    stream_rel = qc.relation(node.children[stream_side])
     left_ids = {a for a, _ in stream_rel.attrs}
     lkeys, rkeys, rest = _equalities(
         qc, _conjuncts(_parse_expr(cond)), left_ids, set(static.ids), "a join with a static DataFrame"
@@ -200,10 +204,12 @@ def _static_join(qc: Any, node: _Node, how: str) -> _Rel:
         table,
         [qc.expr(k, stream_rel) for k in lkeys],
         [qc.expr(k, static_rel) for k in rkeys],
-        how,
+        "inner" if how == "inner" else "left",
         max_rows=static.max_rows,
+        static_first=stream_side == 1,
     )
-    return qc.add("join", op, [stream_rel], stream_rel.attrs + static_rel.attrs)
+    attrs = static_rel.attrs + stream_rel.attrs if stream_side == 1 else stream_rel.attrs + static_rel.attrs
+    return qc.add("join", op, [stream_rel], attrs)
 
 
 # -- two branches of the stream joined on an event-time range --------------------------------------

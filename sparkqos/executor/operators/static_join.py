@@ -7,8 +7,8 @@ travels with the plan; each stream batch is hash-joined against it with pyarrow.
 a null key never matches (Spark's ``=`` is null there), NaN keys match NaN and -0.0 matches 0.0
 (Spark normalises floating-point join keys), every duplicate of a key on the static side gives
 its own output row, and a left outer join keeps a stream row without a match, its static columns
-null. The output is the stream's columns, then the static table's, then ``__arrival``/``__seq``
-of the stream row; rows come out in the order of the stream rows they extend.
+null. The output is the stream's columns, then the static table's (or the other way round),
+then ``__arrival``/``__seq`` of the stream row; rows come out in the order of the stream rows they extend.
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ def as_batch(table: pa.Table) -> pa.RecordBatch:
 class StaticJoin(PhysicalOperator):
     """Stream rows joined with the rows of ``table`` where each of ``stream_keys`` (expressions
     over the stream's columns) equals the matching one of ``static_keys`` (over ``table``'s);
-    ``how`` is ``"inner"`` or ``"left"`` (outer). ``table`` holds at most ``max_rows`` rows.
+    ``how`` is ``"inner"`` or ``"left"`` (outer: every stream row is kept). ``table`` holds at
+    most ``max_rows`` rows. The output has the stream's columns, then ``table``'s (the other way
+    round with ``static_first``, as ``static_df.join(stream_df)`` gives them).
 
     >>> import pyarrow as pa
     >>> from sparkqos.executor.queues import stamp, with_internal
@@ -93,6 +95,7 @@ class StaticJoin(PhysicalOperator):
         static_keys: Sequence[Expr | str],
         how: str = "inner",
         max_rows: int = MAX_STATIC_ROWS,
+        static_first: bool = False,
     ):
         super().__init__()
         if not isinstance(table, pa.Table):
@@ -113,10 +116,11 @@ class StaticJoin(PhysicalOperator):
         self.static_keys = [as_expr(k) for k in static_keys]
         self.how = how
         self.max_rows = int(max_rows)
+        self.static_first = bool(static_first)
         self._index: pa.Table | None = None  # set by bind(): the static keys as key_table()
 
     def copy(self) -> StaticJoin:
-        return StaticJoin(self.table, self.stream_keys, self.static_keys, self.how, self.max_rows)
+        return StaticJoin(self.table, self.stream_keys, self.static_keys, self.how, self.max_rows, self.static_first)
 
     def _output_schema(self) -> pa.Schema:
         src = self.input_schemas[0]
@@ -136,7 +140,8 @@ class StaticJoin(PhysicalOperator):
             k = evaluate_array(theirs, static)
             keys.append(k if k.type == t else pc.cast(k, t))
         self._index = key_table(keys, "__r")
-        fields = [src.field(n) for n in user_names(src)] + list(self.table.schema)
+        fields = [src.field(n) for n in user_names(src)]
+        fields = list(self.table.schema) + fields if self.static_first else fields + list(self.table.schema)
         return pa.schema(fields + [src.field(ARRIVAL), src.field(SEQ)])
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
@@ -156,7 +161,8 @@ class StaticJoin(PhysicalOperator):
             return None
         left = batch.take(pairs.column("__l").combine_chunks())
         right = self.table.take(pairs.column("__r").combine_chunks())
-        arrays: list[Any] = [left.column(n) for n in user_names(batch.schema)]
-        arrays += [right.column(i).combine_chunks() for i in range(right.num_columns)]
+        mine: list[Any] = [left.column(n) for n in user_names(batch.schema)]
+        theirs: list[Any] = [right.column(i).combine_chunks() for i in range(right.num_columns)]
+        arrays = theirs + mine if self.static_first else mine + theirs
         arrays += [left.column(ARRIVAL), left.column(SEQ)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
