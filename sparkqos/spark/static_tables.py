@@ -1,12 +1,12 @@
 """The rows of the static DataFrames a transform joins the stream with, read once at compile time.
 
 A ``Join`` node of a transform's analyzed plan has the input stream on one side and, for a join
-with a stored relation (``stream_df.join(static_df, "k")``), any finite DataFrame on the other:
-its rows are not in the plan JSON, so this context reader (registered in
-sparkqos.spark.transforms.CONTEXT_READERS) gives
-:mod:`sparkqos.query.joins` a :class:`JoinSide` for each side of each join, keyed by the join
-condition's JSON (:func:`sparkqos.query.joins.condition_key`). A side's rows are read (through Spark, as Arrow) only
-when the compiler asks for them, and at most ``spark.sparkqos.join.maxStaticRows`` of them
+with a stored relation (``stream_df.join(static_df, "k")``), any finite DataFrame on the other.
+Its rows are not in the plan JSON, so this context reader (registered in
+sparkqos.spark.transforms.CONTEXT_READERS) gives :mod:`sparkqos.query.joins` a :class:`JoinSide`
+for each side of each join, keyed by the join condition's JSON
+(:func:`sparkqos.query.joins.condition_key`). A side's rows are read (through Spark, as Arrow)
+only when the compiler asks for them, and at most ``spark.sparkqos.join.maxStaticRows`` of them
 (default :data:`~sparkqos.executor.operators.static_join.MAX_STATIC_ROWS`): a larger table is
 refused rather than pulled onto the driver.
 """
