@@ -395,3 +395,14 @@ def test_interval_join_drops_late_rows_and_evicts_by_the_watermark():
     again.bind("q/join", [sch, sch])
     again.from_state(op.to_state())
     assert again.state_rows() == 3 and again.late_rows == 1 and again.watermark() == op.watermark()
+
+
+def test_static_side_read_from_parquet(spark_sql, tmp_path):
+    lookup = pa.table({"k": pa.array([1, 1, None, 4], pa.int64()), "name": ["x", "y", "z", ""], "w": [0.5, math.nan, 1.0, None]})
+    pq.write_table(lookup, tmp_path / "lookup.parquet")
+    static = spark_sql.read.parquet(str(tmp_path / "lookup.parquet")).where(F.col("name") != "y")
+    df = make_df(spark_sql, [(1, "a", 1.0, 0), (None, "b", 2.0, 1), (4, "", math.nan, 2), (2, None, None, None)])
+    queries = {"inner": lambda d: d.join(static, "k"), "left": lambda d: d.join(static, "k", "left")}
+    got = sparkqos.run(df, queries, strategy="chain", batch_rows=2)
+    for name, transform in queries.items():
+        assert_same(got[name], transform(df).toArrow(), name)
