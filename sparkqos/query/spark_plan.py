@@ -561,6 +561,18 @@ def compile_plans(
         roots[query] = rel.name
         expected = (outputs or {}).get(query)
         got = [(f.name, f.type) for f in rel.schema if f.name in {n for _, n in rel.attrs}]
+        if expected is not None and [n for n, _ in got] != expected.names:
+            names = expected.names
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise UnsupportedTransform(
+                query,
+                "a result with two columns of the same name"
+                if twice
+                else "a result whose columns sparkqos does not name as Spark",
+                f"{twice}; drop or rename one (e.g. after a join)"
+                if twice
+                else f"Spark gives {names}, sparkqos {[n for n, _ in got]}",
+            )
         if expected is not None and got != [(f.name, f.type) for f in expected]:
             # A safety net: every node is meant to give Spark's type; never deliver another one.
             raise UnsupportedTransform(
