@@ -414,8 +414,9 @@ def write_vessel_trace(
 ) -> int:
     """Record ``seconds`` of real arrivals into Parquet: the instants of consecutive recorded AIS
     position reports (sparkqos.sources.ais; the ``data`` extra), the recorded pace compressed so
-    the mean is ``rate`` rows/s (the real inter-arrival pattern, bursts included), carrying the sensor payload the experiments' plans read (vessel MMSI mod
-    ``flows`` as the flow). ``rate_profile`` thins it as in :func:`write_bursty_trace`."""
+    the mean is ``rate`` rows/s (the real inter-arrival pattern, bursts included), carrying the
+    sensor payload the experiments' plans read (vessel MMSI mod ``flows`` as the flow).
+    ``rate_profile`` thins it as in :func:`write_bursty_trace`."""
     from sparkqos.sources.ais import vessel_trace
     from sparkqos.sources.generators import payload_table
 
