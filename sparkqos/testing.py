@@ -35,9 +35,11 @@ reads every query's output rows in a form that compares across runs.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +61,7 @@ __all__ = [
     "FakeClock",
     "SyntheticQuery",
     "TwinPlans",
+    "assert_same_rows",
     "drive",
     "feeds",
     "rows_by_query",
@@ -289,3 +292,43 @@ def sensor_table(n: int, seed: int, start: float = 1_700_000_000.0) -> pa.Table:
             "ts": pa.array(start + np.sort(rng.uniform(0, 4, n))),
         }
     )
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, dict):  # a window struct: (start, end)
+        return tuple(v.values())
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN"
+    return v
+
+
+def _sorted_rows(table: pa.Table) -> list[tuple]:
+    return sorted((tuple(_cell(v) for v in r.values()) for r in table.to_pylist()), key=repr)
+
+
+def assert_same_rows(got: pa.Table, want: pa.Table, name: str = "", rel: float = 0.0) -> None:
+    """``got`` holds the rows of ``want`` in any order, with the same column names and types (NaN
+    equals NaN). ``rel`` > 0 lets finite floats differ by that relative amount: a float sum or
+    mean depends on the order its terms were added in, which Spark's partitioning decides.
+    Raises AssertionError naming ``name`` and the first rows that differ.
+
+    >>> t = pa.table({"k": ["a", "b"], "x": [0.1 + 0.2, float("nan")]})
+    >>> assert_same_rows(t, pa.table({"k": ["b", "a"], "x": [float("nan"), 0.3]}), "q", rel=1e-12)
+    """
+    if got.schema.names != want.schema.names or got.schema.types != want.schema.types:
+        raise AssertionError(f"{name}: schema {got.schema} differs from {want.schema}")
+    g, w = _sorted_rows(got), _sorted_rows(want)
+    if len(g) != len(w):
+        raise AssertionError(f"{name}: {len(g)} rows, want {len(w)}")
+    for a, b in zip(g, w, strict=True):
+        for x, y in zip(a, b, strict=True):
+            close = (
+                rel > 0
+                and isinstance(x, float)
+                and isinstance(y, float)
+                and math.isfinite(x)
+                and math.isfinite(y)
+                and math.isclose(x, y, rel_tol=rel, abs_tol=1e-300)
+            )
+            if not (close or x == y):
+                raise AssertionError(f"{name}: row {a} differs from {b}")

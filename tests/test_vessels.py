@@ -1,0 +1,120 @@
+"""The vessel job's queries (issue 16, sparkqos.spark.vessels) and the job's configuration.
+
+* On real recorded AIS reports (a slice of tracktable-data's day, when the ``data`` extra is
+  installed) and on hand-made reports (always), ``sparkqos.run`` gives the rows Spark's own engine
+  gives for every query the executor supports, under two strategies.
+* The job refuses bad configuration with a message naming the key, before Spark starts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sparkqos
+from sparkqos.sources.ais import TRACE_SCHEMA
+from sparkqos.spark.vessels import RESTRICTED_ZONES, VESSEL_QUERY_CLASSES, vessel_transforms
+from sparkqos.testing import assert_same_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_DATA = importlib.util.find_spec("tracktable_data") is not None
+UTC = dt.UTC
+T0 = dt.datetime(2020, 6, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def spark_sql(spark):
+    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    yield spark
+    spark.conf.set("spark.sql.ansi.enabled", before)
+
+
+def handmade() -> pa.Table:
+    """Reports that hit every query: a vessel crossing a restricted zone, one jumping, one
+    loitering, flags known and unknown, two vessels reporting in the same second."""
+    south, north, west, east = RESTRICTED_ZONES["norfolk_naval_station"]
+    rows = []
+
+    def add(mmsi, minute, lon, lat, track="t", point=0):
+        rows.append((mmsi, T0 + dt.timedelta(minutes=minute), lon, lat, track, point))
+
+    for i in range(12):  # approaching and crossing the zone
+        add(367_000_001, i, west - 0.05 + i * 0.01, (south + north) / 2, "a", i)
+    for i in range(8):  # loitering, then a jump of a degree in a minute (a position fix gone wrong)
+        add(538_000_002, 2 * i, -80.0 + i * 1e-4, 25.0, "b", i)
+    add(538_000_002, 17, -79.0, 25.0, "b", 8)
+    for i in range(6):  # an MMSI whose digits name no flag state
+        add(999_000_003, 3 * i, -120.0, 34.0 + i * 0.01, "c", i)
+    add(316_000_004, 5, -123.0, 48.5, "d", 0)
+    add(316_000_005, 5, -123.1, 48.5, "e", 0)  # the same second as the one above
+    cols = list(zip(*rows, strict=True))
+    return pa.table([pa.array(list(c), f.type) for c, f in zip(cols, TRACE_SCHEMA, strict=True)], schema=TRACE_SCHEMA)
+
+
+def supported(spark, queries, df) -> dict:
+    """The queries sparkqos compiles today (speeding waits for per-key lag and pandas UDFs)."""
+    out = {}
+    for name, transform in queries.items():
+        try:
+            sparkqos.run(df.limit(0), {name: transform})
+        except sparkqos.UnsupportedTransform:
+            continue
+        out[name] = transform
+    return out
+
+
+def compare(spark, table: pa.Table, strategies=("fifo", "chain")) -> set[str]:
+    df = spark.createDataFrame(table).coalesce(1)
+    queries = supported(spark, vessel_transforms(spark), df)
+    for strategy in strategies:
+        got = sparkqos.run(df, queries, strategy=strategy)
+        for name, transform in queries.items():
+            assert_same_rows(got[name], transform(df).toArrow(), f"{name} under {strategy}", rel=1e-12)
+    return set(queries)
+
+
+def test_handmade_reports_give_sparks_rows(spark_sql):
+    ran = compare(spark_sql, handmade())
+    assert {"geofence", "loitering", "area_counts", "archive"} <= ran
+
+
+@pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
+def test_recorded_reports_give_sparks_rows(spark_sql, tmp_path):
+    from sparkqos.sources.ais import vessel_trace
+
+    path, stats = vessel_trace(cache_dir=tmp_path, limit=6000)
+    assert stats.rows == 6000
+    ran = compare(spark_sql, pq.read_table(path), strategies=("adaptive",))
+    assert {"geofence", "loitering", "area_counts", "archive"} <= ran
+
+
+def test_every_query_has_a_class_and_the_transforms_check_their_arguments(spark):
+    assert set(vessel_transforms(spark)) == set(VESSEL_QUERY_CLASSES)
+    with pytest.raises(sparkqos.SparkqosError, match="time_scale"):
+        vessel_transforms(spark, time_scale=0)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("source.speed=0", "speed"),
+        ("queries.run=[\"geofence\", \"radar\"]", "radar"),
+        ("scheduler.strategy=fastest", "fastest"),
+        ("job.trigger_s=-1", "trigger_s"),
+    ],
+)
+def test_the_job_refuses_bad_configuration_naming_the_key(override, message, capsys):
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import vessel_monitor
+
+    assert vessel_monitor.main(["--set", override, "--output", "/nonexistent/never"]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error" in err and message in err
