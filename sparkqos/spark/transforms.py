@@ -268,3 +268,5 @@ def _forever(n: int) -> Iterator[int]:
 
 # The readers of static tables and UDFs register in CONTEXT_READERS.
 from sparkqos.spark import static_tables, udfs  # noqa: E402, F401
+
+CONTEXT_READERS.append(udfs.read_udfs)
