@@ -217,6 +217,33 @@ def test_a_failing_udf_names_itself_and_loses_no_queued_row(spark_sql, query, ud
     assert ex.state.queued("boom/2:select") == 8
 
 
+@F.pandas_udf(DoubleType())
+def needs_rows(x: pd.Series) -> pd.Series:
+    if x.empty:
+        raise AssertionError("Spark never calls a UDF on no rows")
+    return x * 1.0
+
+
+def test_a_udf_is_never_called_on_no_rows(spark_sql):
+    df = make_df(spark_sql, [(1, 1, 1.5, "a")])
+    query = {"q": lambda d: d.select(needs_rows("d").alias("v"))}
+    assert_same(sparkqos.run(df, query)["q"], query["q"](df).toArrow(), "q")
+
+
+def test_a_queue_takes_back_what_a_failed_run_took():
+    from sparkqos.executor.queues import BatchQueue, stamp, with_internal
+
+    q = BatchQueue(with_internal(pa.schema([("v", pa.int64())])))
+    q.push(stamp(pa.record_batch({"v": [1, 2, 3]}), 2.0, 0))
+    q.push(stamp(pa.record_batch({"v": [4, 5, 6, 7]}), 1.0, 3))
+    before = (q.rows, q.nbytes, q.oldest, [b.column("v").to_pylist() for b in q.batches()])
+    nbytes = q.nbytes
+    taken = q.take(5)
+    q.put_back(taken, nbytes - q.nbytes)
+    assert (q.rows, q.nbytes, q.oldest) == before[:3]
+    assert sum((b.column("v").to_pylist() for b in q.batches()), []) == [1, 2, 3, 4, 5, 6, 7]
+
+
 def test_a_failing_udf_in_a_trigger_surfaces_and_checkpoints_nothing(spark_sql, tmp_path):
     from sparkqos.spark.config import RunConfig
     from sparkqos.spark.trigger import TriggerLoop

@@ -117,6 +117,8 @@ class PythonUdf(Expr):
         return self.return_type
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Array:
+        if batch.num_rows == 0:  # Spark never calls a UDF on no rows (operators bind on an empty batch)
+            return pa.array([], self.return_type)
         arrays = [evaluate_array(a, batch) for a in self.args]
         if self.kind == "pandas":
             return self._pandas(arrays, batch.num_rows)
