@@ -182,6 +182,17 @@ def test_the_compiled_plan_pickles_with_its_functions(spark_sql):
         assert_same(ex.result(name), transform(df).toArrow(), name)
 
 
+def test_a_udf_of_a_udf_of_the_same_kind_is_one_chained_call_as_in_spark(spark_sql):
+    df = make_df(spark_sql, [(1, 2, 3.0, "a"), (None, None, None, None)])
+    for arrow in (True, False):
+        raw = F.udf(lambda i: i, StringType(), useArrow=arrow)  # gives an int for a string
+        kind = F.udf(lambda v: type(v).__name__, StringType(), useArrow=arrow)
+        query = {"q": lambda d, raw=raw, kind=kind: d.select(kind(raw("i")).alias("k"))}
+        got = sparkqos.run(df, query)["q"]
+        assert_same(got, query["q"](df).toArrow(), f"useArrow={arrow}")
+        assert sorted(got.column("k").to_pylist()) == ["NoneType", "int"]  # raw's ints reach kind as ints
+
+
 # -- errors inside a UDF ------------------------------------------------------------------------------
 
 exploding = F.udf(lambda i: 10 // (i - 3) if i is not None else None, IntegerType())

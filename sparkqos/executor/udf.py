@@ -39,7 +39,7 @@ import pyarrow as pa
 from sparkqos.errors import ExpressionError, UdfError
 from sparkqos.executor.expressions import Expr, _describe, _kind, evaluate_array
 
-__all__ = ["KINDS", "PythonUdf", "udf_type_supported"]
+__all__ = ["KINDS", "Chained", "PythonUdf", "udf_type_supported"]
 
 #: How a UDF runs (see the module docstring).
 KINDS = ("pandas", "arrow_rows", "rows")
@@ -87,6 +87,22 @@ def _to_arrow(values: Any, t: pa.DataType, **options: Any) -> pa.Array:
         return build(values, type=t, **options)
     except pa.ArrowInvalid:
         return build(values, **options).cast(t, safe=False)
+
+
+class Chained:
+    """Functions applied one after the other with nothing in between: what Spark's Python worker
+    runs for a UDF whose one argument is a UDF of the same kind (``f(g(x))``), so ``g``'s result
+    reaches ``f`` as ``g`` returned it, never converted to the declared type."""
+
+    def __init__(self, functions: Sequence[Callable[..., Any]]):
+        self.functions = tuple(functions)
+
+    def __call__(self, *args: Any) -> Any:
+        first, *rest = self.functions
+        out = first(*args)
+        for f in rest:
+            out = f(out)
+        return out
 
 
 class PythonUdf(Expr):

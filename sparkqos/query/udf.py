@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkqos.executor.udf import PythonUdf, udf_type_supported
+from sparkqos.executor.udf import Chained, PythonUdf, udf_type_supported
 from sparkqos.query.spark_plan import EXPRESSIONS, _Node, _Rel, spark_type
 
 #: Spark's PythonEvalType values sparkqos runs, and how (see sparkqos.executor.udf).
@@ -43,7 +43,7 @@ _REFUSED = {
 }
 
 
-def _python_udf(qc: Any, node: _Node, rel: _Rel) -> PythonUdf:
+def _kind(qc: Any, node: _Node) -> str:
     f = node.fields
     name = str(f.get("name") or "<udf>")
     if "evalType" not in f:  # a Connect plan (sparkqos.spark.connect_plan): no function to read
@@ -55,6 +55,23 @@ def _python_udf(qc: Any, node: _Node, rel: _Rel) -> PythonUdf:
     if kind is None:
         what = _REFUSED.get(eval_type, f"a Python UDF of evalType {eval_type}")
         raise qc.unsupported(f"{what} {name!r}")
+    return kind
+
+
+def _function(qc: Any, node: _Node) -> Any:
+    name = node.fields.get("name")
+    if any(k.cls == "NamedArgumentExpression" for k in node.children):
+        raise qc.unsupported(f"UDF {name!r} called with keyword arguments", "pass its arguments by position")
+    fn = qc.context.get("udfs", {}).get(int(node.fields["resultId"]["id"]))
+    if fn is None:
+        raise qc.unsupported(f"UDF {name!r} whose Python function sparkqos could not read from the plan")
+    return fn
+
+
+def _python_udf(qc: Any, node: _Node, rel: _Rel) -> PythonUdf:
+    f = node.fields
+    name = str(f.get("name") or "<udf>")
+    kind = _kind(qc, node)
     declared = f.get("dataType")
     to = spark_type(declared) if isinstance(declared, str) else None
     if to is None or not udf_type_supported(to):
@@ -62,16 +79,23 @@ def _python_udf(qc: Any, node: _Node, rel: _Rel) -> PythonUdf:
         raise qc.unsupported(
             f"UDF {name!r} returning {shown}", "sparkqos runs UDFs returning integers, floats, strings or booleans"
         )
-    if any(k.cls == "NamedArgumentExpression" for k in node.children):
-        raise qc.unsupported(f"UDF {name!r} called with keyword arguments", "pass its arguments by position")
-    fn = qc.context.get("udfs", {}).get(int(f["resultId"]["id"]))
-    if fn is None:
-        raise qc.unsupported(f"UDF {name!r} whose Python function sparkqos could not read from the plan")
-    args = [qc.expr(k, rel) for k in node.children]
-    for a, k in zip(args, node.children, strict=True):
+    # Spark chains a UDF whose one argument is a UDF of the same kind into one call of both.
+    functions = [_function(qc, node)]
+    inner = node
+    while (
+        len(inner.children) == 1
+        and inner.children[0].cls == "PythonUDF"
+        and inner.children[0].fields.get("evalType") == f["evalType"]
+    ):
+        inner = inner.children[0]
+        functions.insert(0, _function(qc, inner))
+        name = f"{name}({inner.fields.get('name')})"
+    args = [qc.expr(k, rel) for k in inner.children]
+    for a, k in zip(args, inner.children, strict=True):
         t = a.check(rel.schema, qc.query)
         if not (udf_type_supported(t) or str(t) == "null"):
             raise qc.unsupported(f"UDF {name!r} over a {k.fields.get('dataType', t)} argument")
+    fn = functions[0] if len(functions) == 1 else Chained(functions)
     return PythonUdf(name, fn, args, to, kind, qc.query)
 
 
