@@ -328,6 +328,18 @@ def test_refused_kinds_name_themselves(spark_sql, named):
     assert info.value.query == "q"
 
 
+def test_worker_settings_sparkqos_does_not_reproduce_are_refused(spark_sql):
+    df = make_df(spark_sql, [(1, 2, 3.0, "a")])
+    key = "spark.sql.execution.pandas.convertToArrowArraySafely"
+    spark_sql.conf.set(key, "true")
+    try:
+        with pytest.raises(UnsupportedTransform, match=f"UDFs with {key}=true"):
+            sparkqos.run(df, {"q": pandas_one})
+    finally:
+        spark_sql.conf.unset(key)
+    assert sparkqos.run(df, {"q": pandas_one})["q"].num_rows == 1
+
+
 def test_a_udf_under_spark_connect_is_refused_by_name(spark_sql):
     """Connect's plan rewrite (sparkqos.spark.connect_plan) writes a UDF as a bare PythonUDF node
     without evalType and no function is read: the compiler names it. Simulated on the classic

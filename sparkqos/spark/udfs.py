@@ -46,6 +46,23 @@ class PickledFunction:
         return f"PickledFunction({self.name!r})"
 
 
+#: Session settings that change what Spark's Python worker does with a UDF's data, with the value
+#: whose behaviour sparkqos reproduces (Spark's default).
+_WORKER_SETTINGS = {
+    "spark.sql.execution.pandas.convertToArrowArraySafely": "false",
+    "spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype": "false",
+    "spark.sql.legacy.execution.pythonUDF.pandas.conversion.enabled": "false",
+}
+
+
+def _check_settings(name: str, result: DataFrame) -> None:
+    conf = result.sparkSession.conf
+    for key, value in _WORKER_SETTINGS.items():
+        got = str(conf.get(key, value)).lower()
+        if got != value:
+            raise UnsupportedTransform(name, f"UDFs with {key}={got}", f"sparkqos converts UDF data as Spark does with {value}")
+
+
 def _command_bytes(func: Any) -> bytes:
     command = func.command()
     if isinstance(command, (bytes, bytearray)):  # Array[Byte] (Spark 3)
@@ -79,4 +96,7 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
                     ) from exc
             exprs.extend(items(e.children()))
         nodes.extend(items(node.children()))
-    return {"udfs": found} if found else {}
+    if not found:
+        return {}
+    _check_settings(name, result)
+    return {"udfs": found}
