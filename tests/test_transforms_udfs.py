@@ -341,24 +341,28 @@ def test_worker_settings_sparkqos_does_not_reproduce_are_refused(spark_sql):
 
 
 def test_a_udf_under_spark_connect_is_refused_by_name(spark_sql):
-    """Connect's plan rewrite (sparkqos.spark.connect_plan) writes a UDF as a bare PythonUDF node
-    without evalType and no function is read: the compiler names it. Simulated on the classic
-    plan JSON, as no Connect server runs here."""
+    """Connect's plan rewrite (sparkqos.spark.connect_plan) writes a UDF call as a bare PythonUDF
+    node (its name, no function): the compiler refuses it by name. Checked on the classic plan
+    with that node put in, as no Connect server runs here."""
     import json
 
+    from pyspark.sql.connect.proto import expressions_pb2
+
     from sparkqos.query.spark_plan import compile_plans
+    from sparkqos.spark.connect_plan import _Translator
     from sparkqos.spark.transforms import _arrow_schema
 
+    call = expressions_pb2.Expression()
+    call.common_inline_user_defined_function.function_name = "half"
+    connect_node, _ = _Translator("q", None, 0, 4, "UTC").expr(call, iter(["double"]), [])
+
     df = make_df(spark_sql, [(1, 2, 3.0, "a")])
-    result = pandas_one(df)
-    plan = json.loads(result._jdf.queryExecution().analyzed().toJSON())
+    plan = json.loads(pandas_one(df)._jdf.queryExecution().analyzed().toJSON())
+    (select,) = [node for node in plan if "projectList" in node]
+    # Each select item is [Alias, PythonUDF, its argument]: the UDF goes in as Connect writes it.
+    select["projectList"] = [[item[0], *connect_node] for item in select["projectList"]]
     source = df._jdf.queryExecution().analyzed()
     ids = [int(source.output().apply(k).exprId().id()) for k in range(source.output().size())]
-    for node in plan:
-        for item in node.get("projectList", []):
-            for e in item:
-                if e["class"].endswith("PythonUDF"):
-                    e.pop("evalType")
     with pytest.raises(UnsupportedTransform, match="udf under Spark Connect \\('half'\\)"):
         compile_plans({"q": plan}, json.loads(source.toJSON()), ids, _arrow_schema(df))
 

@@ -6,6 +6,9 @@ function's name, its ``evalType``, the declared ``dataType`` and the argument ex
 not the function itself. The session side (:mod:`sparkqos.spark.udfs`) reads each function from
 the JVM plan into the query's context as ``udfs``: result expression id → callable.
 
+A UDF whose one argument is a UDF of the same kind runs as one chained call, as in Spark's
+worker (the inner result reaches the outer function unconverted).
+
 Refused with :class:`~sparkqos.errors.UnsupportedTransform`, naming them: grouped, aggregate,
 window and iterator pandas UDFs, Arrow UDFs, UDTFs, UDFs called with keyword arguments, UDFs
 over or returning a type other than integers, floats, strings and booleans, and any UDF under
