@@ -124,6 +124,17 @@ class UnsupportedTransform(SparkqosError, ValueError):
         )
 
 
+class UdfError(SparkqosError, RuntimeError):
+    """A user's Python or pandas UDF failed on the data (it raised, or gave a result Spark would
+    not accept) while the executor ran it. ``query`` and ``udf`` name where; the rows the failing
+    run took are back in their queue, so nothing queued is lost."""
+
+    def __init__(self, query: str, udf: str, problem: str):
+        self.query = query
+        self.udf = udf
+        super().__init__(f"query {query!r}: UDF {udf!r} {problem}")
+
+
 E = TypeVar("E", bound=SparkqosError)
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -348,6 +350,13 @@ def test_wrong_arguments_fail_before_any_work(spark_sql, tmp_path):
 # -- what is not supported yet -----------------------------------------------------------------------
 
 
+def _iterator_udf():
+    def same(xs: Iterator[pd.Series]) -> Iterator[pd.Series]:
+        yield from xs
+
+    return F.pandas_udf(same, "int")
+
+
 UNSUPPORTED = {
     "Aggregate": lambda d: d.groupBy("s").count(),
     "stream–stream join": lambda d: d.join(d.select("i"), "i"),  # no event-time range
@@ -355,7 +364,7 @@ UNSUPPORTED = {
     "Sort": lambda d: d.orderBy("i"),
     "Window": lambda d: d.withColumn("r", F.row_number().over(Window.orderBy("i"))),
     "limit": lambda d: d.limit(3),
-    "Python UDF": lambda d: d.select(F.udf(lambda x: x, "int")("i").alias("u")),
+    "iterator pandas UDF": lambda d: d.select(_iterator_udf()("i")),
     "MapInPandas": lambda d: d.mapInPandas(lambda it: it, d.schema),
     "MapInArrow": lambda d: d.mapInArrow(lambda it: it, d.schema),
     "regexp_extract": lambda d: d.select(F.regexp_extract("s", "a", 0).alias("r")),

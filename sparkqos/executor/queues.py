@@ -279,6 +279,20 @@ class BatchQueue:
                 left = 0
         return out
 
+    def put_back(self, batches: list[pa.RecordBatch], nbytes: int) -> None:
+        """Return rows a :meth:`take` removed (``batches``, which accounted for ``nbytes``) to the
+        front, in their order: a run that failed gives its input back, so nothing queued is lost."""
+        batches = [b for b in batches if b.num_rows]
+        total = sum(b.num_rows for b in batches)
+        left = nbytes
+        for i, b in enumerate(reversed(batches)):
+            size = left if i == len(batches) - 1 else nbytes * b.num_rows // total
+            left -= size
+            self._batches.appendleft([b, b.num_rows, size, float(pc.min(b.column(ARRIVAL)).as_py()), False])
+            self.rows += b.num_rows
+            self.nbytes += size
+        self._oldest = None
+
     def take_before(self, bound: float, inclusive: bool, limit: int) -> list[pa.RecordBatch]:
         """Remove up to ``limit`` rows from the front while their arrival is < ``bound`` (<= when
         ``inclusive``); the join's merge of its inputs in arrival order."""

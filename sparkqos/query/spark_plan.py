@@ -105,6 +105,7 @@ _OPERATION_HINTS = {
     "FlatMapGroupsWithState": "mapGroupsWithState",
     "TransformWithState": "transformWithState",
     "Offset": "offset",
+    "LateralJoin": "lateralJoin, e.g. with a Python UDTF",
 }
 
 #: SQL names of common Spark functions whose class names differ from them.

@@ -211,6 +211,8 @@ def aggregate(qc: Any, node: _Node) -> _Rel:
         fn_node = agg_expr.children[0]
         fn = _AGGREGATES.get(fn_node.cls)
         if fn is None:
+            if fn_node.cls == "PythonUDAF":
+                raise qc.unsupported(f"a grouped aggregate pandas UDF {fn_node.fields.get('name')!r}")
             name = _AGG_NAMES.get(fn_node.cls, fn_node.cls)
             raise qc.unsupported(f"aggregate function {name!r}")
         arg = fn_node.children[0] if fn_node.children else None

@@ -342,7 +342,10 @@ class _Translator:
             )
         if not _is_mapped(e):
             what = e.unresolved_function.function_name if kind == "unresolved_function" else _EXPRESSIONS.get(kind, _camel(kind))
-            return [{"class": what, "num-children": 0}], spark_t
+            node = {"class": what, "num-children": 0}
+            if kind == "common_inline_user_defined_function":  # refused by name (sparkqos.query.udf)
+                node["name"] = e.common_inline_user_defined_function.function_name
+            return [node], spark_t
         fn = e.unresolved_function.function_name
         args = [sub(a) for a in e.unresolved_function.arguments]
         if fn in _BINARY and len(args) == 2:

@@ -270,3 +270,4 @@ def _forever(n: int) -> Iterator[int]:
 from sparkqos.spark import static_tables, udfs  # noqa: E402, F401
 
 CONTEXT_READERS.append(static_tables.join_sides)
+CONTEXT_READERS.append(udfs.read_udfs)

@@ -1,1 +1,102 @@
-"""(filled by issue 14 phase 2)"""
+"""The Python functions of a transform's UDFs, read from its analyzed JVM plan (classic pyspark).
+
+Spark's plan JSON names each ``PythonUDF`` but leaves its function out (``func`` is null). The JVM
+node keeps it as the bytes PySpark's ``CloudPickleSerializer`` wrote for ``(function,
+return type)``, the command Spark's Python worker loads (``pyspark.worker.read_single_udf``); this
+module loads it the same way and hands :mod:`sparkqos.query.udf` the functions in the query's
+context, by result expression id (``udfs``). Each is wrapped in :class:`PickledFunction`, which
+pickles back to those bytes, so a compiled plan stays picklable (foreachBatch's function,
+:mod:`sparkqos.spark.batch`) with the standard pickle as with cloudpickle, lambdas and closures
+included. :mod:`sparkqos.spark.transforms` registers :func:`read_udfs` in its CONTEXT_READERS
+(this module does not import it: no import cycle). Under Spark Connect there is no JVM plan:
+nothing is read, and the compiler refuses the UDF by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from sparkqos.errors import UnsupportedTransform
+
+__all__ = ["PickledFunction", "read_udfs"]
+
+
+class PickledFunction:
+    """A UDF's function, loaded from Spark's pickled command; pickles back to that command."""
+
+    def __init__(self, command: bytes, name: str = "<udf>"):
+        from pyspark.serializers import CloudPickleSerializer
+
+        self.command, self.name = bytes(command), name
+        loaded = CloudPickleSerializer().loads(self.command)
+        fn = loaded[0] if isinstance(loaded, tuple) else loaded
+        if not callable(fn):
+            raise TypeError(f"the command of UDF {name!r} holds {type(fn).__name__}, not a function")
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes, str]]:
+        return PickledFunction, (self.command, self.name)
+
+    def __repr__(self) -> str:
+        return f"PickledFunction({self.name!r})"
+
+
+#: Session settings that change what Spark's Python worker does with a UDF's data, with the value
+#: whose behaviour sparkqos reproduces (Spark's default).
+_WORKER_SETTINGS = {
+    "spark.sql.execution.pandas.convertToArrowArraySafely": "false",
+    "spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype": "false",
+    "spark.sql.legacy.execution.pythonUDF.pandas.conversion.enabled": "false",
+}
+
+
+def _check_settings(name: str, result: DataFrame) -> None:
+    conf = result.sparkSession.conf
+    for key, value in _WORKER_SETTINGS.items():
+        got = str(conf.get(key, value)).lower()
+        if got != value:
+            raise UnsupportedTransform(name, f"UDFs with {key}={got}", f"sparkqos converts UDF data as Spark does with {value}")
+
+
+def _command_bytes(func: Any) -> bytes:
+    command = func.command()
+    if isinstance(command, (bytes, bytearray)):  # Array[Byte] (Spark 3)
+        return bytes(command)
+    return bytes(command.unsafeArray())  # ArraySeq.ofByte (Spark 4)
+
+
+def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
+    """``{"udfs": {result expression id: PickledFunction}}`` for every PythonUDF of ``jvm_plan``
+    (nothing under Spark Connect, where ``jvm_plan`` is None)."""
+    if jvm_plan is None:
+        return {}
+
+    def items(seq: Any) -> list[Any]:
+        return [seq.apply(i) for i in range(seq.size())]
+
+    found: dict[int, PickledFunction] = {}
+    nodes = [jvm_plan]
+    while nodes:
+        node = nodes.pop()
+        exprs = items(node.expressions())
+        while exprs:
+            e = exprs.pop()
+            if e.getClass().getSimpleName() == "PythonUDF":
+                udf = str(e.name())
+                try:
+                    found[int(e.resultId().id())] = PickledFunction(_command_bytes(e.func()), udf)
+                except Exception as exc:  # noqa: BLE001 - named in the error below
+                    raise UnsupportedTransform(
+                        name, f"UDF {udf!r} whose function sparkqos cannot load", f"{type(exc).__name__}: {exc}"
+                    ) from exc
+            exprs.extend(items(e.children()))
+        nodes.extend(items(node.children()))
+    if not found:
+        return {}
+    _check_settings(name, result)
+    return {"udfs": found}

@@ -82,13 +82,21 @@ class PhysicalOperator:
 
     def run(self, ports: Sequence[BatchQueue], limit: int, final: bool = False) -> tuple[int, list[pa.RecordBatch]]:
         """Consume up to ``limit`` rows from the input queues; returns (rows consumed, output)."""
-        taken = ports[0].take(limit)
+        port = ports[0]
+        nbytes = port.nbytes
+        taken = port.take(limit)
         if not taken:
             return 0, []
         # One kernel call per run: copying a few slices together is cheaper than calling every
         # kernel once per slice.
         batch = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
-        res = self.process(batch)
+        try:
+            res = self.process(batch)
+        except BaseException:
+            # A user's function (a UDF) may raise: its input goes back to the front of the queue,
+            # so the executor still holds every row it was given.
+            port.put_back(taken, nbytes - port.nbytes)
+            raise
         return batch.num_rows, ([] if res is None or res.num_rows == 0 else [res])
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
