@@ -106,7 +106,7 @@ def test_every_query_has_a_class_and_the_transforms_check_their_arguments(spark)
     ("override", "message"),
     [
         ("source.speed=0", "speed"),
-        ("queries.run=[\"geofence\", \"radar\"]", "radar"),
+        ('queries.run=["geofence", "radar"]', "radar"),
         ("scheduler.strategy=fastest", "fastest"),
         ("job.trigger_s=-1", "trigger_s"),
     ],
