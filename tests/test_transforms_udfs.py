@@ -261,11 +261,34 @@ def test_a_failing_udf_in_a_trigger_surfaces_and_checkpoints_nothing(spark_sql, 
 
     df = make_df(spark_sql, [(i, i, float(i), "x") for i in range(6)])
     compiled = compile_transforms(df, {"boom": lambda d: d.select(exploding("i").alias("v"))})
-    loop = TriggerLoop(compiled, RunConfig(checkpoint=tmp_path / "ckpt", sink=MemorySink(), budget_s=5.0))
+    config = RunConfig(checkpoint=tmp_path / "ckpt", sink=MemorySink(), budget_s=5.0, continuous=False)
+    loop = TriggerLoop(compiled, config)
     with pytest.raises(UdfError, match="query 'boom': UDF '<lambda>'"):
         loop.process(df.toArrow(), 0)
     assert loop.store.load_latest() is None  # a restart replays the batch from the source
     assert sum(t.num_rows for t in loop.executor.queue_tables().values()) == 6
+
+
+def test_a_failing_udf_on_the_continuous_worker_surfaces_at_the_next_trigger(spark_sql, tmp_path):
+    """The worker runs the UDF between triggers: its error stops the worker and the next trigger
+    raises it; that trigger is not checkpointed, and checkpoint 0 still holds batch 0's rows."""
+    import time
+
+    from sparkqos.spark.config import RunConfig
+    from sparkqos.spark.trigger import TriggerLoop
+
+    df = make_df(spark_sql, [(i, i, float(i), "x") for i in range(6)])
+    compiled = compile_transforms(df, {"boom": lambda d: d.select(exploding("i").alias("v"))})
+    loop = TriggerLoop(compiled, RunConfig(checkpoint=tmp_path / "ckpt", sink=MemorySink(), continuous=True))
+    loop.process(df.toArrow(), 0)  # ingested and checkpointed; the worker then meets the UDF
+    deadline = time.time() + 10
+    while loop.worker.alive and time.time() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(UdfError, match="query 'boom': UDF '<lambda>'"):
+        loop.process(df.toArrow(), 1)
+    assert not loop.worker.alive
+    ckpt = loop.store.load_latest()
+    assert ckpt.batch_id == 0 and sum(t.num_rows for t in ckpt.queues.values()) == 6
 
 
 def test_a_udf_result_spark_would_convert_its_own_way_raises(spark_sql):
