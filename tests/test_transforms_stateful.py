@@ -197,3 +197,26 @@ def test_unsupported_aggregations_name_what(spark, transform, named):
     df = make_df(spark, [("a", 1, 1.0, 0)])
     with pytest.raises(UnsupportedTransform, match=named):
         sparkqos.run(df, {"q": transform})
+
+
+def test_timestamp_casts_give_sparks_values(spark_sql):
+    """``cast`` of a timestamp to double/float (seconds with fraction), to integers (floor of the
+    seconds, then narrowed) and to boolean: what event-time arithmetic in a transform needs."""
+    micros = [None, 0, 1, -1, 999_999, -999_999, 1_500_000, -1_500_000, -2_000_000, BASE_US + 123_456, -(2**62), 2**62]
+    table = pa.table({"ts": pa.array(micros, SCHEMA.field("ts").type)})
+    df = spark_sql.createDataFrame(table)
+
+    def casts(d):
+        t = F.col("ts")
+        return d.select(
+            t.cast("double").alias("dbl"),
+            t.cast("float").alias("flt"),
+            t.cast("long").alias("lng"),
+            t.cast("int").alias("int"),
+            t.cast("short").alias("sht"),
+            t.cast("boolean").alias("bool"),
+            (t.cast("double") - F.lit(1.5)).alias("arith"),
+        )
+
+    for strategy in ("fifo", "chain"):
+        assert_same(sparkqos.run(df, {"q": casts}, strategy=strategy)["q"], casts(df).toArrow(), strategy)

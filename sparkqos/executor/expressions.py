@@ -694,14 +694,16 @@ def _float_to_integer(x: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa
 
 def cast_supported(src: pa.DataType, to: pa.DataType) -> bool:
     """Whether :class:`Cast` computes Spark's exact result for ``src`` → ``to``: numbers and
-    booleans between themselves, integers and booleans to strings, anything to itself and null to
-    anything. (Floats to strings use the JVM's number formatting; strings to numbers Spark's own
-    parser: not matched.)"""
+    booleans between themselves, timestamps to numbers and booleans, integers and booleans to
+    strings, anything to itself and null to anything. (Floats to strings use the JVM's number
+    formatting; strings to numbers Spark's own parser: not matched.)"""
     sk, tk = _kind(src), _kind(to)
     if src == to or sk == "null":
         return True
     if tk in ("numeric", "boolean") and sk in ("numeric", "boolean"):
         return not (pa.types.is_decimal(src) or pa.types.is_decimal(to))
+    if pa.types.is_timestamp(src) and tk in ("numeric", "boolean"):
+        return not pa.types.is_decimal(to)
     if tk == "string":
         return pa.types.is_integer(src) or pa.types.is_boolean(src)
     return False
@@ -714,6 +716,24 @@ def spark_cast(x: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.Scalar
         return x
     if pa.types.is_null(src):
         return pc.cast(x, to)
+    if pa.types.is_timestamp(src):
+        # Spark: microseconds since the epoch; to double and float t / 1e6, to integers
+        # floorDiv(t, 1e6) (null when it does not fit an int, short or byte), to boolean t != 0
+        micros = pc.cast(pc.cast(x, pa.timestamp("us", tz=src.tz)), pa.int64())
+        if pa.types.is_boolean(to):
+            return pc.not_equal(micros, pa.scalar(0, pa.int64()))
+        if pa.types.is_floating(to):
+            return pc.cast(pc.divide(pc.cast(micros, pa.float64(), safe=False), pa.scalar(1e6)), to)
+        million = pa.scalar(1_000_000, pa.int64())
+        truncated = pc.divide(micros, million)  # toward zero
+        below = pc.and_(pc.less(micros, pa.scalar(0, pa.int64())), pc.not_equal(pc.multiply(truncated, million), micros))
+        seconds = pc.subtract(truncated, pc.cast(below, pa.int64()))
+        if to == pa.int64():
+            return seconds
+        # a narrower integer: null where the seconds do not fit (Spark's non-ANSI timestamp casts)
+        info = np.iinfo(to.to_pandas_dtype())
+        fits = pc.and_(pc.greater_equal(seconds, pa.scalar(int(info.min))), pc.less_equal(seconds, pa.scalar(int(info.max))))
+        return pc.cast(pc.if_else(fits, seconds, pa.scalar(None, pa.int64())), to, safe=False)
     if pa.types.is_boolean(to) and not pa.types.is_boolean(src):
         return pc.not_equal(x, pa.scalar(0, src))  # NaN is true, as in Spark
     if pa.types.is_integer(to) and _is_float(src):

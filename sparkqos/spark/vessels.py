@@ -110,10 +110,10 @@ def flag_table(spark: SparkSession) -> DataFrame:
 
 
 def _knots(time_scale: float):
-    """A pandas UDF: speed in knots between two reports (positions and timestamps)."""
+    """A pandas UDF: speed in knots between two reports (positions, and times in epoch seconds)."""
     from pyspark.sql.functions import pandas_udf
 
-    def knots(lat, lon, prev_lat, prev_lon, ts, prev_ts):  # pandas Series in, Series out
+    def knots(lat, lon, prev_lat, prev_lon, t, prev_t):  # pandas Series in, Series out
         import numpy as np
         import pandas as pd
 
@@ -122,8 +122,7 @@ def _knots(time_scale: float):
         dlon = np.radians(lon.to_numpy(float) - prev_lon.to_numpy(float))
         a = np.sin(dlat / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dlon / 2) ** 2
         nm = 2 * _NM_PER_RADIAN * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
-        seconds = (pd.to_datetime(ts, utc=True) - pd.to_datetime(prev_ts, utc=True)).dt.total_seconds().to_numpy(float)
-        hours = seconds * time_scale / 3600.0
+        hours = (t.to_numpy(float) - prev_t.to_numpy(float)) * time_scale / 3600.0
         with np.errstate(divide="ignore", invalid="ignore"):
             speed = np.where(hours > 0, nm / hours, np.nan)  # two reports in one instant: no speed
         return pd.Series(speed)
@@ -160,7 +159,9 @@ def vessel_transforms(
             .withColumn("prev_lon", F.lag("lon").over(w))
             .withColumn("prev_ts", F.lag("ts").over(w))
             .where(F.col("prev_ts").isNotNull())
-            .withColumn("knots", knots("lat", "lon", "prev_lat", "prev_lon", "ts", "prev_ts"))
+            .withColumn(
+                "knots", knots("lat", "lon", "prev_lat", "prev_lon", F.col("ts").cast("double"), F.col("prev_ts").cast("double"))
+            )
             .where(F.col("knots") > SPEED_LIMIT_KNOTS)
             .select("mmsi", "ts", "lon", "lat", "prev_lon", "prev_lat", "knots")
         )
