@@ -1,7 +1,7 @@
 """What users write: continuous queries that compile into a :class:`~sparkqos.executor.CompiledPlan`."""
 
 from sparkqos.executor.expressions import avg, col, count, lit, max_, min_, sum_
-from sparkqos.query import stateful  # noqa: F401  (registers its plan nodes with spark_plan)
+from sparkqos.query import keyed, stateful  # noqa: F401  (register their plan nodes with spark_plan)
 from sparkqos.query.builder import QuerySet, Relation
 
 __all__ = ["QuerySet", "Relation", "avg", "col", "count", "lit", "max_", "min_", "sum_"]

@@ -2,7 +2,8 @@
 
 One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.synthetic`,
 :mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
-aggregation, for PySpark transforms) and :mod:`.join` (window join), on the base class of
+aggregation, for PySpark transforms), :mod:`.lag` (per-key lag), :mod:`.dedup` (streaming
+deduplication) and :mod:`.join` (window join), on the base class of
 :mod:`.base`. Each operator is bound to its input schemas when a plan is built
 (:meth:`PhysicalOperator.bind`, which type-checks its expressions and returns the output schema)
 and then runs on the rows the executor hands it from its input queues
@@ -19,6 +20,7 @@ never imports Spark).
 from sparkqos.executor.operators.base import PhysicalOperator
 from sparkqos.executor.operators.event_window import EventWindowAggregate, WindowAgg
 from sparkqos.executor.operators.join import WindowJoin
+from sparkqos.executor.operators.lag import KeyedLag, Lag
 from sparkqos.executor.operators.project import Project
 from sparkqos.executor.operators.select import Select
 from sparkqos.executor.operators.synthetic import Synthetic
@@ -27,6 +29,8 @@ from sparkqos.executor.operators.window import WindowAggregate
 
 __all__ = [
     "EventWindowAggregate",
+    "KeyedLag",
+    "Lag",
     "PhysicalOperator",
     "Project",
     "Select",
