@@ -11,6 +11,14 @@ documents (the rows of a key arrive in order). Only ``lag`` with an offset of at
 columns, ordered ascending with nulls first (Spark's default) by numeric or timestamp columns;
 every other window function, ordering or frame raises
 :class:`~sparkqos.errors.UnsupportedTransform` naming it.
+
+``dropDuplicates([keys])`` (all columns without keys) and ``dropDuplicatesWithinWatermark(keys)``
+reach the analyzer as ``Deduplicate`` / ``DeduplicateWithinWatermark`` over key attributes; the
+watermark's delay comes from the plan context (:mod:`sparkqos.spark.transforms`), found by the
+expression id of a watermarked column of the input. On a stream the seen keys are state, so a
+deduplication must be able to forget them: without a watermark, or with ``dropDuplicates`` keys
+that leave out the watermarked column (Spark would keep every key for good), it raises
+UnsupportedTransform saying so.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.executor.expressions import Col, evaluate_array
-from sparkqos.executor.operators import KeyedLag, Lag
+from sparkqos.executor.operators import Deduplicate, KeyedLag, Lag
 from sparkqos.query.spark_plan import RELATIONS, _Node, _parse_expr, _Rel
 
 #: Spark's window functions by class name, as users write them.
@@ -111,4 +119,37 @@ def window(qc: Any, node: _Node) -> _Rel:
     return qc.add("lag", KeyedLag(keys, order, lags), [child], child.attrs + new_attrs)
 
 
+def deduplicate(qc: Any, node: _Node) -> _Rel:
+    within = node.cls == "DeduplicateWithinWatermark"
+    operation = "dropDuplicatesWithinWatermark" if within else "dropDuplicates"
+    if "keys" not in node.fields:  # Spark Connect writes the node without its fields
+        raise qc.unsupported(f"Spark operation {node.cls!r}", f"{operation} is not supported under Spark Connect yet")
+    child = qc.relation(node.children[0])
+    keys = [_column(qc, _parse_expr(k), child, f"a {operation} key") for k in node.fields["keys"]]
+    time_col = delay_us = None
+    if within and not qc.context.get("streaming"):
+        raise qc.unsupported(f"{operation} on a finite DataFrame", "Spark runs it on streams only")
+    if qc.context.get("streaming"):
+        watermarks = qc.context.get("watermarks") or {}
+        marked = [(name, watermarks[eid]) for eid, name in child.attrs if eid in watermarks]
+        if not marked:
+            raise qc.unsupported(
+                f"{operation} on a stream without withWatermark",
+                "the keys seen would be kept for good and the state would grow without bound; "
+                "add withWatermark(ts, delay) and include ts in the keys",
+            )
+        time_col, delay_s = marked[0]
+        delay_us = int(round(delay_s * 1e6))
+        if not within and time_col not in keys:
+            raise qc.unsupported(
+                f"{operation} on a stream with keys {keys} that leave out the watermarked column {time_col!r}",
+                "Spark would keep every key for good and the state would grow without bound; "
+                "include the column in the keys or use dropDuplicatesWithinWatermark",
+            )
+    op = Deduplicate(keys, time_col, delay_us, within_watermark=within)
+    return qc.add("dedup", op, [child], child.attrs)
+
+
 RELATIONS["Window"] = window
+RELATIONS["Deduplicate"] = deduplicate
+RELATIONS["DeduplicateWithinWatermark"] = deduplicate

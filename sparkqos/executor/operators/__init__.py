@@ -18,6 +18,7 @@ never imports Spark).
 """
 
 from sparkqos.executor.operators.base import PhysicalOperator
+from sparkqos.executor.operators.dedup import Deduplicate
 from sparkqos.executor.operators.event_window import EventWindowAggregate, WindowAgg
 from sparkqos.executor.operators.join import WindowJoin
 from sparkqos.executor.operators.lag import KeyedLag, Lag
@@ -28,6 +29,7 @@ from sparkqos.executor.operators.union import Union
 from sparkqos.executor.operators.window import WindowAggregate
 
 __all__ = [
+    "Deduplicate",
     "EventWindowAggregate",
     "KeyedLag",
     "Lag",
