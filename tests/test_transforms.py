@@ -351,7 +351,7 @@ def test_wrong_arguments_fail_before_any_work(spark_sql, tmp_path):
 UNSUPPORTED = {
     "Aggregate": lambda d: d.groupBy("s").count(),
     "Join": lambda d: d.join(d.select("i"), "i"),
-    "Deduplicate": lambda d: d.dropDuplicates(["s"]),
+    "dropDuplicatesWithinWatermark": lambda d: d.dropDuplicatesWithinWatermark(["s"]),  # Spark: streams only
     "Sort": lambda d: d.orderBy("i"),
     "Window": lambda d: d.withColumn("r", F.row_number().over(Window.orderBy("i"))),
     "limit": lambda d: d.limit(3),

@@ -228,7 +228,7 @@ def then_filtered(df):
 
 
 DEDUPS = {"by_sensor_and_time": by_sensor_and_time, "whole_rows": whole_rows}
-STATIC_DEDUPS = DEDUPS | {"then_filtered": then_filtered}
+STATIC_DEDUPS = DEDUPS | {"then_filtered": then_filtered, "distinct": lambda d: d.select("k", "lat").distinct()}
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -242,10 +242,13 @@ def test_drop_duplicates_equals_spark(spark_sql, strategy, data):
 
 
 # -- streams ------------------------------------------------------------------------------------------
-def _stream_of(spark, table: pa.Table, path):
+def _stream_of(spark, table: pa.Table, path, seconds_per_trigger: int | None = None):
     pq.write_table(table, path)
     sources.register(spark)
-    return spark.readStream.format("sparkqos.replay").option("path", str(path)).option("speed", "max").load()
+    reader = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("speed", "max")
+    if seconds_per_trigger is not None:
+        reader = reader.option("maxSecondsPerTrigger", str(seconds_per_trigger))
+    return reader.load()
 
 
 def _replay_with_checkpoint(compiled, table: pa.Table, batch_rows: int):
@@ -331,6 +334,32 @@ def test_lag_through_sparkqos_stream(spark_sql, tmp_path):
     got = sink.table("speed")
     assert got.num_rows == want.num_rows > 0
     assert rows_of(got.cast(want.schema)) == rows_of(want)
+
+
+def test_drop_duplicates_within_watermark_streams_like_spark(spark_sql, tmp_path):
+    """dropDuplicatesWithinWatermark runs on streams only: its oracle is Spark's streaming run of
+    the same transform. A sensor that repeats itself within the delay comes out once, and again
+    once the watermark has long passed its first row; every other row has a key of its own, so
+    the result does not depend on where either engine cuts its batches."""
+    data = [(f"u{t}", 0.0, None, t) for t in range(60)]
+    data += [("a", 0.0, None, t) for t in (1, 2, 3, 40, 41)] + [("b", 0.0, None, t) for t in (10, 12)]
+    table = reading_table(data)
+    path = tmp_path / "readings.parquet"
+    stream = _stream_of(spark_sql, table, path)
+    compiled = compile_transforms(stream, {"within": within_watermark})
+    results, plan = _replay_with_checkpoint(compiled, table, batch_rows=7)
+    batches: list[pa.Table] = []
+    q = (
+        within_watermark(_stream_of(spark_sql, table, path, seconds_per_trigger=7))
+        .writeStream.foreachBatch(lambda df, _: batches.append(df.toArrow()))
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "spark"))
+        .start()
+    )
+    q.awaitTermination(120)
+    spark_rows = pa.concat_tables([b for b in batches if b.num_rows]).cast(results["within"].schema)
+    assert_same(results["within"], spark_rows, "within")
+    assert rows_of(results["within"]).count(("a", 1e300)) == 2 and plan.operators["within/1:dedup"].late_rows == 0
 
 
 def _dedup_op(within=False):

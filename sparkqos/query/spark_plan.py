@@ -87,10 +87,7 @@ _OPERATORS = {"__source__", "Filter", "Project", "Union", *_PASS_THROUGH}
 _OPERATION_HINTS = {
     "Aggregate": "groupBy/agg",
     "Join": "join",
-    "Deduplicate": "dropDuplicates/distinct",
-    "DeduplicateWithinWatermark": "dropDuplicatesWithinWatermark",
     "Distinct": "distinct",
-    "Window": "a window function, .over(...)",
     "Sort": "orderBy/sort",
     "GlobalLimit": "limit",
     "LocalLimit": "limit",
