@@ -176,7 +176,8 @@ def test_lag_state_survives_a_checkpoint_and_out_of_order_rows_are_counted():
     again = _lag_op()
     again.from_state(op.to_state())
     assert again.state_rows() == 3  # a's two rows (offset 2), b's one
-    out = again.process(_lag_batch(["a", "b", "a"], [3, 4, 4], [30, 40, 40], 3))
+    with pytest.warns(RuntimeWarning, match="q/lag.*1 row.*may differ from Spark"):
+        out = again.process(_lag_batch(["a", "b", "a"], [3, 4, 4], [30, 40, 40], 3))
     # b at t=4 is before b's t=5 of the earlier batch: out of order, emitted with the values b had
     # before this batch, and it does not enter the state
     assert out.column("prev").to_pylist() == [20, 50, 30] and out.column("prev2").to_pylist() == [10, -1, 20]

@@ -12,7 +12,8 @@ across batches the operator keeps, per key, the last ``n`` rows' order and lag c
 A row whose order value is below its key's last row of an earlier batch is *out of order*: it is
 still emitted, its lag values taken from the key's rows before that batch (Spark's batch run
 would place it earlier and may give other values), it does not enter the state (so the rows
-after it get Spark's values), and it is counted in ``out_of_order_rows``. Rows with equal order
+after it get Spark's values), and it is counted in ``out_of_order_rows`` (the first time, a
+RuntimeWarning names the operator: never a different answer without saying so). Rows with equal order
 values are taken in arrival order (Spark's order among them is not deterministic).
 
 State is at most ``n`` rows per key: it grows with the number of distinct keys, not with time,
@@ -21,6 +22,7 @@ and is serialisable (Arrow IPC).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +166,14 @@ class KeyedLag(PhysicalOperator):
             if default.is_valid and missing.any():
                 values = pc.if_else(pa.array(missing), default, values)
             arrays.append(values)
+        if len(late) and not self.out_of_order_rows:
+            warnings.warn(
+                f"operator {self.name!r}: {len(late)} row(s) arrived after a later row of their key; their lag "
+                "values come from the rows before their batch and may differ from Spark's batch run "
+                "(sparkqos assumes each key's rows arrive in order; see out_of_order_rows)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self.out_of_order_rows += len(late)
         # The last ``depth`` rows in order of each key are the new state.
         tail = np.ones(m, dtype=bool)
