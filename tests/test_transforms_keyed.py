@@ -433,3 +433,21 @@ def test_unsupported_windows_name_what(spark, transform, named):
     df = frame(spark, track_table([("a", 1.0, 0.0, 1)]))
     with pytest.raises(UnsupportedTransform, match=named):
         sparkqos.run(df, {"q": transform})
+
+
+@pytest.mark.parametrize(("node", "named"), [("Window", "window functions"), ("Deduplicate", "dropDuplicates")])
+def test_spark_connect_plans_are_refused_naming_the_operation(spark, node, named):
+    """Spark Connect's plan rewrite (sparkqos.spark.connect_plan) writes these nodes without their
+    fields: refused, naming the operation, until the rewrite carries them."""
+    import json
+
+    from sparkqos.query.spark_plan import compile_plans
+
+    df = frame(spark, track_table([("a", 1.0, 0.0, 1)]))
+    analyzed = df._jdf.queryExecution().analyzed()
+    source = json.loads(analyzed.toJSON())
+    output = analyzed.output()
+    ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
+    plan = [{"class": node, "num-children": 1}, *source]
+    with pytest.raises(UnsupportedTransform, match=f"Spark operation '{node}'.*{named}.*Spark Connect"):
+        compile_plans({"q": plan}, source, ids, SCHEMA)
