@@ -137,7 +137,12 @@ def one_partition(df):
     return df.select("seq", F.lag("k", 3).over(Window.orderBy("seq")).alias("k3"))
 
 
-LAGS = {"speed": speed, "deeper": deeper, "replaced": replaced, "one_partition": one_partition}
+def by_expression(df):
+    """Keys and arguments that are expressions: Spark computes them in a Project below the Window."""
+    return df.select("seq", F.lag(F.col("lat") + 1).over(Window.partitionBy(F.col("seq") % 3).orderBy("seq")).alias("p"))
+
+
+LAGS = {"speed": speed, "deeper": deeper, "replaced": replaced, "one_partition": one_partition, "by_expression": by_expression}
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -291,7 +296,7 @@ def test_streamed_lag_with_a_checkpoint_equals_the_static_result(spark_sql, tmp_
     for name, transform in LAGS.items():
         assert_same(results[name], transform(static).toArrow(), name)
     lags = [op for op in plan.operators.values() if isinstance(op, KeyedLag)]
-    assert len(lags) == 5 and all(op.out_of_order_rows == 0 for op in lags)  # deeper: one Window, 3 lags
+    assert len(lags) == 6 and all(op.out_of_order_rows == 0 for op in lags)  # deeper: one Window, 3 lags
     assert lags[0].state_rows() == 4  # one row per vessel (v1, v2, null, "")
 
 

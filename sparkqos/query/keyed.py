@@ -58,6 +58,8 @@ def _constant(qc: Any, node: _Node, rel: _Rel, to: pa.DataType) -> Any:
     if node.cls == "Literal" and node.fields.get("value") is None:
         return None
     expr = qc.expr(node, rel)
+    if expr.columns():
+        raise qc.unsupported("a lag default that reads a column", "give a literal")
     row = pa.RecordBatch.from_arrays([pa.nulls(1, f.type) for f in rel.schema], schema=rel.schema)
     value = evaluate_array(expr, row)
     if value.type != to:
