@@ -360,7 +360,7 @@ def _iterator_udf():
 UNSUPPORTED = {
     "Aggregate": lambda d: d.groupBy("s").count(),
     "stream–stream join": lambda d: d.join(d.select("i"), "i"),  # no event-time range
-    "Deduplicate": lambda d: d.dropDuplicates(["s"]),
+    "dropDuplicatesWithinWatermark": lambda d: d.dropDuplicatesWithinWatermark(["s"]),  # Spark: streams only
     "Sort": lambda d: d.orderBy("i"),
     "Window": lambda d: d.withColumn("r", F.row_number().over(Window.orderBy("i"))),
     "limit": lambda d: d.limit(3),

@@ -87,10 +87,7 @@ _OPERATORS = {"__source__", "Filter", "Project", "Union", *_PASS_THROUGH}
 _OPERATION_HINTS = {
     "Aggregate": "groupBy/agg",
     "Join": "join",
-    "Deduplicate": "dropDuplicates/distinct",
-    "DeduplicateWithinWatermark": "dropDuplicatesWithinWatermark",
     "Distinct": "distinct",
-    "Window": "a window function, .over(...)",
     "Sort": "orderBy/sort",
     "GlobalLimit": "limit",
     "LocalLimit": "limit",
@@ -390,11 +387,17 @@ class _QueryCompiler:
                 eid = tree.fields["exprId"]["id"]
             elif tree.cls == "AttributeReference":
                 name, eid = tree.fields["name"], tree.fields["exprId"]["id"]
+                if (eid, name) in attrs:  # Spark lists a window function's result twice above its Window
+                    continue
                 e = self.expr(tree, child)
             else:
                 raise self.unsupported(f"Spark expression {tree.cls!r} at the top of a select")
-            if name in (n for _, n in attrs):
-                raise self.unsupported("two output columns with the same name", f"{name!r}; rename one")
+            # Spark's own intermediate Projects may hold two columns of one name (a window
+            # function's result replacing a column): inside the plan columns are found by
+            # expression id, so one runs under another name. A query's result may not (checked in
+            # compile_plans).
+            while name in (n for _, n in attrs):
+                name = f"{name}_{eid}"
             if not (isinstance(e, Col) and e.column == name):
                 e = Alias(e, name)  # an Alias of a column under its own name stays a plain Col
             exprs.append(e)
@@ -561,6 +564,10 @@ def compile_plans(
             rel = qc.add("select", Project([Col(n) for n in schema.names]), [rel], rel.attrs)
         roots[query] = rel.name
         expected = (outputs or {}).get(query)
+        names = [n for _, n in rel.attrs] if expected is None else expected.names
+        doubled = sorted({n for n in names if names.count(n) > 1})
+        if doubled:
+            raise UnsupportedTransform(query, "two output columns with the same name", f"{doubled[0]!r}; rename one")
         got = [(f.name, f.type) for f in rel.schema if f.name in {n for _, n in rel.attrs}]
         if expected is not None and [n for n, _ in got] != expected.names:
             names = expected.names

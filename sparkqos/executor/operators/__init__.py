@@ -2,9 +2,10 @@
 
 One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.synthetic`,
 :mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
-aggregation, for PySpark transforms), :mod:`.join` (window join), and for PySpark transforms'
-joins :mod:`.static_join` (with a stored table) and :mod:`.interval_join` (two branches of the
-stream on an event-time range), on the base class of
+aggregation, for PySpark transforms), :mod:`.lag` (per-key lag), :mod:`.dedup` (streaming
+deduplication), :mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
+(with a stored table) and :mod:`.interval_join` (two branches of the stream on an event-time
+range), on the base class of
 :mod:`.base`. Each operator is bound to its input schemas when a plan is built
 (:meth:`PhysicalOperator.bind`, which type-checks its expressions and returns the output schema)
 and then runs on the rows the executor hands it from its input queues
@@ -19,9 +20,11 @@ never imports Spark).
 """
 
 from sparkqos.executor.operators.base import PhysicalOperator
+from sparkqos.executor.operators.dedup import Deduplicate
 from sparkqos.executor.operators.event_window import EventWindowAggregate, WindowAgg
 from sparkqos.executor.operators.interval_join import IntervalJoin
 from sparkqos.executor.operators.join import WindowJoin
+from sparkqos.executor.operators.lag import KeyedLag, Lag
 from sparkqos.executor.operators.project import Project
 from sparkqos.executor.operators.select import Select
 from sparkqos.executor.operators.static_join import StaticJoin
@@ -30,8 +33,11 @@ from sparkqos.executor.operators.union import Union
 from sparkqos.executor.operators.window import WindowAggregate
 
 __all__ = [
+    "Deduplicate",
     "EventWindowAggregate",
     "IntervalJoin",
+    "KeyedLag",
+    "Lag",
     "PhysicalOperator",
     "Project",
     "Select",

@@ -8,10 +8,13 @@ executor hands it from its input queues (:meth:`PhysicalOperator.run`).
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparkqos.errors import CheckpointError, PlanError
 from sparkqos.executor.expressions import INTERNAL
@@ -34,6 +37,29 @@ def table_to_ipc(table: pa.Table) -> bytes:
 def ipc_to_table(data: bytes) -> pa.Table:
     """The table :func:`table_to_ipc` wrote."""
     return pa.ipc.open_stream(data).read_all()
+
+
+def normal_key(x: pa.Array) -> pa.Array:
+    """``x`` as Spark compares keys: -0.0 with 0.0 and every NaN together (it normalises float keys)."""
+    if not pa.types.is_floating(x.type):
+        return x
+    zero = pa.scalar(0.0, x.type)
+    return pc.if_else(pc.is_nan(x), pa.scalar(math.nan, x.type), pc.add(x, zero))
+
+
+def group_codes(columns: Sequence[pa.Array | pa.ChunkedArray], rows: int) -> np.ndarray:
+    """One integer per row, equal for rows whose ``columns`` hold equal keys (Spark's grouping:
+    null is a key of its own, floats normalised by :func:`normal_key`); all zeros without columns."""
+    codes = np.zeros(rows, dtype=np.int64)
+    for column in columns:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        encoded = pc.dictionary_encode(normal_key(column), null_encoding="encode")
+        index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        # Renumbered after each column, so the combined code stays below rows²
+        _, codes = np.unique(codes * max(len(encoded.dictionary), 1) + index, return_inverse=True)
+        codes = codes.astype(np.int64).reshape(-1)
+    return codes
 
 
 class PhysicalOperator:

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
-from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, table_to_ipc
+from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, normal_key, table_to_ipc
 
 #: Aggregate functions: ``count_all`` (rows), ``count`` (non-null values) and the rest over a column.
 FUNCTIONS = ("count_all", "count", "sum", "avg", "min", "max", "first", "last")
@@ -183,7 +183,7 @@ class EventWindowAggregate(PhysicalOperator):
         us = pc.cast(t, pa.int64()).to_numpy(zero_copy_only=False)
         last_start = us - np.mod(us - self.start_us, self.slide_us)
         base = {k: batch.column(k) for k in self.keys}
-        base = {k: _normal_key(v) for k, v in base.items()}
+        base = {k: normal_key(v) for k, v in base.items()}
         base.update(self._inputs(batch))
         base[ARRIVAL], base[SEQ] = batch.column(ARRIVAL), batch.column(SEQ)
         pieces, order = [], []
@@ -306,11 +306,3 @@ class EventWindowAggregate(PhysicalOperator):
         self._max_time = state["max_time"]
         self._closed_until = state["closed_until"]
         self.late_rows = state["late_rows"]
-
-
-def _normal_key(x: pa.Array) -> pa.Array:
-    """Spark groups -0.0 with 0.0 and every NaN together (it normalises float keys)."""
-    if not _is_float(x.type):
-        return x
-    zero = pa.scalar(0.0, x.type)
-    return pc.if_else(pc.is_nan(x), pa.scalar(math.nan, x.type), pc.add(x, zero))
