@@ -153,7 +153,7 @@ def vessel_transforms(
         return df.withColumn("zone", zone).where(F.col("zone").isNotNull()).select("mmsi", "ts", "lon", "lat", "zone")
 
     def speeding(df: DataFrame) -> DataFrame:
-        w = Window.partitionBy("mmsi").orderBy("ts", "track", "point")
+        w = Window.partitionBy("mmsi").orderBy("ts", "point")
         return (
             df.withColumn("prev_lat", F.lag("lat").over(w))
             .withColumn("prev_lon", F.lag("lon").over(w))
