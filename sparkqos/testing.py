@@ -65,6 +65,7 @@ __all__ = [
     "drive",
     "feeds",
     "rows_by_query",
+    "sorted_rows",
     "sensor_table",
     "synthetic_plans",
 ]
@@ -297,12 +298,13 @@ def sensor_table(n: int, seed: int, start: float = 1_700_000_000.0) -> pa.Table:
 def _cell(v: Any) -> Any:
     if isinstance(v, dict):  # a window struct: (start, end)
         return tuple(v.values())
-    if isinstance(v, float) and math.isnan(v):
-        return "NaN"
+    if isinstance(v, float):
+        return "NaN" if math.isnan(v) else v + 0.0  # -0.0 and 0.0 sort as one value
     return v
 
 
-def _sorted_rows(table: pa.Table) -> list[tuple]:
+def sorted_rows(table: pa.Table) -> list[tuple]:
+    """``table``'s rows as tuples in a canonical order (NaN as "NaN", a struct as a tuple)."""
     return sorted((tuple(_cell(v) for v in r.values()) for r in table.to_pylist()), key=repr)
 
 
@@ -317,7 +319,7 @@ def assert_same_rows(got: pa.Table, want: pa.Table, name: str = "", rel: float =
     """
     if got.schema.names != want.schema.names or got.schema.types != want.schema.types:
         raise AssertionError(f"{name}: schema {got.schema} differs from {want.schema}")
-    g, w = _sorted_rows(got), _sorted_rows(want)
+    g, w = sorted_rows(got), sorted_rows(want)
     if len(g) != len(w):
         raise AssertionError(f"{name}: {len(g)} rows, want {len(w)}")
     for a, b in zip(g, w, strict=True):

@@ -47,3 +47,12 @@ def spark():
     )
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_sql(spark):
+    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces), for a module."""
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    yield spark
+    spark.conf.set("spark.sql.ansi.enabled", before)

@@ -60,15 +60,6 @@ rows = st.lists(st.tuples(ints, longs, doubles, strings, bools), max_size=12)
 EXAMPLES = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-@pytest.fixture(scope="module")
-def spark_sql(spark):
-    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
-
-
 def make_df(spark, data):
     cols = list(zip(*data, strict=True)) if data else [[] for _ in SCHEMA]
     table = pa.table([pa.array(list(c), f.type) for c, f in zip(cols, SCHEMA, strict=True)], schema=SCHEMA)

@@ -30,6 +30,7 @@ from sparkqos.executor.operators import IntervalJoin, StaticJoin
 from sparkqos.spark.sinks import MemorySink
 from sparkqos.spark.static_tables import MAX_ROWS_CONF
 from sparkqos.spark.transforms import compile_transforms
+from sparkqos.testing import assert_same_rows, sorted_rows
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -46,15 +47,6 @@ stream_rows = st.lists(st.tuples(small_keys, strings, doubles, offsets), max_siz
 static_rows = st.lists(st.tuples(small_keys, strings, doubles), max_size=8)  # small keys: duplicates
 
 
-@pytest.fixture(scope="module")
-def spark_sql(spark):
-    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
-
-
 def make_df(spark, data):
     cols = list(zip(*data, strict=True)) if data else [[], [], [], []]
     ts = [None if o is None else BASE_US + o for o in cols[3]]
@@ -65,22 +57,6 @@ def make_df(spark, data):
 def make_static(spark, data):
     cols = list(zip(*data, strict=True)) if data else [[], [], []]
     return spark.createDataFrame(pa.table([pa.array(list(c), f.type) for c, f in zip(cols, STATIC, strict=True)], schema=STATIC))
-
-
-def _cell(v):
-    if isinstance(v, float) and math.isnan(v):
-        return "NaN"
-    return v
-
-
-def rows_of(table: pa.Table) -> list[tuple]:
-    return sorted((tuple(_cell(v) for v in r.values()) for r in table.to_pylist()), key=repr)
-
-
-def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
-    assert got.schema.names == want.schema.names, name
-    assert got.schema.types == want.schema.types, name
-    assert rows_of(got) == rows_of(want), name
 
 
 def static_queries(lookup):
@@ -406,3 +382,11 @@ def test_static_side_read_from_parquet(spark_sql, tmp_path):
     got = sparkqos.run(df, queries, strategy="chain", batch_rows=2)
     for name, transform in queries.items():
         assert_same(got[name], transform(df).toArrow(), name)
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    return sorted_rows(table)
+
+
+def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
+    assert_same_rows(got, want, name)

@@ -36,6 +36,7 @@ from sparkqos.executor.operators import Deduplicate, KeyedLag, Lag
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.spark.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
+from sparkqos.testing import assert_same_rows, sorted_rows
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -50,15 +51,6 @@ doubles = st.one_of(st.none(), st.sampled_from([math.nan, math.inf, -math.inf, 0
 buckets = st.one_of(st.none(), st.sampled_from([math.nan, 0.0, -0.0, 1.5]))  # lon as a partition key
 offsets = st.one_of(st.none(), st.integers(0, 60))  # seconds of event time, some rows without one
 track = st.lists(st.tuples(keys, doubles, buckets, offsets), max_size=30)
-
-
-@pytest.fixture(scope="module")
-def spark_sql(spark):
-    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
 
 
 def track_table(data) -> pa.Table:
@@ -81,22 +73,6 @@ def track_table(data) -> pa.Table:
 
 def frame(spark, table: pa.Table):
     return spark.createDataFrame(table).coalesce(1)
-
-
-def _cell(v):
-    if isinstance(v, float):
-        return "NaN" if math.isnan(v) else v + 0.0  # -0.0 and 0.0 are one key
-    return v
-
-
-def rows_of(table: pa.Table) -> list[tuple]:
-    return sorted((tuple(_cell(v) for v in r.values()) for r in table.to_pylist()), key=repr)
-
-
-def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
-    assert got.schema.names == want.schema.names, name
-    assert got.schema.types == want.schema.types, name
-    assert rows_of(got) == rows_of(want), name
 
 
 # -- lag --------------------------------------------------------------------------------------------
@@ -456,3 +432,11 @@ def test_spark_connect_plans_are_refused_naming_the_operation(spark, node, named
     plan = [{"class": node, "num-children": 1}, *source]
     with pytest.raises(UnsupportedTransform, match=f"Spark operation '{node}'.*{named}.*Spark Connect"):
         compile_plans({"q": plan}, source, ids, SCHEMA)
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    return sorted_rows(table)
+
+
+def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
+    assert_same_rows(got, want, name)

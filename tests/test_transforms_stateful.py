@@ -23,6 +23,7 @@ import sparkqos
 from sparkqos.errors import UnsupportedTransform
 from sparkqos.executor.operators import EventWindowAggregate, WindowAgg
 from sparkqos.executor.queues import stamp, with_internal
+from sparkqos.testing import assert_same_rows, sorted_rows
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -36,46 +37,12 @@ offsets = st.one_of(st.none(), st.integers(0, 40_000_000))  # 40 s of event time
 rows = st.lists(st.tuples(keys, ints, doubles, offsets), max_size=40)
 
 
-@pytest.fixture(scope="module")
-def spark_sql(spark):
-    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
-
-
 def make_df(spark, data):
     cols = list(zip(*data, strict=True)) if data else [[], [], [], []]
     ts = [None if o is None else BASE_US + o for o in cols[3]]
     arrays = [pa.array(list(cols[0]), pa.string()), pa.array(list(cols[1]), pa.int32()), pa.array(list(cols[2]), pa.float64())]
     table = pa.table([*arrays, pa.array(ts, SCHEMA.field("ts").type)], schema=SCHEMA)
     return spark.createDataFrame(table).coalesce(1)  # one partition: first/last are Spark's row order
-
-
-def _cell(v):
-    if isinstance(v, dict):
-        return tuple(v.values())
-    if isinstance(v, float) and math.isnan(v):
-        return "NaN"
-    return v
-
-
-def rows_of(table: pa.Table) -> list[tuple]:
-    return sorted((tuple(_cell(v) for v in r.values()) for r in table.to_pylist()), key=repr)
-
-
-def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
-    assert got.schema.names == want.schema.names, name
-    assert got.schema.types == want.schema.types, name
-    g, w = rows_of(got), rows_of(want)
-    assert len(g) == len(w), name
-    for a, b in zip(g, w, strict=True):
-        for x, y in zip(a, b, strict=True):
-            if isinstance(x, float) and isinstance(y, float) and not (math.isinf(x) or math.isinf(y)):
-                assert x == pytest.approx(y, rel=1e-12, abs=1e-300), (name, a, b)
-            else:
-                assert x == y, (name, a, b)
 
 
 def tumbling(df):
@@ -220,3 +187,11 @@ def test_timestamp_casts_give_sparks_values(spark_sql):
 
     for strategy in ("fifo", "chain"):
         assert_same(sparkqos.run(df, {"q": casts}, strategy=strategy)["q"], casts(df).toArrow(), strategy)
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    return sorted_rows(table)
+
+
+def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
+    assert_same_rows(got, want, name, rel=1e-12)

@@ -122,15 +122,6 @@ QUERIES = {
 # -- helpers -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark_sql(spark):
-    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
-
-
 def make_df(spark, data):
     cols = list(zip(*data, strict=True)) if data else [[] for _ in SCHEMA]
     table = pa.table([pa.array(list(c), f.type) for c, f in zip(cols, SCHEMA, strict=True)], schema=SCHEMA)

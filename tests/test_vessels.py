@@ -29,15 +29,6 @@ UTC = dt.UTC
 T0 = dt.datetime(2020, 6, 30, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture(scope="module")
-def spark_sql(spark):
-    """The shared session with Spark's non-ANSI semantics (what sparkqos reproduces)."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
-
-
 def handmade() -> pa.Table:
     """Reports that hit every query: a vessel crossing a restricted zone, one jumping, one
     loitering, flags known and unknown, two vessels reporting in the same second."""
