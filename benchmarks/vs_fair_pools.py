@@ -239,28 +239,33 @@ def summarise(variant: dict, folder: Path) -> dict:
         r[f"{k}_p99_ms"] = C.p99_ms(d)
         r[f"{k}_max_ms"] = float(d.max() * 1000) if d.size else math.nan
     r["rows_out"] = {q: len(v) for q, v in rows.items()}
-    r["digest"] = {q: _digest(v, variant.get("replay_start", 0.0)) for q, v in rows.items() if q in ("fire", "archive")}
+    # the archive holds every row: its earliest event time is the variant's first replayed row
+    origin = min((_micros(x["ts"]) for x in rows.get("archive", []) if x.get("ts") is not None), default=0)
+    r["digest"] = {q: _digest(v, origin) for q, v in rows.items() if q in ("fire", "archive")}
     return r
 
 
-def _digest(rows: list, replay_start: float) -> str:
-    """A digest of ``rows`` in any order, event times taken in µs from the variant's replay start
-    (each variant replays the trace from its own instant; the source gets the start to the µs)."""
-    import datetime as dt
+def _digest(rows: list, origin_us: int) -> str:
+    """A digest of ``rows`` in any order, event times taken in µs from ``origin_us`` (the variant's
+    first replayed row: each variant replays the trace from its own instant)."""
     import hashlib
 
     h = hashlib.sha256()
     lines = []
-    origin = dt.datetime.fromtimestamp(0, dt.UTC)
-    start_us = round(replay_start * 1e6)
     for r in rows:
         r = dict(r)
         if r.get("ts") is not None:
-            r["ts"] = (r["ts"] - origin) // dt.timedelta(microseconds=1) - start_us
+            r["ts"] = _micros(r["ts"]) - origin_us
         lines.append(json.dumps(r, sort_keys=True, default=str))
     for line in sorted(lines):
         h.update(line.encode())
     return h.hexdigest()[:16]
+
+
+def _micros(t) -> int:
+    import datetime as dt
+
+    return (t - dt.datetime.fromtimestamp(0, dt.UTC)) // dt.timedelta(microseconds=1)
 
 
 # -- the parent: record the trace, run each variant in its own spark-submit, compare -------------------
