@@ -328,7 +328,7 @@ def test_continuous_options_are_checked(tmp_path, options, parameter):
 
 def test_continuous_option_defaults(tmp_path):
     assert RunConfig(checkpoint=tmp_path).continuous is True  # on by default (issue 13's measurements)
-    assert RunConfig(checkpoint=tmp_path).trigger_s == 0.5
+    assert RunConfig(checkpoint=tmp_path).trigger_s == 0.25
     config = RunConfig(checkpoint=tmp_path, trigger_s=2.0)
     assert config.effective_slice_s == SLICE_S
     assert config.effective_top_class_s == pytest.approx(0.2)

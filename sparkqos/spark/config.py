@@ -122,9 +122,12 @@ class RunConfig:
     A plan with a single class runs the strategy as is. The papers' plain strategies are one
     setting away: ``class_shares=False``.
 
-    The defaults (trigger 0.5 s, continuous, class shares) are measured: on the main job they
-    give class H < C < N in mean and p99 delay with class H's p99 under a second on 2 cores (issue
-    13's note has the figures); a 2 s trigger without them put class H behind class N.
+    The defaults (trigger 0.25 s, continuous, class shares) are measured on 2 cores: the main job
+    gives class H < C < N in mean and p99 delay with class H's p99 under a second, and against
+    four streaming queries in FAIR pools at their best trigger class H's p99 is about half and
+    every class's mean lower (benchmarks/vs_fair_pools.py; issue 13's note has the figures). With
+    the worker serving between triggers a short trigger costs little executor time: what it sets
+    is how soon outputs reach the sink. A 2 s trigger without them put class H behind class N.
     """
 
     checkpoint: str | Path
@@ -132,7 +135,7 @@ class RunConfig:
     strategy: str | Scheduler = "adaptive"
     strategy_params: Mapping[str, Any] | None = None
     qos: Any = None
-    trigger_s: float | str = 0.5
+    trigger_s: float | str = 0.25
     budget_s: float | None = None
     sink: Sink | None = None
     output: str | Path | None = None
