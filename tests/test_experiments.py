@@ -108,6 +108,10 @@ def test_synthetic_operators_keep_their_declared_share_of_trace_rows(spark, tmp_
         for sigma in (0.1, 0.5, 0.9)
     }
     ours = sparkqos.run(df, queries)
+    # From a replay's start the key is the row's offset in µs, whenever the replay started
+    offsets = C.keyed(spark.read.parquet(str(tmp_path / "t.parquet")), C.ORIGIN_US / C.US).select(C.KEY).toArrow()
+    ts = pq.read_table(tmp_path / "t.parquet").column("ts").cast(pa.int64()).to_numpy()
+    assert offsets.column(C.KEY).to_numpy().tolist() == (ts - C.ORIGIN_US).tolist()
     for name, t in queries.items():
         sigma = int(name[1:]) / 10
         assert abs(t(df).count() / rows - sigma) < 0.05, name

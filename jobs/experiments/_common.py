@@ -247,9 +247,9 @@ def run_sparkqos(
     stats = RunStats({}, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
     ts = pq.read_table(trace, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
     stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
-    stats.replay_start = time.time() + lead_s
+    stats.replay_start = float(f"{time.time() + lead_s:.6f}")  # as replay_df passes it on
     handle = sparkqos.stream(
-        keyed(replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start)),
+        keyed(replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start), origin_s=stats.replay_start),
         dict(transforms),
         classes=dict(classes),
         priorities=dict(priorities),
@@ -343,14 +343,19 @@ def rss_tree_bytes(pid: int) -> int:
 KEY = "rid"
 
 
-def keyed(df):
+def keyed(df, origin_s: float | None = None):
     """``df`` with :data:`KEY`, a per-row integer the synthetic operators keep or drop rows by:
     the event time in µs (``sensor_id`` has only 64 values, too few to keep a declared share of
-    rows). The runner adds it to the replayed stream, so Spark computes it before sparkqos sees
-    the rows and it costs no operator in the queries."""
+    rows), counted from ``origin_s`` (epoch s) when given — a replay's ``start``, so every run of
+    a retimed trace keeps the same rows whenever it starts. The runner adds it to the replayed
+    stream, so Spark computes it before sparkqos sees the rows and it costs no operator in the
+    queries."""
     from pyspark.sql import functions as F
 
-    return df.withColumn(KEY, (F.col("ts").cast("double") * 1e6).cast("long"))
+    seconds = F.col("ts").cast("double")
+    if origin_s is None:
+        return df.withColumn(KEY, (seconds * 1e6).cast("long"))
+    return df.withColumn(KEY, F.round((seconds - F.lit(float(origin_s))) * 1e6).cast("long"))
 
 
 def synthetic_transforms(
