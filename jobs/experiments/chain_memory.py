@@ -6,8 +6,9 @@
 Plans on the replayed bursty trace (synthetic operators, costs scaled so the mean rate loads the
 executor to ``--load`` of one core; bursts overload it):
 ``two`` and ``four`` — single-stream chains whose early operators are cheap but barely filter and
-whose later ones filter hard (where Chain departs from FIFO/greedy), ``join`` — a real sliding-
-window join of two filtered branches of the stream, then a filter, and ``mix`` — three such
+whose later ones filter hard (where Chain departs from FIFO/greedy), ``join`` — a real stream–
+stream join of two filtered branches of the stream (same sensor, event times ≤ 50 ms apart), then a
+filter, and ``mix`` — three such
 queries side by side. Claim (Chain §6, Theorem 4.2): chain keeps the least queued memory, fifo
 and rr the most. Memory is the rows in the system at the end of each trigger: sparkqos's queues
 plus the rows the source had released that Spark had not read yet (× the operators reading the
