@@ -1,7 +1,8 @@
 """Smoke tests of the Spark experiments' shared helpers (jobs/experiments/_common.py) and of the
 plain-Spark side of benchmarks/vs_fair_pools.py. The experiments themselves are minutes long and
 are run by hand (README "Experiments"); here: the trace is reproducible, a simulator plan turns
-into a runnable synthetic query set with the same shape, the FAIR-pools benchmark measures every
+into PySpark transforms of synthetic operators with the same shape that keep their declared share
+of rows, the FAIR-pools benchmark measures every
 variant's delay from its sink files alike, and one tiny replay through the runner reads and emits every
 row."""
 
@@ -52,19 +53,69 @@ def test_rising_rate_profile_thins_the_early_trace(tmp_path):
     assert 0.15 < early / late < 0.4
 
 
-def test_synthetic_queries_keep_the_cqc_workload_shape():
-    """CQC Table 2 workload B on Spark: same queries, classes and priorities as the simulator plan."""
+def test_synthetic_transforms_keep_the_cqc_workload_shape(spark, tmp_path):
+    """CQC Table 2 workload B on Spark as PySpark transforms over the replayed, keyed stream: the
+    simulator plan's queries, classes, priorities and paths; per query its operators, a union
+    under each join and one select dropping the key."""
     from cqc_sim import cqc_plan
 
+    from sparkqos.spark.transforms import compile_transforms
+
     plan = cqc_plan("B", 1)
-    compiled = C.synthetic_queries(plan, 1e-6, classes={"H": 6, "C": 3, "N": 1}).build()
+    transforms, classes, priorities = C.synthetic_transforms(plan, 1e-6, classes={"H": 6, "C": 3, "N": 1})
+    C.write_bursty_trace(tmp_path / "t.parquet", rate=100, seconds=1, seed=2)
+    df = C.keyed(C.replay_df(spark, tmp_path / "t.parquet"))
+    compiled = compile_transforms(df, transforms, classes, priorities)
     assert sorted(compiled.plan.queries) == sorted(plan.queries)
     assert {q: v.klass for q, v in compiled.plan.queries.items()} == {q: v.klass for q, v in plan.queries.items()}
+    assert compiled.plan.classes == {"H": 6.0, "C": 3.0, "N": 1.0}
+    for q, query in plan.queries.items():
+        joins = sum(1 for n in query.operators if len(plan[n].inputs) > 1)
+        ops = compiled.plan.queries[q].operators
+        assert len(ops) == len(query.operators) + joins + 1, q
+        kinds = [compiled.operators[n].__class__.__name__ for n in ops]
+        assert kinds.count("Synthetic") == len(query.operators) and kinds.count("Union") == joins, q
+        assert sum(p.query == q for p in compiled.plan.paths) == sum(p.query == q for p in plan.paths), q
     assert len(compiled.plan.paths) == len(plan.paths)
     unit = C.cost_unit_for(plan, rate=600, load=0.85)
     assert unit * 600 * sum(plan.service_time(p) for p in plan.paths) == pytest.approx(0.85)
     with pytest.raises(ValueError, match="seconds"):
         C.write_bursty_trace("/tmp/never.parquet", 100, 0)
+
+
+def test_chain_memory_join_plan_compiles_as_one_interval_join(spark, tmp_path):
+    cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
+    from sparkqos.spark.transforms import compile_transforms
+
+    C.write_bursty_trace(tmp_path / "t.parquet", rate=100, seconds=1, seed=2)
+    transforms, classes, priorities = cm.plans_for(["join"], rate=400, load=0.5)["join"]()
+    compiled = compile_transforms(C.keyed(C.replay_df(spark, tmp_path / "t.parquet")), transforms, classes, priorities)
+    kinds = [compiled.operators[n].__class__.__name__ for n in compiled.plan.queries["join"].operators]
+    assert kinds.count("IntervalJoin") == 1 and kinds.count("Synthetic") == 3
+    assert len(compiled.plan.paths) == 2
+
+
+def test_synthetic_operators_keep_their_declared_share_of_trace_rows(spark, tmp_path):
+    """Keyed by the event time in µs, a synthetic operator keeps its declared share of a recorded
+    trace's rows, in Spark's own run and in the executor's alike."""
+    import sparkqos
+
+    rows = C.write_bursty_trace(tmp_path / "t.parquet", rate=1000, seconds=4, seed=4)
+    assert rows > 2000
+    df = C.keyed(spark.read.parquet(str(tmp_path / "t.parquet")))
+    queries = {
+        f"s{int(sigma * 10)}": (lambda d, sigma=sigma: sparkqos.synthetic(d, sigma, seed=17, key=C.KEY))
+        for sigma in (0.1, 0.5, 0.9)
+    }
+    ours = sparkqos.run(df, queries)
+    # From a replay's start the key is the row's offset in µs, whenever the replay started
+    offsets = C.keyed(spark.read.parquet(str(tmp_path / "t.parquet")), C.ORIGIN_US / C.US).select(C.KEY).toArrow()
+    ts = pq.read_table(tmp_path / "t.parquet").column("ts").cast(pa.int64()).to_numpy()
+    assert offsets.column(C.KEY).to_numpy().tolist() == (ts - C.ORIGIN_US).tolist()
+    for name, t in queries.items():
+        sigma = int(name[1:]) / 10
+        assert abs(t(df).count() / rows - sigma) < 0.05, name
+        assert ours[name].num_rows == t(df).count(), name
 
 
 def test_rss_tree_counts_this_process():
@@ -109,7 +160,7 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     st = C.run_sparkqos(
         spark,
         tmp_path / "t.parquet",
-        two().build(),
+        two(),
         "chain",
         out=tmp_path / "out",
         name="two-chain",
@@ -120,7 +171,8 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
         lead_s=1.0,
     )
     assert st.read_all and st.rows_in == rows
-    assert 0 < st.rows_out() < rows  # σ 0.9 then 0.1
+    assert abs(st.rows_out() / rows - 0.09) < 0.05  # σ 0.9 then 0.1, keyed by the replayed event times
+    assert st.klass_of == {"two": "default"} and st.readers == 1
     assert np.all(st.all_delays() >= 0)
     assert (tmp_path / "out" / "metrics").is_dir()
     table = C.print_table("t", C.SUMMARY_HEADER, C.summary_rows([("two", "chain", st)], rows))

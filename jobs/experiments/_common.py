@@ -211,7 +211,7 @@ def p99_ms(d: np.ndarray) -> float:
 def run_sparkqos(
     spark,
     trace: str | Path,
-    compiled,
+    queries: tuple[Mapping[str, Callable[[Any], Any]], Mapping[str, str], Mapping[str, float]],
     strategy: str,
     *,
     out: str | Path,
@@ -229,7 +229,8 @@ def run_sparkqos(
     lead_s: float = 4.0,
     continuous: bool = True,
 ) -> RunStats:
-    """Replay ``trace`` through ``compiled`` under ``strategy``; stop once every row was read
+    """Replay ``trace`` through ``queries`` (transforms, query → class, class → priority, as
+    :func:`synthetic_transforms` gives them) under ``strategy``; stop once every row was read
     (then ``finish()`` drains the queues if ``drain``). The replay starts ``lead_s`` after the
     query, so start-up is not measured as delay. Metrics go to ``out/metrics`` (run ``name``),
     outputs to ``out/outputs/name``. The strategies run as the papers give them
@@ -242,15 +243,16 @@ def run_sparkqos(
     shutil.rmtree(ckpt, ignore_errors=True)
     shutil.rmtree(out / "outputs" / name, ignore_errors=True)
     drop_metrics(out, name)
-    klass_of = {q.name: q.klass for q in compiled.plan.queries.values()}
-    stats = RunStats(klass_of, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
+    transforms, classes, priorities = queries
+    stats = RunStats({}, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
     ts = pq.read_table(trace, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
     stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
-    stats.readers = max(1, sum(1 for op in compiled.plan for src in op.inputs if src in compiled.plan.streams))
-    stats.replay_start = time.time() + lead_s
+    stats.replay_start = float(f"{time.time() + lead_s:.6f}")  # as replay_df passes it on
     handle = sparkqos.stream(
-        replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start),
-        compiled.fresh(),
+        keyed(replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start), origin_s=stats.replay_start),
+        dict(transforms),
+        classes=dict(classes),
+        priorities=dict(priorities),
         strategy=strategy,
         strategy_params=dict(strategy_params or {}),
         qos=qos,
@@ -267,6 +269,9 @@ def run_sparkqos(
         class_shares=False,
         top_class_s=0.0,  # no serving of the top class at each trigger: the strategy alone decides
     )
+    plan = handle.loop.compiled.plan
+    stats.klass_of = {q.name: q.klass for q in plan.queries.values()}
+    stats.readers = max(1, sum(1 for op in plan for src in op.inputs if src in plan.streams))
     query = handle.start()
     deadline = time.time() + 4 * trace_s + 60
     try:
@@ -334,37 +339,78 @@ def rss_tree_bytes(pid: int) -> int:
     return total
 
 
-def synthetic_queries(plan, cost_unit_s: float, schema=None, classes=None):
-    """A QuerySet running a scheduling ``plan`` (the simulator's, e.g. jobs/cqc_sim.cqc_plan) on
-    the one replayed sensor stream: every operator becomes a synthetic operator with its declared
-    selectivity and ``cost × cost_unit_s`` seconds of CPU per row; every plan stream is a read of
-    the sensor stream; a two-input operator (a join in the plan) is a union of its inputs then a
-    synthetic operator (same σ per input row — the row counts, not the matching, are what the
-    strategies see)."""
-    from sparkqos.examples import SENSOR_SCHEMA
-    from sparkqos.query import QuerySet
+#: The per-row integer key the synthetic operators hash (see :func:`keyed`).
+KEY = "rid"
 
-    qs = QuerySet(classes=dict(classes if classes is not None else plan.classes))
-    s = qs.stream("sensors", schema or SENSOR_SCHEMA)
-    built: dict[str, Any] = {}
 
-    def build(name: str):
-        if name not in plan:
-            return s
-        if name in built:
-            return built[name]
-        op = plan[name]
-        ins = [build(i) for i in op.inputs]
-        rel = ins[0] if len(ins) == 1 else ins[0].union(*ins[1:])
-        seed = (sum(map(ord, name)) * 131 + len(built)) % 100_000
-        rel = rel.synthetic(selectivity=min(1.0, float(op.selectivity)), cost_s=float(op.cost) * cost_unit_s, seed=seed)
-        built[name] = rel
-        return rel
+def keyed(df, origin_s: float | None = None):
+    """``df`` with :data:`KEY`, a per-row integer the synthetic operators keep or drop rows by:
+    the event time in µs (``sensor_id`` has only 64 values, too few to keep a declared share of
+    rows), counted from ``origin_s`` (epoch s) when given — a replay's ``start``, so every run of
+    a retimed trace keeps the same rows whenever it starts. The runner adds it to the replayed
+    stream, so Spark computes it before sparkqos sees the rows and it costs no operator in the
+    queries."""
+    from pyspark.sql import functions as F
+
+    seconds = F.col("ts").cast("double")
+    if origin_s is None:
+        return df.withColumn(KEY, (seconds * 1e6).cast("long"))
+    return df.withColumn(KEY, F.round((seconds - F.lit(float(origin_s))) * 1e6).cast("long"))
+
+
+def synthetic_transforms(
+    plan: Plan, cost_unit_s: float, classes: Mapping[str, float] | None = None
+) -> tuple[dict[str, Callable[[Any], Any]], dict[str, str], dict[str, float]]:
+    """PySpark transforms running a scheduling ``plan`` (the simulator's, e.g. jobs/cqc_sim.cqc_plan)
+    on the one replayed sensor stream, for ``sparkqos.stream(df, transforms, classes=...,
+    priorities=...)``; returns (query → transform, query → class, class → priority).
+
+    Every operator becomes ``sparkqos.synthetic`` with its declared selectivity (at most 1) and
+    ``cost × cost_unit_s`` seconds of CPU per row, keyed by :data:`KEY`; every plan stream is
+    the sensor stream; a two-input operator (a join in the plan) is a ``unionByName`` of its
+    inputs then a synthetic operator (same σ per input row: the row counts, not the matching, are
+    what the strategies see). A query's result drops the key again (one select per query). The
+    transforms expect the key on their input (:func:`keyed`) and add it themselves when it is
+    missing (then each read of the stream costs one more select). ``classes`` (class →
+    priority) defaults to the plan's."""
+    import sparkqos
+
+    seeds: dict[str, int] = {}
+
+    def number(name: str) -> None:  # the seed of each operator, in the order the plan builds them
+        if name not in plan or name in seeds:
+            return
+        for i in plan[name].inputs:
+            number(i)
+        seeds[name] = (sum(map(ord, name)) * 131 + len(seeds)) % 100_000
 
     for root in plan.roots():
-        q = plan.query_of(root)
-        build(root).sink(q, klass=plan.class_of(root))
-    return qs
+        number(root)
+
+    def transform(root: str) -> Callable[[Any], Any]:
+        def run(df):
+            columns = [c for c in df.columns if c != KEY]
+            source = df if KEY in df.columns else keyed(df)
+
+            def build(name: str):
+                if name not in plan:
+                    return source
+                op = plan[name]
+                ins = [build(i) for i in op.inputs]
+                rel = ins[0]
+                for other in ins[1:]:
+                    rel = rel.unionByName(other)
+                sigma = min(1.0, float(op.selectivity))
+                return sparkqos.synthetic(rel, sigma, cost_s=float(op.cost) * cost_unit_s, seed=seeds[name], key=KEY)
+
+            return build(root).select(*columns)
+
+        return run
+
+    transforms = {plan.query_of(root): transform(root) for root in plan.roots()}
+    query_classes = {plan.query_of(root): plan.class_of(root) for root in plan.roots()}
+    priorities = dict(classes if classes is not None else plan.classes)
+    return transforms, query_classes, priorities
 
 
 def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list[list[Any]]:
@@ -493,7 +539,9 @@ def run_experiment(
     run_name: Callable[[str, str], str] | None = None,
 ) -> tuple[list[tuple[str, str, RunStats]], int]:
     """Record one trace, run every (plan, strategy) through Spark in one session, print a line per
-    trigger; returns [(plan, strategy, stats)] and the trace's row count."""
+    trigger; ``plans`` maps a plan name to a function giving its queries as
+    :func:`synthetic_transforms` does (transforms, classes, priorities). Returns [(plan, strategy,
+    stats)] and the trace's row count."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.parquet"
@@ -521,7 +569,7 @@ def run_experiment(
     run_sparkqos(
         spark,
         trace,
-        plans[p0]().build(),
+        plans[p0](),
         s0.split(":")[0],
         out=out,
         name="_warmup",
@@ -541,11 +589,10 @@ def run_experiment(
     for i, (p, s) in enumerate(pairs):
         name = run_name(p, s) if run_name else f"{p}-{s}"
         print(f"-- run {i + 1}/{len(pairs)}: {name}  (elapsed {time.time() - t0:.0f}s)", flush=True)
-        compiled = plans[p]().build()
         st = run_sparkqos(
             spark,
             trace,
-            compiled,
+            plans[p](),
             s.split(":")[0],
             out=out,
             name=name,

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     for p in args.plans.split(","):
         plan = PLANS[p]()
         unit = C.cost_unit_for(plan, args.rate, args.load)
-        plans[p] = lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, classes={})
+        plans[p] = lambda plan=plan, unit=unit: C.synthetic_transforms(plan, unit, classes={})
     strategies = args.strategies.split(",")
     singles = [s for s in strategies if not s.startswith("adaptive")]
 

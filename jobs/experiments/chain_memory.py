@@ -6,8 +6,9 @@
 Plans on the replayed bursty trace (synthetic operators, costs scaled so the mean rate loads the
 executor to ``--load`` of one core; bursts overload it):
 ``two`` and ``four`` — single-stream chains whose early operators are cheap but barely filter and
-whose later ones filter hard (where Chain departs from FIFO/greedy), ``join`` — a real sliding-
-window join of two filtered branches of the stream, then a filter, and ``mix`` — three such
+whose later ones filter hard (where Chain departs from FIFO/greedy), ``join`` — a real stream–
+stream join of two filtered branches of the stream (same sensor, event times ≤ 50 ms apart), then a
+filter, and ``mix`` — three such
 queries side by side. Claim (Chain §6, Theorem 4.2): chain keeps the least queued memory, fifo
 and rr the most. Memory is the rows in the system at the end of each trigger: sparkqos's queues
 plus the rows the source had released that Spark had not read yet (× the operators reading the
@@ -25,10 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
 
-from sparkqos.examples import SENSOR_SCHEMA  # noqa: E402
-from sparkqos.executor.expressions import col  # noqa: E402
-from sparkqos.query import QuerySet  # noqa: E402
+import sparkqos  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,29 +40,45 @@ CHAINS = {
 }
 
 
-def join(unit_s: float) -> QuerySet:
+def join(unit_s: float):
     """A quarter of the sensors (sensor_id < 16), split into two filtered branches with costly
-    selective steps, joined on sensor_id over a 50 ms sliding window, then a hard filter. The join
-    is real work on top of the declared costs, so the declared units are sized to the rest of
-    ``--load`` (see plans_for)."""
-    qs = QuerySet()
-    s = qs.stream("sensors", SENSOR_SCHEMA)
-    left = (
-        s.where((col("sensor_id") < 16) & (col("temperature") > 22.0))
-        .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=3)
-        .select("sensor_id", "temperature", "ts")
-    )
-    right = (
-        s.where((col("sensor_id") < 16) & (col("humidity") > 55.0))
-        .synthetic(selectivity=0.5, cost_s=2 * unit_s, seed=4)
-        .select("sensor_id", col("humidity").alias("r_humidity"))
-    )
-    (left.join(right, on="sensor_id", seconds=0.05).synthetic(selectivity=0.1, cost_s=unit_s, seed=5).sink("join"))
-    return qs
+    selective steps, joined on sensor_id and event times at most 50 ms apart, then a hard filter.
+    The join is real work on top of the declared costs, so the declared units are sized to the rest
+    of ``--load`` (see plans_for). Returns (transforms, classes, priorities) as
+    :func:`_common.synthetic_transforms` does."""
+
+    def query(df):
+        if C.KEY not in df.columns:
+            df = C.keyed(df)
+        left = (
+            sparkqos.synthetic(
+                df.where((F.col("sensor_id") < 16) & (F.col("temperature") > 22.0)), 0.5, cost_s=2 * unit_s, seed=3, key=C.KEY
+            )
+            .select("sensor_id", "temperature", "ts", C.KEY)
+            .withWatermark("ts", "1 second")
+        )
+        right = (
+            sparkqos.synthetic(
+                df.where((F.col("sensor_id") < 16) & (F.col("humidity") > 55.0)), 0.5, cost_s=2 * unit_s, seed=4, key=C.KEY
+            )
+            .select(F.col("sensor_id").alias("r_sensor_id"), F.col("humidity").alias("r_humidity"), F.col("ts").alias("r_ts"))
+            .withWatermark("r_ts", "1 second")
+        )
+        near = (
+            (left.sensor_id == right.r_sensor_id)
+            & (right.r_ts >= left.ts - F.expr("INTERVAL 50 MILLISECONDS"))
+            & (right.r_ts <= left.ts + F.expr("INTERVAL 50 MILLISECONDS"))
+        )
+        joined = left.join(right, near, "inner")
+        hard = sparkqos.synthetic(joined, 0.1, cost_s=unit_s, seed=5, key=C.KEY)
+        return hard.select("sensor_id", "temperature", "ts", "r_humidity")
+
+    return {"join": query}, {}, {}
 
 
 def plans_for(names, rate: float, load: float) -> dict:
-    """Plan name → QuerySet factory, declared costs scaled to ``load`` of one core at ``rate``."""
+    """Plan name → factory of its queries (transforms, classes, priorities), declared costs scaled
+    to ``load`` of one core at ``rate``."""
     out = {}
     for name in names:
         if name == "join":
@@ -73,7 +89,7 @@ def plans_for(names, rate: float, load: float) -> dict:
         elif name in CHAINS:
             plan = C.chain_plan(CHAINS[name])
             unit = C.cost_unit_for(plan, rate, load)
-            out[name] = lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, SENSOR_SCHEMA, classes={})
+            out[name] = lambda plan=plan, unit=unit: C.synthetic_transforms(plan, unit, classes={})
         else:
             raise SystemExit(f"unknown plan {name!r}; choose from two, four, join, mix")
     return out

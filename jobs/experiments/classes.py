@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         base, classes = WORKLOADS[w]
         plan = cqc_plan(base, args.plan_seed)
         units[w] = C.cost_unit_for(plan, args.rate, args.load)
-        plans[w] = lambda plan=plan, classes=classes, unit=units[w]: C.synthetic_queries(plan, unit, classes=classes)
+        plans[w] = lambda plan=plan, classes=classes, unit=units[w]: C.synthetic_transforms(plan, unit, classes=classes)
     args.work_us = 0
     results, rows = C.run_experiment(
         "classes",

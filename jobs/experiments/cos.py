@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     for n in args.plans.split(","):
         plan = cos_plan(int(n), args.plan_seed)
         unit = C.cost_unit_for(plan, args.rate, args.load)
-        plans[f"{len(plan)}ops"] = lambda plan=plan, unit=unit: C.synthetic_queries(plan, unit, classes={})
+        plans[f"{len(plan)}ops"] = lambda plan=plan, unit=unit: C.synthetic_transforms(plan, unit, classes={})
 
     results, rows = C.run_experiment(
         "cos", args, plans, args.strategies.split(","), strategy_params=lambda p, s: {"T": args.T} if s == "cos" else {}

@@ -21,9 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
 
-from sparkqos.examples import SENSOR_SCHEMA  # noqa: E402
 from sparkqos.model.plan import Plan  # noqa: E402
-from sparkqos.query import QuerySet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +57,8 @@ def main(argv=None) -> int:
     unit = C.cost_unit_for(plan, args.rate, args.load)
     args.work_us = unit * 1e6
 
-    def paths() -> QuerySet:
-        return C.synthetic_queries(plan, unit, SENSOR_SCHEMA, classes={})
+    def paths():
+        return C.synthetic_transforms(plan, unit, classes={})
 
     def profile(t: float) -> float:
         return args.load_from + (args.load_to - args.load_from) * t / args.seconds
