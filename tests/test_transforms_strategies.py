@@ -42,12 +42,12 @@ def table() -> pa.Table:
     return pa.table([pa.array(list(c), f.type) for c, f in zip(cols, SCHEMA, strict=True)], schema=SCHEMA)
 
 
-@F.pandas_udf("double")
-def scaled(d: pd.Series, i: pd.Series) -> pd.Series:
+def _scaled(d: pd.Series, i: pd.Series) -> pd.Series:
     return d * 2.0 + i.astype("float64")
 
 
 def queries(spark):
+    scaled = F.pandas_udf(_scaled, "double")  # made once a session exists
     lookup = spark.createDataFrame([("a", 10.0), ("b", 20.0), ("b", 21.0), (None, 0.0)], "k string, w double")
     by_k = Window.partitionBy("k").orderBy("ts")
     return {
