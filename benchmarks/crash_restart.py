@@ -181,16 +181,23 @@ def oracle(trace: pa.Table, compiled_factory) -> dict[str, pa.Table]:
     from sparkqos import schedulers
     from sparkqos.executor.loop import replay
 
+    compiled = compiled_factory()
+    (stream, schema), *_ = compiled.sources.items()
     ts = trace.column("ts").cast(pa.int64()).to_numpy() / 1e6
-    batch = trace.set_column(4, "ts", pa.array(ts)).combine_chunks().to_batches()[0]
-    ex = replay(compiled_factory(), schedulers.get("fifo"), [(float(ts.min()), "sensors", batch)])
+    batch = trace.cast(schema).combine_chunks().to_batches()[0]
+    ex = replay(compiled, schedulers.get("fifo"), [(float(ts.min()), stream, batch)])
     return {q: ex.result(q) for q in ex.compiled.roots}
 
 
 def rows_of(table: pa.Table) -> Counter:
     cols = sorted(table.column_names)
     data = table.select(cols).to_pylist()
-    return Counter(tuple(round(v, 6) if isinstance(v, float) else v for v in (r[c] for c in cols)) for r in data)
+    def cell(v):
+        if isinstance(v, dict):  # a window struct
+            return tuple(v.values())
+        return round(v, 6) if isinstance(v, float) else v
+
+    return Counter(tuple(cell(r[c]) for c in cols) for r in data)
 
 
 def compare(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> dict[str, dict[str, int]]:
@@ -216,10 +223,25 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--keep", help="keep the run folders here instead of a temporary folder")
     args = parser.parse_args()
-    from sparkqos.examples import sensor_queries
-
     def factory():
-        return sensor_queries(work_us=150.0, window_s=10.0).build()
+        """The job's plan: its PySpark transforms (conf defaults) compiled over the replay source."""
+        from pyspark.sql import SparkSession
+
+        from sparkqos import sources
+        from sparkqos.examples import SENSOR_CLASSES
+        from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
+        from sparkqos.spark.transforms import compile_transforms
+
+        spark = (
+            SparkSession.builder.master("local[1]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate()
+        )
+        sources.register(spark)
+        df = spark.readStream.format("sparkqos.replay").option("path", str(trace_path)).option("speed", "max").load()
+        queries = sensor_transforms(work_us=150.0, window_s=10.0, watermark_s=2.0)
+        return compile_transforms(df, queries, SENSOR_QUERY_CLASSES, SENSOR_CLASSES)
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkqos-crash-"))
     shutil.rmtree(work, ignore_errors=True)

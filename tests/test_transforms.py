@@ -204,6 +204,21 @@ def q_casts(df):
     )
 
 
+def q_strings(df):
+    c = F.col
+    return df.select(
+        F.concat(c("s"), F.lit("|"), c("s")).alias("cat"),  # null when any part is null
+        F.concat(c("s"), c("i").cast("string")).alias("cat_num"),
+        F.trim(F.concat(F.lit("  "), c("s"), F.lit(" \t "))).alias("trim"),  # spaces only
+        F.ltrim(F.concat(F.lit("  "), c("s"))).alias("ltrim"),
+        F.rtrim(F.concat(c("s"), F.lit("  "))).alias("rtrim"),
+        *(
+            F.substring(c("s"), pos, length).alias(f"sub_{i}")
+            for i, (pos, length) in enumerate([(1, 2), (0, 1), (2, 100), (-1, 1), (-3, 2), (-9, 3), (3, -1), (-2, 0)])
+        ),
+    )
+
+
 def q_projection(df):
     return (
         df.withColumn("twice", F.col("i") * 2)
@@ -238,13 +253,16 @@ ALL = {
     "math": q_math,
     "casts": q_casts,
     "projection": q_projection,
+    "strings": q_strings,
     "union": q_union,
     "self_union": q_self_union,
     "identity": q_identity,
 }
 
 
-@pytest.mark.parametrize("group", [("filters", "arith"), ("compare", "functions"), ("math", "casts"), ("projection", "union")])
+@pytest.mark.parametrize(
+    "group", [("filters", "arith"), ("compare", "functions"), ("math", "casts"), ("projection", "union"), ("strings",)]
+)
 @EXAMPLES
 @given(data=rows, strategy=st.sampled_from(STRATEGIES))
 def test_constructs_equal_spark(spark_sql, group, data, strategy):
@@ -359,7 +377,7 @@ UNSUPPORTED = {
     "MapInPandas": lambda d: d.mapInPandas(lambda it: it, d.schema),
     "MapInArrow": lambda d: d.mapInArrow(lambda it: it, d.schema),
     "regexp_extract": lambda d: d.select(F.regexp_extract("s", "a", 0).alias("r")),
-    "substring": lambda d: d.select(F.substring("s", 1, 2).alias("r")),
+    "substring": lambda d: d.select(F.substring("s", F.col("i"), 2).alias("r")),  # a position from a column
     "cast": lambda d: d.select(F.col("d").cast("string").alias("r")),
     "round": lambda d: d.select(F.round("d", 2).alias("r")),
     "pmod": lambda d: d.select(F.pmod("i", F.lit(2)).alias("r")),

@@ -796,6 +796,34 @@ def _is_nan(x: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
     return pc.fill_null(pc.is_nan(x), False)  # isnan(null) is false in Spark
 
 
+def _concat(*xs: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+    # Spark's concat: null when any argument is null
+    return pc.binary_join_element_wise(*xs, "", null_handling="emit_null")
+
+
+def _trim(characters: str, how: str):
+    kernel = {"both": pc.utf8_trim, "left": pc.utf8_ltrim, "right": pc.utf8_rtrim}[how]
+    return lambda x: kernel(x, characters=characters)
+
+
+def substring(x: pa.Array | pa.Scalar, pos: int, length: int) -> pa.Array | pa.Scalar:
+    """Spark's ``substring(str, pos, len)`` (UTF8String.substringSQL) in characters: 1-based
+    ``pos``, 0 taken as 1, a negative ``pos`` counts from the end; the end is fixed before a
+    start before the beginning is moved up to it; a negative ``length`` gives ''."""
+    if pos > 0:
+        start, stop = pos - 1, pos - 1 + max(length, 0)
+    elif pos == 0:
+        start, stop = 0, max(length, 0)
+    else:  # start = n + pos and end = start + length, both per row: Python's negative indices
+        start = pos
+        stop = None if pos + length >= 0 else pos + length
+        if length <= 0:
+            stop = start  # empty
+    if stop is not None and stop == start:
+        return pc.utf8_slice_codeunits(x, 0, 0)
+    return pc.utf8_slice_codeunits(x, start, stop) if stop is not None else pc.utf8_slice_codeunits(x, start)
+
+
 #: Functions :class:`Call` evaluates, by name: their vectorised Spark-exact implementation and
 #: the kinds of arguments they take (None: any). The result type is what the implementation
 #: gives on the argument types (checked when the plan is built).
@@ -809,6 +837,10 @@ FUNCTIONS: dict[str, tuple[Any, tuple[str, ...] | None]] = {
     "lower": (pc.utf8_lower, ("string",)),
     "upper": (pc.utf8_upper, ("string",)),
     "length": (pc.utf8_length, ("string",)),
+    "concat": (_concat, ("string",)),
+    "trim": (_trim(" ", "both"), ("string",)),  # Spark trims spaces only, not tabs or newlines
+    "ltrim": (_trim(" ", "left"), ("string",)),
+    "rtrim": (_trim(" ", "right"), ("string",)),
     "round": (_round_half_up, ("numeric",)),
     "coalesce": (lambda *xs: pc.coalesce(*xs), None),
     "greatest": (lambda *xs: _greatest(*xs, op=">"), None),
@@ -842,6 +874,32 @@ class Call(Expr):
 
     def evaluate(self, batch: pa.RecordBatch):
         return FUNCTIONS[self.fn][0](*(a.evaluate(batch) for a in self.args))
+
+
+class Substring(Expr):
+    """Spark's ``substring(child, pos, length)`` with literal ``pos`` and ``length``
+    (:func:`substring`)."""
+
+    def __init__(self, child: Expr, pos: int, length: int):
+        self.child, self.pos, self.length = child, int(pos), int(length)
+
+    def __repr__(self) -> str:
+        return f"substring({self.child!r}, {self.pos}, {self.length})"
+
+    def columns(self) -> set[str]:
+        return self.child.columns()
+
+    def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        t = self.child.check(schema, where)
+        if _kind(t) not in ("string", "null"):
+            raise ExpressionError(f"operator {where!r}: substring() needs a string, got {_describe(self.child, t)}")
+        return pa.string() if pa.types.is_null(t) else t
+
+    def evaluate(self, batch: pa.RecordBatch):
+        x = self.child.evaluate(batch)
+        if pa.types.is_null(x.type):
+            return _null_of(pa.string())
+        return substring(x, self.pos, self.length)
 
 
 class StringMatch(Expr):

@@ -46,6 +46,7 @@ from sparkqos.executor.expressions import (
     SqlArith,
     SqlCompare,
     StringMatch,
+    Substring,
     cast_supported,
 )
 from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union
@@ -146,6 +147,7 @@ _CALLS = {
     "Lower": "lower",
     "Upper": "upper",
     "Length": "length",
+    "Concat": "concat",
     "Coalesce": "coalesce",
     "Greatest": "greatest",
     "Least": "least",
@@ -473,6 +475,15 @@ class _QueryCompiler:
             if to is None or not cast_supported(src, to):
                 raise self.unsupported(f"Spark function 'cast' from {src} to {f['dataType']}")
             return Cast(child, to)
+        if cls in ("StringTrim", "StringTrimLeft", "StringTrimRight"):
+            if len(kids) != 1:
+                raise self.unsupported(f"Spark function '{cls}' with characters to trim")
+            return Call({"StringTrim": "trim", "StringTrimLeft": "ltrim", "StringTrimRight": "rtrim"}[cls], sub(kids[0]))
+        if cls == "Substring":
+            bounds = [k.fields.get("value") if k.cls == "Literal" else None for k in kids[1:]]
+            if any(b is None for b in bounds):
+                raise self.unsupported("Spark function 'substring' with a position or length that is not a literal")
+            return Substring(sub(kids[0]), int(bounds[0]), int(bounds[1]))
         if cls == "Round":
             scale = kids[1]
             if scale.cls != "Literal" or scale.fields.get("value") != "0":
