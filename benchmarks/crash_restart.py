@@ -192,6 +192,7 @@ def oracle(trace: pa.Table, compiled_factory) -> dict[str, pa.Table]:
 def rows_of(table: pa.Table) -> Counter:
     cols = sorted(table.column_names)
     data = table.select(cols).to_pylist()
+
     def cell(v):
         if isinstance(v, dict):  # a window struct
             return tuple(v.values())
@@ -223,6 +224,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--keep", help="keep the run folders here instead of a temporary folder")
     args = parser.parse_args()
+
     def factory():
         """The job's plan: its PySpark transforms (conf defaults) compiled over the replay source."""
         from pyspark.sql import SparkSession
