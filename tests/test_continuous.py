@@ -263,10 +263,12 @@ def test_a_restore_from_a_per_trigger_checkpoint_continues_continuously(tmp_path
 def test_close_joins_the_worker_and_a_later_trigger_starts_a_new_one(tmp_path):
     loop = make_loop(tmp_path, continuous=True)
     loop.close()  # never started: nothing to do
+    loop.reopen()
     loop.process(BATCHES[0], 0)
     assert len(continuous_threads()) == 1
     loop.close()
     assert continuous_threads() == []
+    loop.reopen()  # what QosStream.start() does
     loop.process(BATCHES[1], 1)
     assert len(continuous_threads()) == 1
     loop.close()
@@ -339,3 +341,18 @@ def test_executor_serve_checks_its_operators(tmp_path):
     loop = make_loop(tmp_path)
     with pytest.raises(ArgumentError, match="unknown operator"):
         loop.executor.serve(["nope"])
+
+
+def test_a_trigger_still_running_when_the_stream_is_closed_does_not_restart_the_worker(tmp_path):
+    """QosStream.stop() closes the loop while Spark may still be inside a trigger: that trigger
+    ends without handing the executor back to a worker thread, and reopen() (a new start) allows
+    it again."""
+    loop = make_loop(tmp_path, continuous=True)
+    loop.process(BATCHES[0], 0)
+    loop.close()
+    loop.process(BATCHES[1], 1)  # the trigger that was in flight
+    assert continuous_threads() == [] and loop.last_batch == 1
+    loop.reopen()
+    loop.process(BATCHES[2], 2)
+    assert len(continuous_threads()) == 1
+    loop.close()

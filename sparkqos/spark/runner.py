@@ -123,6 +123,7 @@ class QosStream:
     def start(self):
         """Restore from the checkpoint and start the streaming query; returns the StreamingQuery."""
         self.restore()
+        self.loop.reopen()
         writer = (
             self.df.writeStream.foreachBatch(BatchFunction(self.loop.compiled, self.config, self.loop))
             .option("checkpointLocation", str(self.config.checkpoint / "spark"))

@@ -211,6 +211,7 @@ class TriggerLoop:
         self.worker: ContinuousWorker | None = None
         self.top_class: str | None = None
         self._top_operators: tuple[str, ...] = ()
+        self.closed = False  # close() was called: a trigger still in flight must not restart the worker
         if config.continuous:
             on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
             # a worker not resumed by a trigger for this long ends by itself (Spark Connect: the stream was stopped)
@@ -263,7 +264,8 @@ class TriggerLoop:
             # restores the checkpoint and replays the batch).
             worker.close()
             raise
-        worker.resume()
+        if not self.closed:
+            worker.resume()
         return progress
 
     def _trigger(self, table: pa.Table, batch_id: int, started: float) -> dict[str, Any]:
@@ -309,9 +311,16 @@ class TriggerLoop:
 
     def close(self) -> None:
         """Stop the continuous worker and join its thread (nothing to do otherwise). What it
-        produced since the last trigger is not written: a restart redoes it from the checkpoint."""
+        produced since the last trigger is not written: a restart redoes it from the checkpoint.
+        A trigger still running when the stream is stopped ends without handing the executor
+        back to the worker; :meth:`reopen` (a new start) allows it again."""
+        self.closed = True
         if self.worker is not None:
             self.worker.close()
+
+    def reopen(self) -> None:
+        """After :meth:`close`: triggers hand the executor to the worker again."""
+        self.closed = False
 
     def _arrivals(self, table: pa.Table, started: float) -> np.ndarray | float:
         if self.arrival_col is None or table.num_rows == 0:
