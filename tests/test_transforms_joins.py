@@ -268,7 +268,7 @@ def _refused_static(lookup):
         (lambda d: d.join(lookup, d.k.eqNullSafe(lookup.k)), "null-safe equality"),
         (lambda d: d.crossJoin(lookup), "cross join"),
         (lambda d: lookup.join(d, "k", "left"), "left join with a static DataFrame.*stream on the right"),
-        (lambda d: d.join(lookup, d.s == lookup.name), "two columns of the same name"),
+        (lambda d: d.join(lookup, d.s == lookup.name), "output columns with the same name"),
     ]
 
 
