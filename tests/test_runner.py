@@ -292,8 +292,10 @@ def test_stop_ends_a_running_query_without_error(replay_df, tmp_path):
     assert h.recentProgress
 
 
-def continuous_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("sparkqos-continuous")]
+def continuous_threads(name: str) -> list[threading.Thread]:
+    """The worker threads of the stream called ``name`` (other tests' streams may still have one
+    serving until its orphan timeout: a stream that ends by itself is not closed)."""
+    return [t for t in threading.enumerate() if t.name == f"sparkqos-continuous-{name}"]
 
 
 def test_continuous_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path):
@@ -309,9 +311,10 @@ def test_continuous_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_pat
             continuous=True,
             checkpoint=tmp_path / "ckpt",
             output=tmp_path,
+            name="continuous_equal",
         )
     )
-    assert continuous_threads() == []
+    assert continuous_threads("continuous_equal") == []
     assert handle.last_batch >= 4 and all("executorBusyFraction" in p for p in handle.recentProgress)
     assert_same_as_spark(spark, read_parquet_sink(tmp_path / "outputs"), expected_outputs(spark, trace[1]))
 
@@ -352,12 +355,13 @@ def test_stop_stops_the_continuous_worker(replay_df, tmp_path):
         continuous=True,
         checkpoint=tmp_path / "ckpt",
         output=tmp_path,
+        name="stop_stops",
     )
     query = h.start()
     deadline = time.time() + 60
     while not h.recentProgress and time.time() < deadline:
         time.sleep(0.1)
-    assert len(continuous_threads()) == 1
+    assert len(continuous_threads("stop_stops")) == 1
     h.stop()
     assert not query.isActive and query.exception() is None
-    assert continuous_threads() == []
+    assert continuous_threads("stop_stops") == []
