@@ -27,6 +27,29 @@ US = 1_000_000
 ORIGIN_US = 1_700_000_000 * US
 
 
+def _profile_peak(rate_profile: Callable[[float], float] | None, seconds: float) -> float:
+    """The largest factor of ``rate_profile`` over ``seconds`` (1 without one); checks both."""
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    if rate_profile is None:
+        return 1.0
+    peak = max(rate_profile(float(s)) for s in range(int(math.ceil(seconds))))
+    if not peak > 0:
+        raise ValueError("rate_profile is zero everywhere")
+    return peak
+
+
+def _thin(flow: np.ndarray, ts: np.ndarray, rate_profile, peak: float, seconds: float, seed: int):
+    """Arrivals drawn at ``peak`` times the rate, each of second t kept with probability
+    rate_profile(t) / peak (so a rising load keeps the arrival pattern); unchanged without one."""
+    if rate_profile is None:
+        return flow, ts
+    keep_p = np.array([rate_profile(float(s)) / peak for s in range(int(math.ceil(seconds)) + 1)])
+    u = np.random.default_rng([seed, 99]).random(ts.size)
+    keep = u < keep_p[(ts // US).astype(np.int64)]
+    return flow[keep], ts[keep]
+
+
 def write_bursty_trace(
     path: str | Path,
     rate: float,
@@ -49,20 +72,10 @@ def write_bursty_trace(
     Returns the number of rows."""
     from sparkqos.sources.generators import BurstyGenerator, payload_table
 
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
-    peak = 1.0
-    if rate_profile is not None:
-        peak = max(rate_profile(float(s)) for s in range(int(math.ceil(seconds))))
-        if not peak > 0:
-            raise ValueError("rate_profile is zero everywhere")
+    peak = _profile_peak(rate_profile, seconds)
     gen = BurstyGenerator(rate=rate * peak, flows=flows, off_scale=off_scale, seed=seed)
     flow, ts = gen.arrivals(0, int(seconds * US))
-    if rate_profile is not None:
-        keep_p = np.array([rate_profile(float(s)) / peak for s in range(int(math.ceil(seconds)) + 1)])
-        u = np.random.default_rng([seed, 99]).random(ts.size)
-        keep = u < keep_p[(ts // US).astype(np.int64)]
-        flow, ts = flow[keep], ts[keep]
+    flow, ts = _thin(flow, ts, rate_profile, peak, seconds, seed)
     table = payload_table(payload, seed, flow, ts + ORIGIN_US + int(warmup_s * US))
     if warmup_s > 0:
         if payload != "sensor":
@@ -466,13 +479,7 @@ def write_vessel_trace(
     from sparkqos.sources.ais import vessel_trace
     from sparkqos.sources.generators import payload_table
 
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
-    peak = 1.0
-    if rate_profile is not None:
-        peak = max(rate_profile(float(s)) for s in range(int(math.ceil(seconds))))
-        if not peak > 0:
-            raise ValueError("rate_profile is zero everywhere")
+    peak = _profile_peak(rate_profile, seconds)
     source, _ = vessel_trace(cache_dir=Path(__file__).resolve().parents[2] / "output" / "traces")
     recorded = pq.read_table(source, columns=["mmsi", "ts"])
     us = recorded.column("ts").cast(pa.int64()).to_numpy()
@@ -487,11 +494,7 @@ def write_vessel_trace(
     ts = ((us[first:last] - us[first]) * (seconds * US / (span_us + 1))).astype(np.int64)
     keep = slice(first, last)
     flow = recorded.column("mmsi").to_numpy()[keep] % flows
-    if rate_profile is not None:
-        keep_p = np.array([rate_profile(float(s)) / peak for s in range(int(math.ceil(seconds)) + 1)])
-        u = np.random.default_rng([seed, 99]).random(ts.size)
-        kept = u < keep_p[(ts // US).astype(np.int64)]
-        flow, ts = flow[kept], ts[kept]
+    flow, ts = _thin(flow, ts, rate_profile, peak, seconds, seed)
     table = payload_table("sensor", seed, flow.astype(np.int64), ts + ORIGIN_US)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
