@@ -242,7 +242,7 @@ def main() -> int:
         )
         sources.register(spark)
         df = spark.readStream.format("sparkqos.replay").option("path", str(trace_path)).option("speed", "max").load()
-        queries = sensor_transforms(work_us=150.0, window_s=10.0, watermark_s=2.0)
+        queries = sensor_transforms(window_s=10.0, watermark_s=2.0)
         return compile_transforms(df, queries, SENSOR_QUERY_CLASSES, SENSOR_CLASSES)
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkqos-crash-"))

@@ -1,6 +1,6 @@
 """sparkqos against what a Spark user does today: one streaming query per query, in FAIR pools.
 
-    .venv/bin/python benchmarks/vs_fair_pools.py [--seconds 60] [--rate 4000] [--work-us 150]
+    .venv/bin/python benchmarks/vs_fair_pools.py [--seconds 60] [--rate 4000] [--model-size 2048]
         [--fair-triggers fast,0.25,0.5,1,2] [--set key=value ...]
 
 One bursty trace (recorded once, replayed at its own pace with ``sparkqos.replay``) feeds, in
@@ -9,9 +9,9 @@ every variant:
 
 * ``fair@T`` — each transform as its own Spark streaming query in the FAIR pool of its class
   (H/C/N, weights 6/3/1: conf/fairscheduler.xml), trigger T seconds (``fast``: as fast as
-  possible). Spark runs the transforms itself; the costly steps spend their declared CPU per row
-  in Spark's Python workers (a pandas UDF, see :mod:`sparkqos.spark.synthetic`), as sparkqos's
-  executor spends it;
+  possible). Spark runs the transforms itself; the costly steps (the anomaly model and the
+  archive's encoding, pandas UDFs) run in Spark's Python workers, the same code sparkqos's
+  executor runs;
 * ``sparkqos`` — the same transforms as one sparkqos stream at sparkqos's defaults
   (``sparkqos.stream(df, queries, classes=..., priorities=...)`` and nothing else; ``--set`` to
   try other settings).
@@ -59,7 +59,7 @@ FAIR_TRIGGERS = ("fast", "0.25", "0.5", "1", "2")
 def _queries(args):
     from sparkqos.spark.examples import sensor_transforms
 
-    return sensor_transforms(work_us=args.work_us, window_s=args.window, watermark_s=args.watermark)
+    return sensor_transforms(model_size=args.model_size, window_s=args.window, watermark_s=args.watermark)
 
 
 def _write_batch(folder: Path, query: str, batch_id: int, table) -> None:
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=4000.0, help="mean rows/s of the trace")
     ap.add_argument("--off-scale", type=float, default=8.0, help="bursty minimum OFF period (s)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--work-us", type=float, default=150.0, help="declared CPU µs per row of the costly steps")
+    ap.add_argument("--model-size", type=int, default=2048, help="anomaly model reference readings")
     ap.add_argument("--window", type=float, default=10.0, help="zone_stats window, seconds")
     ap.add_argument("--watermark", type=float, default=2.0, help="zone_stats watermark delay, seconds")
     ap.add_argument("--fair-triggers", default=",".join(FAIR_TRIGGERS), help="FAIR variants' triggers ('fast' = 0)")
@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     per_run = seconds + args.lead + 25
     print(
         f"vs_fair_pools: trace {rows} rows over {seconds:g}s ({args.warmup:g}s trickle, then bursty, mean "
-        f"{args.rate:g}/s, seed {args.seed}); work {args.work_us:g} µs/row; variants {', '.join(variants)}; "
+        f"{args.rate:g}/s, seed {args.seed}); anomaly model of {args.model_size} readings; variants {', '.join(variants)}; "
         f"expect about {len(variants) * per_run / 60:.0f}-{len(variants) * 2 * per_run / 60:.0f} min",
         flush=True,
     )
@@ -333,7 +333,7 @@ def main(argv=None) -> int:
             cmd += ["--conf", "spark.scheduler.mode=FAIR"]
             cmd += ["--conf", f"spark.scheduler.allocation.file={ROOT / 'conf' / 'fairscheduler.xml'}"]
         cmd += [str(Path(__file__).resolve()), "--variant", v, "--trace", str(trace), "--rows", str(rows)]
-        cmd += ["--seconds", str(seconds), "--work-us", str(args.work_us), "--lead", str(args.lead), "--out", str(out)]
+        cmd += ["--seconds", str(seconds), "--model-size", str(args.model_size), "--lead", str(args.lead), "--out", str(out)]
         cmd += ["--window", str(args.window), "--watermark", str(args.watermark)]
         cmd += [a for s in args.set for a in ("--set", s)] + (["--quiet"] if args.quiet else [])
         print(f"-- {v}", flush=True)
@@ -359,7 +359,7 @@ def main(argv=None) -> int:
     print()
     text = C.print_table(
         f"vs_fair_pools: {rows} rows, {args.warmup:g}s trickle + {args.seconds:g}s bursty trace, {args.rate:g} rows/s "
-        f"mean, work {args.work_us:g} µs, local[2]; delay = sink file written − event time",
+        f"mean, model {args.model_size}, local[2]; delay = sink file written − event time",
         header,
         table,
     )

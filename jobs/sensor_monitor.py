@@ -43,7 +43,7 @@ SCHEMA = {
     },
     "scheduler": kit.scheduler_section(),
     "queries": {
-        "work_us": Key(float, 150.0, "declared CPU µs per row of the costly steps", low=0),
+        "model_size": Key(int, 2048, "reference readings of the anomaly model (its cost per reading grows with it)", low=16),
         "window_s": Key(float, 10.0, "zone statistics window, seconds", low=0, low_open=True),
         "watermark_s": Key(float, 2.0, "zone statistics: a window closes this long after its end", low=0),
     },
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     sources.register(spark)
     df = spark.readStream.format(f"sparkqos.{cfg['source']['format']}").options(**source_options(cfg)).load()
     qcfg = cfg["queries"]
-    queries = sensor_transforms(work_us=qcfg["work_us"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
+    queries = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
     monitor = ClassMonitor(SENSOR_QUERY_CLASSES, watch="fire", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
     handle = sparkqos.stream(
         df,

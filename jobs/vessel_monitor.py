@@ -5,11 +5,11 @@
 One day of real AIS position reports off the US coasts (235,967 reports from 1,185 vessels; see
 sparkqos/sources/ais.py) is turned once into a time-ordered Parquet trace (reports that cannot be
 read go to dead letters beside it, with their reasons) and replayed with ``sparkqos.replay`` at
-``source.speed`` times the recorded pace: the real inter-arrival pattern, compressed. Five
+``source.speed`` times the recorded pace: the real inter-arrival pattern, compressed. Six
 continuous queries, written as ordinary PySpark transforms (sparkqos.spark.vessels): restricted-zone
-alerts (class H), speed anomalies from consecutive positions of each vessel and loitering
-(class C), per-area counts per window and an archive enriched with each vessel's flag state
-(class N). It prints one line per trigger and a summary table per class at the end, like the main
+alerts (class H), speed anomalies and sharp course changes from consecutive positions of each
+vessel (class C), loitering in a window, per-area counts per window and an archive enriched with
+each vessel's flag state (class N). It prints one line per trigger and a summary table per class at the end, like the main
 job; outputs, metrics and an HTML report go under the output folder, leftover queues and state
 under the checkpoint (a second run continues from it; ``--fresh`` starts over). spark-submit.sh
 installs the ``data`` extra (the package tracktable-data) on first use, as the line below asks.
@@ -29,7 +29,7 @@ import _jobkit as kit  # noqa: E402
 from sparkqos.config import ConfigError, Key  # noqa: E402
 
 ROOT = kit.ROOT
-QUERIES = ("geofence", "speeding", "loitering", "area_counts", "archive")  # sparkqos.spark.vessels
+QUERIES = ("geofence", "speeding", "turning", "loitering", "area_counts", "archive")  # sparkqos.spark.vessels
 
 SCHEMA = {
     "job": kit.job_section("vessel_monitor"),

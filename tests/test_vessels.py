@@ -31,7 +31,7 @@ T0 = dt.datetime(2020, 6, 30, 12, 0, tzinfo=UTC)
 
 def handmade() -> pa.Table:
     """Reports that hit every query: a vessel crossing a restricted zone, one jumping, one
-    loitering, flags known and unknown, two vessels reporting in the same second."""
+    loitering, one turning, flags known and unknown, two vessels reporting in the same second."""
     south, north, west, east = RESTRICTED_ZONES["norfolk_naval_station"]
     rows = []
 
@@ -45,6 +45,8 @@ def handmade() -> pa.Table:
     add(538_000_002, 31, -79.0, 25.0, "b", 8)  # in the next 30-minute window
     for i in range(6):  # an MMSI whose digits name no flag state
         add(999_000_003, 3 * i, -120.0, 34.0 + i * 0.01, "c", i)
+    for i, (lon, lat) in enumerate([(-70.0, 42.0), (-69.99, 42.0), (-69.98, 42.0), (-69.98, 42.01), (-69.98, 42.02)]):
+        add(366_000_006, 10 + 4 * i, lon, lat, "f", i)  # east, then a right-angle turn to the north
     add(316_000_004, 5, -123.0, 48.5, "d", 0)
     add(316_000_005, 5, -123.1, 48.5, "e", 0)  # the same second as the one above
     cols = list(zip(*rows, strict=True))

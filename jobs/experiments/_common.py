@@ -118,6 +118,35 @@ def session(app: str, warm_up: bool = True):
     return spark
 
 
+def process_tree_cpu_s(root: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by process ``root`` (default: this one) and every
+    live descendant — the driver, its executor threads, Spark's JVM and its Python workers. Read
+    from /proc; NaN where there is none. (A descendant that already exited is not counted: take
+    differences over a span in which the processes live, as a run's.)"""
+    root = os.getpid() if root is None else root
+    proc = Path("/proc")
+    if not (proc / str(root) / "stat").exists():
+        return math.nan
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state, ppid, ... utime and stime are the 12th and 13th fields.
+        children.setdefault(int(fields[1]), []).append(int(d.name))
+        times[int(d.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 class RunStats:
     """Per-class delays, outputs and peaks of one sparkqos run (fed by the runner's hooks)."""
 
@@ -143,6 +172,8 @@ class RunStats:
         self.strategies: dict[str, int] = {}
         self.triggers = 0
         self.t0 = time.time()
+        #: Cores the process tree used while the stream ran (CPU seconds / wall seconds).
+        self.cores = math.nan
 
     def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
         for q, d in per_query.items():
@@ -287,9 +318,11 @@ def run_sparkqos(
     stats.readers = max(1, sum(1 for op in plan for src in op.inputs if src in plan.streams))
     query = handle.start()
     deadline = time.time() + 4 * trace_s + 60
+    cpu0, wall0 = process_tree_cpu_s(), time.perf_counter()
     try:
         while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
             query.awaitTermination(0.5)
+        stats.cores = (process_tree_cpu_s() - cpu0) / (time.perf_counter() - wall0)
     finally:
         handle.stop()  # between triggers
     if query.exception() is not None:
@@ -428,7 +461,8 @@ def synthetic_transforms(
 
 def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list[list[Any]]:
     """[plan, strategy, rows out, mean delay ms, p99 ms, mean queued rows, peak queued rows, peak MB,
-    mean rows in the system, peak rows in the system] (in the system = queued + unread by Spark)."""
+    mean rows in the system, peak rows in the system, cores used while the stream ran] (in the
+    system = queued + unread by Spark; cores = the process tree's CPU seconds per wall second)."""
     rows = []
     for plan_name, strategy, st in runs:
         d = st.all_delays()
@@ -444,6 +478,7 @@ def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list
                 st.peak_bytes / 1e6,
                 st.mean_in_system,
                 st.peak_system,
+                f"{st.cores:.2f}",
             ]
         )
     return rows
@@ -460,6 +495,7 @@ SUMMARY_HEADER = [
     "peak MB",
     "mean in system",
     "peak in system",
+    "cores",
 ]
 
 

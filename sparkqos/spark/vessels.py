@@ -8,11 +8,20 @@ They read AIS position reports (``mmsi, ts, lon, lat, track, point``: the record
 * ``speeding`` (class C): a vessel's speed over ground from its previous report (``lag`` over the
   vessel's reports in time order: per-key state across batches) above :data:`SPEED_LIMIT_KNOTS` —
   position jumps no ship makes; the distance is a haversine in a numpy pandas UDF;
-* ``loitering`` (class C): vessels with at least :data:`LOITER_MIN_REPORTS` reports in a
+* ``turning`` (class C): sharp course changes — the bearing of a vessel's last leg against its
+  leg before (two ``lag`` steps over its reports in time order), turns above
+  :data:`TURN_MIN_DEG` between legs of at least :data:`TURN_MIN_LEG_NM` each (shorter legs are
+  position noise);
+* ``loitering`` (class N): vessels with at least :data:`LOITER_MIN_REPORTS` reports in a
   ``loiter_min``-minute event-time window that stayed inside a box of :data:`LOITER_BOX_DEG`;
 * ``area_counts`` (class N): reports per one-degree cell per ``window_min``-minute window;
 * ``archive`` (class N): every report enriched with its flag state, joined from a static table of
   the MMSI's Maritime Identification Digits (:data:`FLAG_STATES`; a stream–static left join).
+
+Loitering is class N, not C: its rows can be written only once their event-time window has
+closed, so its delay is at least the time from the vessel's newest report in the window to the
+window's end plus the watermark's lateness, whatever the scheduler does (measured: with loitering
+in class C, class C's mean delay sat above class N's). The class-C queries answer per report.
 
 Times: the replay moves recorded timestamps to the wall clock, compressed ``time_scale`` times
 (the replay's ``speed``), so windows and speeds are written in recorded minutes and knots and
@@ -32,6 +41,7 @@ from sparkqos.errors import check_number
 __all__ = [
     "FLAG_STATES",
     "RESTRICTED_ZONES",
+    "TURN_MIN_DEG",
     "VESSEL_PRIORITIES",
     "VESSEL_QUERY_CLASSES",
     "flag_table",
@@ -39,7 +49,14 @@ __all__ = [
 ]
 
 #: The class of each vessel query, and the classes' priorities (CQC's weights).
-VESSEL_QUERY_CLASSES = {"geofence": "H", "speeding": "C", "loitering": "C", "area_counts": "N", "archive": "N"}
+VESSEL_QUERY_CLASSES = {
+    "geofence": "H",
+    "speeding": "C",
+    "turning": "C",
+    "loitering": "N",
+    "area_counts": "N",
+    "archive": "N",
+}
 VESSEL_PRIORITIES = {"H": 6, "C": 3, "N": 1}
 
 #: Restricted zones: name → (south, north, west, east) in degrees, boxes around naval stations.
@@ -53,6 +70,9 @@ RESTRICTED_ZONES = {
 }
 #: Implied speeds above this are position jumps (no merchant ship makes 60 knots).
 SPEED_LIMIT_KNOTS = 60.0
+#: Course changes: turns sharper than this between two legs, each at least this long.
+TURN_MIN_DEG = 60.0
+TURN_MIN_LEG_NM = 0.25
 #: Loitering: at least this many reports in the window, all inside a box this many degrees wide.
 LOITER_MIN_REPORTS = 5
 LOITER_BOX_DEG = 0.002
@@ -130,6 +150,34 @@ def _knots(time_scale: float):
     return pandas_udf(knots, "double")
 
 
+def _turn(time_scale: float):
+    """A pandas UDF: the course change in degrees (0-180) at the middle one of three consecutive
+    reports, or null when either leg is shorter than :data:`TURN_MIN_LEG_NM`."""
+    from pyspark.sql.functions import pandas_udf
+
+    def turn(lat, lon, lat1, lon1, lat2, lon2):  # pandas Series in, Series out
+        import numpy as np
+        import pandas as pd
+
+        def leg(a_lat, a_lon, b_lat, b_lon):
+            """Initial bearing (degrees) and great-circle length (nm) from a to b."""
+            p1, p2 = np.radians(a_lat.to_numpy(float)), np.radians(b_lat.to_numpy(float))
+            dlon = np.radians(b_lon.to_numpy(float) - a_lon.to_numpy(float))
+            bearing = np.degrees(
+                np.arctan2(np.sin(dlon) * np.cos(p2), np.cos(p1) * np.sin(p2) - np.sin(p1) * np.cos(p2) * np.cos(dlon))
+            )
+            a = np.sin((p2 - p1) / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dlon / 2) ** 2
+            return bearing, 2 * _NM_PER_RADIAN * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
+
+        before, len_before = leg(lat2, lon2, lat1, lon1)
+        last, len_last = leg(lat1, lon1, lat, lon)
+        change = np.abs((last - before + 180.0) % 360.0 - 180.0)
+        long_enough = (len_before >= TURN_MIN_LEG_NM) & (len_last >= TURN_MIN_LEG_NM)
+        return pd.Series(np.where(long_enough, change, np.nan))
+
+    return pandas_udf(turn, "double")
+
+
 def vessel_transforms(
     spark: SparkSession, time_scale: float = 1.0, window_min: float = 10.0, loiter_min: float = 30.0
 ) -> dict[str, Callable[[DataFrame], DataFrame]]:
@@ -144,6 +192,7 @@ def vessel_transforms(
     watermark = f"{120 / time_scale:g} seconds"  # two recorded minutes of lateness
     flags = flag_table(spark)
     knots = _knots(time_scale)
+    turn = _turn(time_scale)
 
     def geofence(df: DataFrame) -> DataFrame:
         zone = None
@@ -164,6 +213,19 @@ def vessel_transforms(
             )
             .where(F.col("knots") > SPEED_LIMIT_KNOTS)
             .select("mmsi", "ts", "lon", "lat", "prev_lon", "prev_lat", "knots")
+        )
+
+    def turning(df: DataFrame) -> DataFrame:
+        w = Window.partitionBy("mmsi").orderBy("ts", "point")
+        return (
+            df.withColumn("lat1", F.lag("lat").over(w))
+            .withColumn("lon1", F.lag("lon").over(w))
+            .withColumn("lat2", F.lag("lat", 2).over(w))
+            .withColumn("lon2", F.lag("lon", 2).over(w))
+            .where(F.col("lat2").isNotNull())
+            .withColumn("turn_deg", turn("lat", "lon", "lat1", "lon1", "lat2", "lon2"))
+            .where(F.col("turn_deg") > TURN_MIN_DEG)
+            .select("mmsi", "ts", "lon", "lat", "turn_deg")
         )
 
     def loitering(df: DataFrame) -> DataFrame:
@@ -197,4 +259,11 @@ def vessel_transforms(
         with_mid = df.withColumn("mid", F.floor(F.col("mmsi") / 1_000_000).cast("int"))
         return with_mid.join(flags, on="mid", how="left").select("mmsi", "ts", "lon", "lat", "track", "point", "flag")
 
-    return {"geofence": geofence, "speeding": speeding, "loitering": loitering, "area_counts": area_counts, "archive": archive}
+    return {
+        "geofence": geofence,
+        "speeding": speeding,
+        "turning": turning,
+        "loitering": loitering,
+        "area_counts": area_counts,
+        "archive": archive,
+    }
