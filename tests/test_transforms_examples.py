@@ -3,13 +3,14 @@ sensor queries written as transforms (``sparkqos.spark.examples``), against Spar
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 import sparkqos
 from sparkqos.errors import ArgumentError, PlanError
-from sparkqos.examples import SENSOR_CLASSES, sensor_trace
+from sparkqos.examples import SENSOR_CLASSES, ReadingModel, sensor_trace
 from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
 from sparkqos.spark.transforms import compile_transforms
 from tests.test_transforms import canonical
@@ -58,6 +59,26 @@ def test_sensor_transforms_compile_with_their_classes(readings):
     assert {q.name: q.klass for q in compiled.plan.queries.values()} == SENSOR_QUERY_CLASSES
     kinds = [n.split(":")[1] for n in compiled.plan.names]
     assert "synthetic" not in kinds  # the costly steps are real code (issue 16)
+
+
+def test_the_anomaly_model_scores_each_reading_on_its_own():
+    """The model's score of a reading does not depend on the rows scored with it (Spark's Python
+    workers and sparkqos's executor hand the pandas UDF different batches); a missing value has
+    no score; fires are the readings it flags; bad sizes are refused by name."""
+    model = ReadingModel(reference=256)
+    rng = np.random.default_rng(3)
+    t, h = rng.uniform(-40, 120, 1000), rng.uniform(0, 100, 1000)
+    t[::97], h[::89] = np.nan, np.nan
+    whole = model.score(t, h)
+    pieces = np.concatenate([model.score(t[i : i + 37], h[i : i + 37]) for i in range(0, 1000, 37)])
+    assert np.array_equal(whole, pieces, equal_nan=True)
+    assert np.isnan(whole[::97]).all() and np.isnan(whole[::89]).all()
+    assert model.score(np.array([75.0]), np.array([12.0]))[0] > model.threshold  # a fire
+    assert model.score(np.array([22.0]), np.array([55.0]))[0] < model.threshold  # a usual reading
+    with pytest.raises(ArgumentError, match="reference"):
+        ReadingModel(reference=3)
+    with pytest.raises(ArgumentError, match="quantile"):
+        ReadingModel(quantile=1.0)
 
 
 def test_sensor_transforms_equal_spark(readings):
