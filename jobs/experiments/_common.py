@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkqos.model.plan import Operator, Plan
+from sparkqos.spark.config import RunConfig
 
 US = 1_000_000
 #: Trace origin (epoch µs); replays retime it to the wall clock.
@@ -262,7 +263,7 @@ def run_sparkqos(
     name: str,
     input_rows: int,
     trace_s: float,
-    trigger_s: float = 1.0,
+    trigger_s: float = RunConfig.trigger_s,
     budget_s: float | None = None,
     strategy_params: Mapping[str, Any] | None = None,
     qos: Any = None,
@@ -546,7 +547,12 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
     ap.add_argument("--seconds", type=float, default=defaults.get("seconds", 20.0), help="trace length per run (s)")
     ap.add_argument("--rate", type=float, default=defaults.get("rate", 3000.0), help="mean rows/s")
     ap.add_argument("--work-us", type=float, default=defaults.get("work_us", 20.0), help="µs of CPU per unit of declared cost")
-    ap.add_argument("--trigger", type=float, default=defaults.get("trigger", 1.0))
+    ap.add_argument(
+        "--trigger",
+        type=float,
+        default=defaults.get("trigger", RunConfig.trigger_s),
+        help="micro-batch interval, s (default: the library's); the trigger sets the floor under every delay",
+    )
     ap.add_argument("--budget", type=float, default=defaults.get("budget", 0.0), help="executor s per trigger; 0 = trigger")
     ap.add_argument("--seed", type=int, default=defaults.get("seed", 7))
     ap.add_argument("--off-scale", type=float, default=defaults.get("off_scale", 8.0))

@@ -104,6 +104,7 @@ def main(argv=None) -> int:
         {
             "seconds": 15.0,
             "rate": 3000.0,
+            "trigger": 1.0,
             "budget": 0.8,
             "strategies": ["chain", "fifo", "greedy", "rr"],
             "plans": list(PLANS),
