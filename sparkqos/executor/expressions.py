@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError
+from sparkqos.executor import fdlibm
 
 #: Columns the executor adds to every row: arrival time (seconds) and a per-stream sequence number.
 ARRIVAL = "__arrival"
@@ -824,6 +825,38 @@ def substring(x: pa.Array | pa.Scalar, pos: int, length: int) -> pa.Array | pa.S
     return pc.utf8_slice_codeunits(x, start, stop) if stop is not None else pc.utf8_slice_codeunits(x, start)
 
 
+def _on_doubles(kernel: Any, null_if: Any = None) -> Any:
+    """A function of double arguments computed by ``kernel`` on numpy float64 arrays: null where
+    any argument is null, or where ``null_if`` (of the same numpy arguments) holds. All scalars
+    give a scalar, as pyarrow's kernels do."""
+
+    def apply(*xs: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
+        xs = tuple(x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x for x in xs)
+        n = max((len(x) for x in xs if isinstance(x, pa.Array)), default=None)
+        values, valid = [], np.ones(1 if n is None else n, dtype=bool)
+        for x in xs:
+            x = _as_type(x, pa.float64())
+            if isinstance(x, pa.Scalar):
+                valid &= x.is_valid
+                values.append(np.full(len(valid), x.as_py() if x.is_valid else np.nan))
+            else:
+                valid &= x.is_valid().to_numpy(zero_copy_only=False)
+                values.append(x.to_numpy(zero_copy_only=False).astype(np.float64))
+        out = kernel(*values)
+        if null_if is not None:
+            valid &= ~null_if(*values)
+        if n is None:
+            return pa.scalar(float(out[0]) if valid[0] else None, pa.float64())
+        return pa.array(out, pa.float64(), mask=~valid)
+
+    return apply
+
+
+def _logarithm(base: np.ndarray, x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return fdlibm.log(x) / fdlibm.log(base)  # Spark's Logarithm: StrictMath.log(x) / StrictMath.log(base)
+
+
 #: Functions :class:`Call` evaluates, by name: their vectorised Spark-exact implementation and
 #: the kinds of arguments they take (None: any). The result type is what the implementation
 #: gives on the argument types (checked when the plan is built).
@@ -845,6 +878,13 @@ FUNCTIONS: dict[str, tuple[Any, tuple[str, ...] | None]] = {
     "coalesce": (lambda *xs: pc.coalesce(*xs), None),
     "greatest": (lambda *xs: _greatest(*xs, op=">"), None),
     "least": (lambda *xs: _greatest(*xs, op="<"), None),
+    # Spark computes these with the JVM's StrictMath, i.e. fdlibm (see executor/fdlibm.py):
+    # exp(x); ln(x), null for x <= 0 (Spark's Log); log(base, x), null for base <= 0 or x <= 0
+    # (Spark's Logarithm); pow(x, y). NaN is not <= 0, so a NaN argument gives NaN, not null.
+    "exp": (_on_doubles(fdlibm.exp), ("numeric",)),
+    "ln": (_on_doubles(fdlibm.log, null_if=lambda x: x <= 0.0), ("numeric",)),
+    "log": (_on_doubles(_logarithm, null_if=lambda base, x: (base <= 0.0) | (x <= 0.0)), ("numeric",)),
+    "pow": (_on_doubles(fdlibm.pow_), ("numeric",)),
 }
 
 

@@ -21,6 +21,7 @@ the Spark operation or function, before any data moves.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -151,18 +152,19 @@ _CALLS = {
     "Coalesce": "coalesce",
     "Greatest": "greatest",
     "Least": "least",
+    "Exp": "exp",
+    "Log": "ln",
+    "Logarithm": "log",  # (base, x)
+    "Pow": "pow",
 }
 #: Functions Spark computes with the JVM's StrictMath (fdlibm): its results differ from the C
-#: library's in the last bit (exp(1) is 2.7182818284590455 there), so sparkqos does not offer them.
+#: library's in the last bit (exp(1) is 2.7182818284590455 there), so sparkqos does not offer them
+#: until executor/fdlibm.py reproduces them (it does exp, log and pow, mapped above).
 _STRICT_MATH = {
-    "Exp": "exp",
     "Expm1": "expm1",
-    "Log": "ln",
-    "Logarithm": "log",
     "Log10": "log10",
     "Log2": "log2",
     "Log1p": "log1p",
-    "Pow": "pow",
     "Cbrt": "cbrt",
     "Sin": "sin",
     "Cos": "cos",
@@ -441,6 +443,8 @@ class _QueryCompiler:
             raise self.unsupported(f"column {f['name']!r}", "a reference to a column of another DataFrame")
         if cls == "Literal":
             return self.literal(f)
+        if cls == "EulerNumber":  # e(), and the base of SQL's one-argument log(x)
+            return Lit(math.e, pa.float64())
         if cls in ("Alias", "UnaryPositive"):
             return sub(kids[0])
         if cls in _ARITHMETIC:
