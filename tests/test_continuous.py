@@ -27,7 +27,7 @@ from sparkqos.examples import sensor_queries
 from sparkqos.executor.loop import Executor
 from sparkqos.spark.config import FAULT_POINTS, SLICE_S, RunConfig
 from sparkqos.spark.sinks import MemorySink, read_parquet_sink
-from sparkqos.spark.trigger import TriggerLoop, top_class
+from sparkqos.spark.trigger import TriggerLoop, classes_by_priority, top_class
 
 T0 = 1_700_000_000.0
 N_BATCHES = 12
@@ -162,8 +162,8 @@ def test_the_worker_serves_between_triggers(tmp_path):
 
 def test_the_top_class_is_served_at_once(tmp_path):
     """Whatever the strategy (here FIFO, with a costly plan), the trigger writes every fire row of
-    its own batch; the rest waits for the worker."""
-    loop = make_loop(tmp_path, work_us=300.0, strategy="fifo", continuous=True, top_class_s=1.0, output=None, sink=MemorySink())
+    its own batch, even with almost no time for it; the rest waits for the worker."""
+    loop = make_loop(tmp_path, work_us=300.0, strategy="fifo", continuous=True, top_class_s=0.001, output=None, sink=MemorySink())
     assert top_class(loop.compiled) == "H" and loop.top_class == "H"
     table = sensor_table(2000, 2)
     fire = int(np.sum((table.column("temperature").to_numpy() > 55) & (table.column("humidity").to_numpy() < 25)))
@@ -174,10 +174,29 @@ def test_the_top_class_is_served_at_once(tmp_path):
     assert by_query["archive"] < 2000
 
 
-def test_no_top_class_when_the_top_priority_is_shared(tmp_path):
+def test_lower_classes_are_served_at_once_while_time_is_left(tmp_path):
+    """With time for all of it, the trigger writes every class's rows of its own batch, top class
+    first; the worker gets nothing of them."""
+    loop = make_loop(tmp_path, work_us=50.0, strategy="fifo", continuous=True, top_class_s=30.0, output=None, sink=MemorySink())
+    table = sensor_table(2000, 2)
+    progress = loop.process(table, 0)
+    loop.close()
+    by_query = {q["query"]: q["rowsOut"] for q in progress["queries"]}
+    assert by_query["archive"] == 2000 and by_query["anomaly"] > 0
+    assert sum(q["queuedRows"] for q in progress["queries"]) == 0
+
+
+def test_classes_of_equal_priority_are_served_together(tmp_path):
     config = RunConfig(checkpoint=tmp_path, continuous=True)
-    loop = TriggerLoop(sensor_queries(classes={"H": 2.0, "C": 2.0, "N": 1.0}), config)
-    assert loop.top_class is None and loop._top_operators == ()
+    plan = sensor_queries(classes={"H": 2.0, "C": 2.0, "N": 1.0})
+    assert classes_by_priority(plan.build()) == [("C", "H"), ("N",)]
+    loop = TriggerLoop(plan, config)
+    assert loop.top_class is None
+    first = set(loop._levels[0])
+    assert any(op.startswith("fire") for op in first) and any(op.startswith("anomaly") for op in first)
+    assert not any(op.startswith("archive") for op in first)
+    flat = TriggerLoop(sensor_queries(classes={"H": 1.0, "C": 1.0, "N": 1.0}), RunConfig(checkpoint=tmp_path / "flat", continuous=True))
+    assert flat._levels == []
 
 
 def test_restart_after_the_checkpoint_continues_exactly_once(tmp_path, per_trigger):

@@ -111,8 +111,10 @@ class RunConfig:
     ``continuous`` (issue 13; on by default) serves the queues on a worker thread
     between triggers too, in slices of ``slice_s`` seconds (default :data:`SLICE_S`), instead of
     for ``budget_s`` inside each trigger; a trigger pauses it, writes what it produced since the
-    last trigger, serves the plan's top-priority class for up to ``top_class_s`` seconds (default
-    a tenth of the budget; 0: not at all) and checkpoints. ``budget_s`` then only sizes the
+    last trigger, serves the queues class by class from the top priority down for up to
+    ``top_class_s`` seconds in all (default a tenth of the budget; 0: not at all; the top class
+    always gets one round, a lower class only while time is left; with a single class, or all
+    of equal priority, nothing), so that their rows are written by this trigger, and checkpoints. ``budget_s`` then only sizes the
     strategy's time parameters (and the default ``top_class_s``).
 
     ``class_shares`` (issue 13; by default on for a strategy given by name, off for a Scheduler

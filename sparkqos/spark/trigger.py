@@ -22,8 +22,9 @@ the same trigger, replaced like outputs on replay; the progress counts them (``n
 Continuous mode (``RunConfig(continuous=True)``, issue 13): the executor serves the queues on a
 worker thread between triggers too (:class:`~sparkqos.spark.continuous.ContinuousWorker`), so the
 trigger's cadence no longer decides delay. A trigger then pauses the worker between two units,
-ingests, serves the plan's top-priority class at once (up to ``top_class_s``, bypassing the
-strategy: class priority is honoured whatever the strategy), writes everything produced since
+ingests, serves what is queued class by class from the top priority down (up to ``top_class_s``
+in all, bypassing the strategy: class priority is honoured whatever the strategy, and what a
+higher class has queued is written by this trigger first), writes everything produced since
 the last trigger as this batch's outputs, checkpoints, and resumes the worker. The worker never
 runs while a trigger holds the executor, so the checkpoint is exactly the state after the
 outputs the sink now holds; work the worker did after the last checkpoint is simply done again
@@ -113,6 +114,19 @@ def top_class(compiled: CompiledPlan) -> str | None:
     if len(ranked) < 2 or ranked[0][0] == ranked[1][0]:
         return None
     return ranked[0][1]
+
+
+def classes_by_priority(compiled: CompiledPlan) -> list[tuple[str, ...]]:
+    """The plan's query classes from the highest priority down, classes of equal priority
+    together; empty when there is nothing to put first (a single class, or all equal)."""
+    plan = compiled.plan
+    used = {q.klass for q in plan.queries.values()}
+    levels: dict[float, list[str]] = {}
+    for k in used:
+        levels.setdefault(plan.classes[k], []).append(k)
+    if len(levels) < 2:
+        return []
+    return [tuple(sorted(levels[p])) for p in sorted(levels, reverse=True)]
 
 
 def executor_args(config: RunConfig, scheduler: Scheduler) -> dict[str, Any]:
@@ -210,7 +224,8 @@ class TriggerLoop:
         self._restored = False
         self.worker: ContinuousWorker | None = None
         self.top_class: str | None = None
-        self._top_operators: tuple[str, ...] = ()
+        #: The operators a trigger serves at once, a tuple per priority level, highest first.
+        self._levels: list[tuple[str, ...]] = []
         self.closed = False  # close() was called: a trigger still in flight must not restart the worker
         if config.continuous:
             on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
@@ -225,9 +240,11 @@ class TriggerLoop:
             )
             self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
             self.top_class = top_class(compiled)
-            if self.top_class is not None:
-                plan = compiled.plan
-                self._top_operators = tuple(op for q in plan.queries.values() if q.klass == self.top_class for op in q.operators)
+            plan = compiled.plan
+            self._levels = [
+                tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
+                for level in classes_by_priority(compiled)
+            ]
 
     # -- checkpoint ------------------------------------------------------------------------------
     def restore(self) -> int:
@@ -288,12 +305,28 @@ class TriggerLoop:
         busy_s, consumed = self.worker.take_counters() if self.worker is not None else (0.0, 0)
         if self.worker is None:
             report = self.executor.run(self.budget_s)
-        elif self._top_operators and self.config.effective_top_class_s > 0:  # the rest is the worker's
-            report = self.executor.serve(self._top_operators, self.config.effective_top_class_s)
         else:
-            report = RunReport()
+            report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
         return self._commit(batch_id, started, rows_in, consumed + report.rows_consumed, dead, busy_s + report.seconds)
+
+    def _serve_by_class(self, budget_s: float) -> RunReport:
+        """In a continuous trigger: serve what is queued, class by class from the highest
+        priority, for up to ``budget_s`` in all, so that what is served now is written by this
+        trigger; what is left is the worker's, and waits for the next trigger's write. The top
+        class always gets its round (:meth:`Executor.serve` makes progress on every call); a
+        lower class only while time is left."""
+        total = RunReport()
+        for i, operators in enumerate(self._levels):
+            left = budget_s - total.seconds  # on the executor's clock
+            if budget_s <= 0 or (i > 0 and left <= 0):
+                break
+            report = self.executor.serve(operators, max(left, 0.0))
+            total.units += report.units
+            total.operator_runs += report.operator_runs
+            total.rows_consumed += report.rows_consumed
+            total.seconds += report.seconds
+        return total
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
         """End of a finite input: stop the continuous worker, drain every queue, flush windows
