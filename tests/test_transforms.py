@@ -135,6 +135,10 @@ def q_compare(df):
         (c("d") >= c("i")).alias("ge"),  # int widened to double
         (c("d") < 1).alias("lt"),
         (c("d") <= -0.0).alias("le"),
+        (c("d") >= 2.5).alias("ge_lit"),  # NaN >= 2.5 is true in Spark
+        (c("d") != 0.5).alias("ne_lit"),
+        (F.lit(0.5) < c("d")).alias("lit_lt"),  # the literal on the left
+        (F.lit(1) >= c("d")).alias("lit_ge"),  # an int literal cast to double by Spark
         (c("d") == c("d")).alias("eq"),  # NaN = NaN
         (c("i") != 0).alias("ne"),
         c("d").eqNullSafe(F.lit(None)).alias("ns"),

@@ -27,6 +27,7 @@ sparkqos.errors.ExpressionError: operator 'alerts/where': cannot compare column 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -215,6 +216,8 @@ class Lit(Expr):
     """A literal; ``type`` (default: inferred, ints as int64) gives it an exact Arrow type, as
     literals read from Spark's plans carry Spark's own type (an int literal is int32 there)."""
 
+    _scalar: pa.Scalar | None = None  # made at the first evaluation, then reused
+
     def __init__(self, value: Any, type: pa.DataType | None = None):
         self.type = _literal_type(value) if type is None else type
         self.value = value
@@ -226,7 +229,9 @@ class Lit(Expr):
         return self.type
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Scalar:
-        return pa.scalar(self.value, type=self.type)
+        if self._scalar is None:
+            self._scalar = pa.scalar(self.value, type=self.type)
+        return self._scalar
 
     def to_arrow(self) -> pc.Expression:
         return pc.scalar(pa.scalar(self.value, type=self.type))
@@ -275,6 +280,8 @@ class _Binary(Expr):
 
 
 _COMPARE = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+#: The comparison of b with a that answers a op b.
+_FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 class Compare(_Binary):
@@ -483,9 +490,22 @@ def _nan(x: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
     return pc.is_nan(x) if _is_float(x.type) else pc.if_else(pc.is_null(x), _null_of(pa.bool_()), False)
 
 
+def _is_number(x: pa.Scalar) -> bool:
+    return x.is_valid and (_is_float(x.type) or pa.types.is_integer(x.type))
+
+
 def spark_compare(op: str, a: pa.Array | pa.Scalar, b: pa.Array | pa.Scalar) -> pa.Array | pa.Scalar:
     """``a op b`` as Spark compares: null if either side is null; on floats NaN = NaN is true and
     NaN is greater than every other value (Arrow's IEEE comparisons say false for both)."""
+    if isinstance(a, pa.Scalar) and not isinstance(b, pa.Scalar):
+        return spark_compare(_FLIPPED[op], b, a)
+    if _is_float(a.type) and isinstance(b, pa.Scalar) and _is_number(b) and not math.isnan(b.as_py()):
+        # A number that is not NaN (the usual literal): IEEE's answer is Spark's but where a is
+        # NaN, which Spark places above b: a > b is then not(a <= b), a >= b not(a < b) (one
+        # kernel call and an inversion instead of the general NaN masks below).
+        if op in (">", ">="):
+            return pc.invert(getattr(pc, _COMPARE["<=" if op == ">" else "<"])(a, b))
+        return getattr(pc, _COMPARE[op])(a, b)
     base = getattr(pc, _COMPARE[op])(a, b)
     if not (_is_float(a.type) or _is_float(b.type)):
         return base

@@ -49,6 +49,7 @@ from sparkqos.executor.expressions import (
     StringMatch,
     Substring,
     cast_supported,
+    spark_cast,
 )
 from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union
 from sparkqos.executor.plan import CompiledPlan
@@ -478,6 +479,10 @@ class _QueryCompiler:
             src = child.check(rel.schema, self.query)
             if to is None or not cast_supported(src, to):
                 raise self.unsupported(f"Spark function 'cast' from {src} to {f['dataType']}")
+            if isinstance(child, Lit):
+                # The analyzer's casts of literals (60 → 60.0 beside a double column): cast once
+                # here, by the same function, rather than on every batch.
+                return Lit(spark_cast(child.evaluate(None), to).as_py(), to)
             return Cast(child, to)
         if cls in ("StringTrim", "StringTrimLeft", "StringTrimRight"):
             if len(kids) != 1:

@@ -53,6 +53,10 @@ def _is_float(t: pa.DataType) -> bool:
     return pa.types.is_floating(t)
 
 
+def _as_type(x: pa.Array, t: pa.DataType) -> pa.Array:
+    return x if x.type == t else pc.cast(x, t)
+
+
 class EventWindowAggregate(PhysicalOperator):
     """Aggregates of ``aggs`` by ``keys`` over event-time windows of ``size_us`` microseconds,
     sliding every ``slide_us`` (tumbling when equal), offset ``start_us``, on the timestamp column
@@ -145,6 +149,25 @@ class EventWindowAggregate(PhysicalOperator):
                 out = t
                 self._partials.append((f"p{i}", a.column, a.fn, pc.ScalarAggregateOptions(skip_nulls=a.ignore_nulls)))
             fields.append(pa.field(a.name, out))
+        # The group_by specs of a batch's partial aggregates and of their combination with the
+        # state, and which of its columns becomes which state column, fixed once here.
+        self._group = ["__ws", *self.keys]
+        self._specs: dict[bool, list[tuple[Any, ...]]] = {}
+        self._columns: dict[bool, list[tuple[str, str]]] = {}
+        for combine in (False, True):
+            specs: list[tuple[Any, ...]] = []
+            for name, _, fn, opts in self._partials:
+                if combine:
+                    fn = {"count_all": "sum", "count": "sum", "nan_count": "sum"}.get(fn, fn)
+                else:
+                    fn = {"count_all": "count", "nan_count": "sum"}.get(fn, fn)
+                specs.append((name, fn, opts) if opts is not None else (name, fn))
+            specs += [(ARRIVAL, "max"), (SEQ, "max")]
+            names = [p[0] for p in self._partials] + [ARRIVAL, SEQ]
+            self._specs[combine] = specs
+            self._columns[combine] = [(k, k) for k in self._group] + [
+                (name, f"{src}_{fn}") for (src, fn, *_), name in zip(specs, names, strict=True)
+            ]
         names = [f.name for f in fields]
         dup = {n for n in names if names.count(n) > 1} | (set(names) & set(INTERNAL))
         if dup:
@@ -155,6 +178,7 @@ class EventWindowAggregate(PhysicalOperator):
     def _inputs(self, batch: pa.RecordBatch) -> dict[str, pa.Array]:
         """Per partial: the values it aggregates (NaN → null for min/max of floats, -0.0 kept)."""
         out = {}
+        nans: dict[str, pa.Array] = {}  # is_nan of a float column, once for its min, max and NaN count
         for name, column, fn, _ in self._partials:
             if column is None:  # count_all: the non-null values of a column that is never null
                 out[name] = batch.column(ARRIVAL)
@@ -162,25 +186,31 @@ class EventWindowAggregate(PhysicalOperator):
             x = batch.column(column)
             if _is_float(x.type):
                 if fn == "sum":
-                    x = pc.cast(x, pa.float64())
-                elif fn in ("min", "max"):
-                    x = pc.if_else(pc.is_nan(x), pa.scalar(None, x.type), x)
-                elif fn == "nan_count":
-                    x = pc.cast(pc.is_nan(x), pa.int64())
+                    x = _as_type(x, pa.float64())
+                elif fn in ("min", "max", "nan_count"):
+                    nan = nans.get(column)
+                    if nan is None:
+                        nan = nans[column] = pc.is_nan(x)
+                    if fn == "nan_count":
+                        x = pc.cast(nan, pa.int64())
+                    elif nan.true_count:
+                        x = pc.if_else(nan, pa.scalar(None, x.type), x)
             elif fn == "sum":
-                x = pc.cast(x, pa.int64())
+                x = _as_type(x, pa.int64())
             out[name] = x
         return out
 
-    def _pairs(self, batch: pa.RecordBatch) -> tuple[pa.Table, int]:
+    def _pairs(self, batch: pa.RecordBatch) -> tuple[pa.Table, int, int | None]:
         """(row, window) pairs of ``batch`` not already closed, as a table of window starts,
-        keys, partial inputs and the executor's columns; and how many rows were late."""
+        keys, partial inputs and the executor's columns; how many rows were late; and the
+        largest event time of the batch (µs; None without one)."""
         t = batch.column(self.time_col)
-        valid = t.is_valid()
         if t.null_count:
-            batch = batch.filter(valid)
+            batch = batch.filter(t.is_valid())
             t = batch.column(self.time_col)
-        us = pc.cast(t, pa.int64()).to_numpy(zero_copy_only=False)
+        # A timestamp's values are its count of units since the epoch: read them in place
+        us = t.view(pa.int64()).to_numpy(zero_copy_only=False)
+        newest = int(us.max()) if len(us) else None
         last_start = us - np.mod(us - self.start_us, self.slide_us)
         base = {k: batch.column(k) for k in self.keys}
         base = {k: normal_key(v) for k, v in base.items()}
@@ -193,39 +223,28 @@ class EventWindowAggregate(PhysicalOperator):
             keep = (ws <= us) & (us < ws + self.size_us)
             open_ = keep & (ws + self.size_us > self._closed_until)
             alive |= open_
-            if open_.any():
+            if open_.all():  # every row (always so for a tumbling window's rows on time): no copies
+                pieces.append(pa.table({"__ws": pa.array(ws)} | base))
+                order.append(np.arange(len(us)))
+            elif open_.any():
                 mask = pa.array(open_)
                 cols = {"__ws": pa.array(ws[open_])} | {k: v.filter(mask) for k, v in base.items()}
                 pieces.append(pa.table(cols))
                 order.append(np.flatnonzero(open_))
         late = int(len(us) - alive.sum())
         if not pieces:
-            return pa.table({"__ws": pa.array([], pa.int64())} | {k: v.slice(0, 0) for k, v in base.items()}), late
-        pairs = pa.concat_tables(pieces)
-        if len(pieces) > 1:  # back in row order, so first/last see the rows as they came
-            pairs = pairs.take(np.argsort(np.concatenate(order), kind="stable"))
-        return pairs, late
+            return pa.table({"__ws": pa.array([], pa.int64())} | {k: v.slice(0, 0) for k, v in base.items()}), late, newest
+        if len(pieces) == 1:
+            return pieces[0], late, newest
+        pairs = pa.concat_tables(pieces)  # back in row order, so first/last see the rows as they came
+        return pairs.take(np.argsort(np.concatenate(order), kind="stable")), late, newest
 
     def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
-        group = ["__ws", *self.keys]
-        specs, names = [], []
-        for name, _, fn, opts in self._partials:
-            if combine:
-                fn = {"count_all": "sum", "count": "sum", "nan_count": "sum"}.get(fn, fn)
-            else:
-                fn = {"count_all": "count", "nan_count": "sum"}.get(fn, fn)
-            specs.append((name, fn, opts) if opts is not None else (name, fn))
-            names.append(name)
-        specs += [(ARRIVAL, "max"), (SEQ, "max")]
-        names += [ARRIVAL, SEQ]
-        g = table.group_by(group, use_threads=False).aggregate(specs)
-        out = {k: g.column(k) for k in group}
-        for (src, fn, *_), name in zip(specs, names, strict=True):
-            out[name] = g.column(f"{src}_{fn}")
-        return pa.table(out)
+        g = table.group_by(self._group, use_threads=False).aggregate(self._specs[combine])
+        return pa.table({name: g.column(column) for name, column in self._columns[combine]})
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
-        pairs, late = self._pairs(batch)
+        pairs, late, newest = self._pairs(batch)
         self.late_rows += late
         if pairs.num_rows:
             part = self._aggregate(pairs, combine=False)
@@ -233,10 +252,8 @@ class EventWindowAggregate(PhysicalOperator):
                 self._state = part
             else:
                 self._state = self._aggregate(pa.concat_tables([self._state, part]), combine=True)
-        t = batch.column(self.time_col)
-        if len(t) - t.null_count:
-            m = int(pc.max(pc.cast(t, pa.int64())).as_py())
-            self._max_time = m if self._max_time is None else max(self._max_time, m)
+        if newest is not None:
+            self._max_time = newest if self._max_time is None else max(self._max_time, newest)
         if self.delay_us is None or self._max_time is None:
             return None
         return self._emit(self._max_time - self.delay_us)
