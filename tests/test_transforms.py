@@ -14,7 +14,6 @@ with ANSI on, the inputs where the two differ are exactly those on which Spark f
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -30,7 +29,7 @@ from pyspark.sql.window import Window
 import sparkqos
 from sparkqos import sources
 from sparkqos.errors import UnsupportedTransform
-from sparkqos.spark.sinks import MemorySink
+from tests.conftest import replay, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 
@@ -445,32 +444,18 @@ def everything(df):
 
 
 def test_stream_equals_spark_on_the_static_data(spark_sql, sensor_trace, tmp_path):
-    sources.register(spark_sql)
-    streaming = (
-        spark_sql.readStream.format("sparkqos.replay")
-        .option("path", str(sensor_trace))
-        .option("speed", "max")
-        .option("maxSecondsPerTrigger", "3")
-        .load()
-    )
     queries = {"fire": fire, "zone_stats": zone_stats, "everything": everything}
-    sink = MemorySink()
-    handle = sparkqos.stream(
-        streaming,
+    sink = stream_to_end(
+        replay(spark_sql, sensor_trace, seconds_per_trigger=3),
         queries,
+        tmp_path / "ckpt",
+        timeout_s=120,
         classes={"fire": "H", "zone_stats": "N", "everything": "C"},
         priorities={"H": 6, "C": 3, "N": 1},
         strategy="cqc",
-        trigger_s="available_now",
         budget_s=0.001,
         whole_batches=False,
-        checkpoint=tmp_path / "ckpt",
-        sink=sink,
     )
-    started = time.time()
-    handle.start().awaitTermination(120)
-    assert time.time() - started < 120
-    handle.finish()
     static = spark_sql.read.parquet(str(sensor_trace))
     for name, transform in queries.items():
         want = transform(static).toArrow()

@@ -13,6 +13,7 @@ from sparkqos.errors import ArgumentError, PlanError
 from sparkqos.examples import SENSOR_CLASSES, ReadingModel, sensor_trace
 from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
 from sparkqos.spark.transforms import compile_transforms
+from tests.conftest import closed_by, replay, spark_streams, stream_to_end
 from tests.test_transforms import canonical
 from tests.test_transforms_stateful import assert_same
 
@@ -91,69 +92,32 @@ def test_sensor_transforms_equal_spark(readings):
     assert isinstance(got["fire"], pa.Table)
 
 
-def _replay(spark, path):
-    from sparkqos import sources
-
-    sources.register(spark)
-    reader = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("speed", "max")
-    return reader.option("maxSecondsPerTrigger", "5").load()
-
-
 def test_main_job_queries_stream_like_spark_streams_them(spark, tmp_path):
     """Issue 14: the main job's four transforms served by sparkqos.stream over a replayed trace
     give, after finish(), the rows Spark's own streaming run of the same transforms gives. Spark's
     append mode never closes the windows still open when the input ends (its watermark stops
     there); sparkqos's finish() emits them: those, and only those, are the extra rows, and with
     them zone_stats equals Spark's result on the static data."""
-    from pyspark.sql import functions as F
-
-    from sparkqos.spark.sinks import MemorySink
-
     path = tmp_path / "trace.parquet"
     sensor_trace(path, 3000, 40.0, seed=5, fire_probability=0.01)
     queries = sensor_transforms(model_size=256)
-    sink = MemorySink()
-    handle = sparkqos.stream(
-        _replay(spark, path),
-        queries,
-        classes=SENSOR_QUERY_CLASSES,
-        priorities=SENSOR_CLASSES,
-        strategy="cqc",
-        trigger_s="available_now",
-        checkpoint=tmp_path / "sparkqos",
-        sink=sink,
+
+    def stream():
+        return replay(spark, path, seconds_per_trigger=5)
+
+    sink = stream_to_end(
+        stream(), queries, tmp_path / "sparkqos", classes=SENSOR_QUERY_CLASSES, priorities=SENSOR_CLASSES, strategy="cqc"
     )
-    handle.start().awaitTermination(180)
-    handle.finish()
-    spark_rows: dict[str, list] = {}
-    for name, transform in queries.items():
-
-        def collect(batch_df, batch_id, name=name):
-            spark_rows.setdefault(name, []).append(batch_df.toArrow())
-
-        q = (
-            transform(_replay(spark, path))
-            .writeStream.foreachBatch(collect)
-            .trigger(availableNow=True)
-            .option("checkpointLocation", str(tmp_path / "spark" / name))
-            .start()
-        )
-        q.awaitTermination(180)
+    spark_run = spark_streams(queries, stream, tmp_path / "spark")
     static = spark.read.parquet(str(path))
     for name, transform in queries.items():
         got = sink.table(name)
-        streamed = pa.concat_tables([t for t in spark_rows.get(name, []) if t.num_rows]).cast(got.schema)
+        streamed = spark_run[name].rows.cast(got.schema)
         if name != "zone_stats":
             assert_same(got, streamed, name)
             continue
         # Windows Spark closed are sparkqos's too; the rest end after Spark's last watermark.
-        last_watermark = static.agg(F.max("ts")).first()[0].timestamp() - 2.0
-        closed = got.filter(
-            pa.compute.less_equal(
-                got.column("window").combine_chunks().field("end"),
-                pa.scalar(int(last_watermark * 1e6), pa.timestamp("us", tz="UTC")),
-            )
-        )
+        closed = closed_by(got, spark_run[name].watermark)
         assert_same(closed, streamed, name)
         assert got.num_rows > closed.num_rows
         assert_same(got, transform(static).toArrow(), name)

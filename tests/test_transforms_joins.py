@@ -12,7 +12,6 @@ IntervalJoin.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -23,14 +22,14 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import sparkqos
-from sparkqos import schedulers, sources
+from sparkqos import schedulers
 from sparkqos.errors import UnsupportedTransform
 from sparkqos.executor import Executor
 from sparkqos.executor.operators import IntervalJoin, StaticJoin
-from sparkqos.spark.sinks import MemorySink
 from sparkqos.spark.static_tables import MAX_ROWS_CONF
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
+from tests.conftest import replay, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -186,29 +185,17 @@ def trace(tmp_path_factory):
     return path
 
 
-def _stream(spark, path):
-    sources.register(spark)
-    reader = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("speed", "max")
-    return reader.option("maxSecondsPerTrigger", "1").load()
-
-
 def test_stream_equals_spark_on_the_static_data(spark_sql, trace, tmp_path):
     lookup = make_static(spark_sql, [(0, "zero", 0.0), (1, "one", 1.0), (1, "uno", math.nan), (None, "none", None), (4, "", 4.0)])
     queries = {"enrich": static_queries(lookup)["left_using"], "range": range_join, "strict": strict_join}
-    sink = MemorySink()
-    handle = sparkqos.stream(
-        _stream(spark_sql, trace),
+    sink = stream_to_end(
+        replay(spark_sql, trace, seconds_per_trigger=1),
         queries,
+        tmp_path / "ckpt",
+        timeout_s=120,
         strategy="chain",
-        trigger_s="available_now",
         budget_s=0.001,
-        checkpoint=tmp_path / "ckpt",
-        sink=sink,
     )
-    started = time.time()
-    handle.start().awaitTermination(120)
-    assert time.time() - started < 120
-    handle.finish()
     static = spark_sql.read.parquet(str(trace))
     for name, transform in queries.items():
         want = transform(static).toArrow()
@@ -221,7 +208,7 @@ def test_interval_join_state_is_evicted_and_survives_a_checkpoint(spark_sql, tra
     """The stream's compiled join (watermarks of 5 s on both sides) driven batch by batch: state
     stays bounded by the watermark, a checkpoint taken mid-stream restores into a fresh
     executor, and the rows before plus after it are Spark's batch join."""
-    compiled = compile_transforms(_stream(spark_sql, trace), {"range": range_join})
+    compiled = compile_transforms(replay(spark_sql, trace, seconds_per_trigger=1), {"range": range_join})
     (join,) = [op for op in compiled.operators.values() if isinstance(op, IntervalJoin)]
     assert join.delays_us == (5_000_000, 5_000_000)
     table = pq.read_table(trace)
@@ -325,7 +312,7 @@ def test_refused_stream_joins_name_the_operation(spark_sql):
 
 
 def test_stream_joins_need_a_watermark_and_a_static_side_that_does_not_stream(spark_sql, trace, tmp_path):
-    stream = _stream(spark_sql, trace)
+    stream = replay(spark_sql, trace, seconds_per_trigger=1)
 
     def unwatermarked(d):
         b = d.select(F.col("k").alias("k2"), F.col("ts").alias("ts2"))

@@ -18,7 +18,6 @@ compiled to Deduplicate.
 from __future__ import annotations
 
 import math
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,9 +33,9 @@ from sparkqos.errors import UnsupportedTransform
 from sparkqos.executor import Executor
 from sparkqos.executor.operators import Deduplicate, KeyedLag, Lag
 from sparkqos.executor.queues import stamp, with_internal
-from sparkqos.spark.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
+from tests.conftest import replay, spark_streams, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -226,11 +225,7 @@ def test_drop_duplicates_equals_spark(spark_sql, strategy, data):
 # -- streams ------------------------------------------------------------------------------------------
 def _stream_of(spark, table: pa.Table, path, seconds_per_trigger: int | None = None):
     pq.write_table(table, path)
-    sources.register(spark)
-    reader = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("speed", "max")
-    if seconds_per_trigger is not None:
-        reader = reader.option("maxSecondsPerTrigger", str(seconds_per_trigger))
-    return reader.load()
+    return replay(spark, path, seconds_per_trigger)
 
 
 def _replay_with_checkpoint(compiled, table: pa.Table, batch_rows: int):
@@ -294,24 +289,8 @@ def test_streamed_drop_duplicates_with_a_checkpoint_equals_the_static_result(spa
 
 def test_lag_through_sparkqos_stream(spark_sql, tmp_path):
     table = _time_ordered_track(60)
-    path = tmp_path / "track.parquet"
-    pq.write_table(table, path)
-    sources.register(spark_sql)
-    stream = (
-        spark_sql.readStream.format("sparkqos.replay")
-        .option("path", str(path))
-        .option("speed", "max")
-        .option("maxSecondsPerTrigger", "10")
-        .load()
-    )
-    sink = MemorySink()
-    handle = sparkqos.stream(
-        stream, {"speed": speed}, strategy="fifo", trigger_s="available_now", checkpoint=tmp_path / "ckpt", sink=sink
-    )
-    started = time.time()
-    handle.start().awaitTermination(120)
-    assert time.time() - started < 120
-    handle.finish()
+    stream = _stream_of(spark_sql, table, tmp_path / "track.parquet", seconds_per_trigger=10)
+    sink = stream_to_end(stream, {"speed": speed}, tmp_path / "ckpt", timeout_s=120, strategy="fifo")
     want = speed(frame(spark_sql, table)).toArrow()
     got = sink.table("speed")
     assert got.num_rows == want.num_rows > 0
@@ -330,16 +309,8 @@ def test_drop_duplicates_within_watermark_streams_like_spark(spark_sql, tmp_path
     stream = _stream_of(spark_sql, table, path)
     compiled = compile_transforms(stream, {"within": within_watermark})
     results, plan = _replay_with_checkpoint(compiled, table, batch_rows=7)
-    batches: list[pa.Table] = []
-    q = (
-        within_watermark(_stream_of(spark_sql, table, path, seconds_per_trigger=7))
-        .writeStream.foreachBatch(lambda df, _: batches.append(df.toArrow()))
-        .trigger(availableNow=True)
-        .option("checkpointLocation", str(tmp_path / "spark"))
-        .start()
-    )
-    q.awaitTermination(120)
-    spark_rows = pa.concat_tables([b for b in batches if b.num_rows]).cast(results["within"].schema)
+    streamed = spark_streams({"within": within_watermark}, lambda: replay(spark_sql, path, 7), tmp_path / "spark", timeout_s=120)
+    spark_rows = streamed["within"].rows.cast(results["within"].schema)
     assert_same(results["within"], spark_rows, "within")
     assert rows_of(results["within"]).count(("a", 1e300)) == 2 and plan.operators["within/1:dedup"].late_rows == 0
 

@@ -31,11 +31,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 import sparkqos
-from sparkqos import schedulers, sources
+from sparkqos import schedulers
 from sparkqos.errors import UdfError, UnsupportedTransform
 from sparkqos.executor.loop import Executor
 from sparkqos.spark.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
+from tests.conftest import replay, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 EXAMPLES = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -263,7 +264,6 @@ def test_a_failing_udf_in_a_trigger_surfaces_and_checkpoints_nothing(spark_sql, 
 def test_a_failing_udf_on_the_continuous_worker_surfaces_at_the_next_trigger(spark_sql, tmp_path):
     """The worker runs the UDF between triggers: its error stops the worker and the next trigger
     raises it; that trigger is not checkpointed, and checkpoint 0 still holds batch 0's rows."""
-    import time
 
     from sparkqos.spark.config import RunConfig
     from sparkqos.spark.trigger import TriggerLoop
@@ -414,30 +414,16 @@ def scaled(df):
 
 
 def test_a_replayed_stream_equals_the_static_result(spark_sql, sensor_trace, tmp_path):
-    sources.register(spark_sql)
-    streaming = (
-        spark_sql.readStream.format("sparkqos.replay")
-        .option("path", str(sensor_trace))
-        .option("speed", "max")
-        .option("maxSecondsPerTrigger", "2")
-        .load()
-    )
     queries = {"hot_zones": hot_zones, "scaled": scaled}
-    sink = MemorySink()
-    handle = sparkqos.stream(
-        streaming,
+    sink = stream_to_end(
+        replay(spark_sql, sensor_trace, seconds_per_trigger=2),
         queries,
+        tmp_path / "ckpt",
+        timeout_s=120,
         strategy="chain",
-        trigger_s="available_now",
         budget_s=0.001,
         whole_batches=False,
-        checkpoint=tmp_path / "ckpt",
-        sink=sink,
     )
-    started = time.time()
-    handle.start().awaitTermination(120)
-    assert time.time() - started < 120
-    handle.finish()
     static = spark_sql.read.parquet(str(sensor_trace))
     for name, transform in queries.items():
         want = transform(static).toArrow()

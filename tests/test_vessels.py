@@ -2,8 +2,12 @@
 
 * On real recorded AIS reports (a slice of tracktable-data's day, when the ``data`` extra is
   installed) and on hand-made reports (always), ``sparkqos.run`` gives the rows Spark's own engine
-  gives for all five queries (the speed anomalies: Spark's batch run of the lag, which its
-  streaming engine does not have).
+  gives for all six queries (the speed anomalies and turns: Spark's batch run of the lags, which
+  its streaming engine does not have).
+* Served by ``sparkqos.stream`` over the replayed recorded trace (the job's classes and priorities,
+  default settings), the rows after ``finish()`` are those of Spark's own streaming run of the same
+  transforms over the same replay (the lags: Spark's batch run, as above; the windows Spark's
+  append mode never closes: Spark's batch run).
 * The job refuses bad configuration with a message naming the key, before Spark starts.
 """
 
@@ -20,8 +24,9 @@ import pytest
 
 import sparkqos
 from sparkqos.sources.ais import TRACE_SCHEMA
-from sparkqos.spark.vessels import RESTRICTED_ZONES, VESSEL_QUERY_CLASSES, vessel_transforms
+from sparkqos.spark.vessels import RESTRICTED_ZONES, VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
 from sparkqos.testing import assert_same_rows
+from tests.conftest import closed_by, replay, spark_streams, stream_to_end
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_DATA = importlib.util.find_spec("tracktable_data") is not None
@@ -77,6 +82,50 @@ def test_recorded_reports_give_sparks_rows(spark_sql, tmp_path):
     assert stats.rows == 6000
     counts = compare(spark_sql, pq.read_table(path), strategies=("adaptive",))
     assert set(counts) == set(VESSEL_QUERY_CLASSES) and counts["archive"] == 6000, counts
+
+
+@pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
+def test_recorded_reports_stream_like_spark_streams_them(spark_sql, tmp_path):
+    """Issue 16: the vessel job's six transforms served by ``sparkqos.stream`` over the replayed
+    recorded trace (the job's classes and priorities, the default strategy, continuous serving)
+    give, after ``finish()``, the rows of Spark's own streaming run of the same transforms over the
+    same replay. Two oracles are Spark's batch run over the static trace instead: for the speed
+    anomalies and the sharp turns, whose ``lag`` over a window Spark's streaming engine does not
+    run, and for the windows Spark's append mode never closes (its watermark stops with the input;
+    ``finish()`` emits them): the windowed queries' rows in windows closed by Spark's last
+    watermark equal Spark's streamed rows, and all their rows equal Spark's batch result."""
+    from sparkqos.sources.ais import parse_traj, traj_file, write_trace
+
+    good, dead = parse_traj(traj_file())
+    # 03:46 to 04:57 of the recorded day: vessels enter restricted zones (the day's first does at
+    # report 7,761), two of the three loitering windows and most area windows close before it ends
+    path, _ = write_trace(good.slice(7000, 4000), dead, tmp_path / "vessels.parquet")
+    queries = vessel_transforms(spark_sql)  # recorded timestamps: the replay keeps them
+
+    def stream():
+        return replay(spark_sql, path, seconds_per_trigger=600)  # 8 micro-batches
+
+    sink = stream_to_end(stream(), queries, tmp_path / "sparkqos", classes=VESSEL_QUERY_CLASSES, priorities=VESSEL_PRIORITIES)
+    lags = ("speeding", "turning")
+    streamable = {name: t for name, t in queries.items() if name not in lags}
+    spark_run = spark_streams(streamable, stream, tmp_path / "spark")
+    static = spark_sql.read.parquet(str(path))
+    counts = {}
+    for name, transform in queries.items():
+        got = sink.table(name)
+        counts[name] = got.num_rows
+        if name in lags:
+            assert_same_rows(got, transform(static).toArrow(), name, rel=1e-12)
+            continue
+        want = spark_run[name]
+        if name in ("loitering", "area_counts"):
+            closed = closed_by(got, want.watermark)
+            assert_same_rows(closed, want.rows, name, rel=1e-12)
+            assert want.rows.num_rows and got.num_rows > closed.num_rows, name  # windows closed, and some still open
+            assert_same_rows(got, transform(static).toArrow(), name, rel=1e-12)
+        else:
+            assert_same_rows(got, want.rows, name, rel=1e-12)
+    assert counts["archive"] == 4000 and all(counts.values()), counts
 
 
 def test_every_query_has_a_class_and_the_transforms_check_their_arguments(spark):
