@@ -195,7 +195,9 @@ def test_classes_of_equal_priority_are_served_together(tmp_path):
     first = set(loop._levels[0])
     assert any(op.startswith("fire") for op in first) and any(op.startswith("anomaly") for op in first)
     assert not any(op.startswith("archive") for op in first)
-    flat = TriggerLoop(sensor_queries(classes={"H": 1.0, "C": 1.0, "N": 1.0}), RunConfig(checkpoint=tmp_path / "flat", continuous=True))
+    flat = TriggerLoop(
+        sensor_queries(classes={"H": 1.0, "C": 1.0, "N": 1.0}), RunConfig(checkpoint=tmp_path / "flat", continuous=True)
+    )
     assert flat._levels == []
 
 
