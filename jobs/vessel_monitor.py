@@ -1,6 +1,6 @@
 """A second real job: recorded AIS vessel positions monitored under sparkqos scheduling (issue 16).
 
-    ./spark-submit.sh jobs/vessel_monitor.py [--duration 60] [--set source.speed=600] [--set section.key=value ...]
+    ./spark-submit.sh jobs/vessel_monitor.py [--duration 60] [--set source.speed=1200] [--set section.key=value ...]
 
 One day of real AIS position reports off the US coasts (235,967 reports from 1,185 vessels; see
 sparkqos/sources/ais.py) is turned once into a time-ordered Parquet trace (reports that cannot be
@@ -35,7 +35,7 @@ SCHEMA = {
     "job": kit.job_section("vessel_monitor"),
     "source": {
         "file": Key(str, "US_coastal_2020_06_30", "AIS file of tracktable-data, or a path to a .traj file"),
-        "speed": Key(float, 600.0, "replay pace: recorded seconds per wall second", low=0, low_open=True),
+        "speed": Key(float, 1200.0, "replay pace: recorded seconds per wall second", low=0, low_open=True),
     },
     "scheduler": kit.scheduler_section(),
     "queries": {
