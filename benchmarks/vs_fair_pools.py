@@ -256,6 +256,10 @@ def _digest(rows: list, origin_us: int) -> str:
         r = dict(r)
         if r.get("ts") is not None:
             r["ts"] = _micros(r["ts"]) - origin_us
+        if r.get("record") is not None:  # the archive's JSON record carries the event time too, in s
+            record = json.loads(r["record"])
+            record["t"] = round(record["t"] * 1e6) - origin_us
+            r["record"] = record
         lines.append(json.dumps(r, sort_keys=True, default=str))
     for line in sorted(lines):
         h.update(line.encode())
