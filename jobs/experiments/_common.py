@@ -93,13 +93,17 @@ def write_bursty_trace(
     return table.num_rows
 
 
-def replay_df(spark, path: str | Path, max_seconds_per_trigger: float | None = None, start: float | None = None):
+def replay_df(
+    spark, path: str | Path, max_seconds_per_trigger: float | None = None, start: float | None = None, tail: bool = False
+):
     """A streaming DataFrame replaying ``path`` at its own pace, timestamps moved to the wall
-    clock from ``start`` (epoch seconds; default: when the query starts)."""
+    clock from ``start`` (epoch seconds; default: when the query starts); with ``tail`` the
+    stream keeps triggering (on empty micro-batches) after its last row."""
     from sparkqos import sources
 
     sources.register(spark)
     r = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("retime", "true").option("speed", "1")
+    r = r.option("tail", str(tail).lower())
     if start is not None:
         r = r.option("start", f"{start:.6f}")
     if max_seconds_per_trigger:
@@ -175,6 +179,11 @@ class RunStats:
         self.t0 = time.time()
         #: Cores the process tree used while the stream ran (CPU seconds / wall seconds).
         self.cores = math.nan
+        #: Set once every input row was read: the stream runs on until its queues are empty, and
+        #: those triggers count for delay, not for memory.
+        self.draining = False
+        self.last_queued = 0.0
+        self.last_progress = time.time()
 
     def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
         for q, d in per_query.items():
@@ -184,6 +193,11 @@ class RunStats:
     def on_progress(self, p: Mapping[str, Any]) -> None:
         self.triggers += 1
         self.rows_in += int(p["numInputRows"])
+        self.last_queued = p["queuedRows"]
+        self.last_progress = time.time()
+        self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
+        if self.draining:  # memory is measured while the input arrives; delays until the queues are empty
+            return
         self.peak_rows = max(self.peak_rows, p["queuedRows"])
         self.peak_bytes = max(self.peak_bytes, p["queuedBytes"])
         self.queued_rows.append(p["queuedRows"])
@@ -194,7 +208,6 @@ class RunStats:
         system = p["queuedRows"] + unread * self.readers
         self.system_rows.append(system)
         self.peak_system = max(self.peak_system, system)
-        self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
         if not self.quiet:
             el = time.time() - self.t0
             print(
@@ -275,8 +288,9 @@ def run_sparkqos(
     continuous: bool = True,
 ) -> RunStats:
     """Replay ``trace`` through ``queries`` (transforms, query → class, class → priority, as
-    :func:`synthetic_transforms` gives them) under ``strategy``; stop once every row was read
-    (then ``finish()`` drains the queues if ``drain``). The replay starts ``lead_s`` after the
+    :func:`synthetic_transforms` gives them) under ``strategy``; once every row was read, with
+    ``drain`` the stream runs on until its queues are empty (then ``finish()`` flushes what windows
+    and joins still hold), without it it stops there. The replay starts ``lead_s`` after the
     query, so start-up is not measured as delay. Metrics go to ``out/metrics`` (run ``name``),
     outputs to ``out/outputs/name``. The strategies run as the papers give them
     (``class_shares=False``, ``top_class_s=0``); ``continuous`` is the library's default executor mode."""
@@ -294,7 +308,9 @@ def run_sparkqos(
     stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
     stats.replay_start = float(f"{time.time() + lead_s:.6f}")  # as replay_df passes it on
     handle = sparkqos.stream(
-        keyed(replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start), origin_s=stats.replay_start),
+        keyed(
+            replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start, tail=drain), origin_s=stats.replay_start
+        ),
         dict(transforms),
         classes=dict(classes),
         priorities=dict(priorities),
@@ -324,12 +340,26 @@ def run_sparkqos(
         while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
             query.awaitTermination(0.5)
         stats.cores = (process_tree_cpu_s() - cpu0) / (time.perf_counter() - wall0)
+        stats.read_all = stats.rows_in >= input_rows
+        stats.left_queued = stats.last_queued
+        # The rows still queued when the input ends are served by the running stream (the replay's
+        # tail keeps it triggering), which writes them trigger by trigger in the order the
+        # strategy serves them. finish() alone would write them all at once, at the same late
+        # instant for every class, and that end effect swamped the classes experiment.
+        stats.draining = True
+        while (
+            drain
+            and stats.read_all
+            and query.isActive
+            and time.time() < deadline
+            and stats.last_queued > 0
+            and time.time() - stats.last_progress < 10 * trigger_s + 5
+        ):
+            query.awaitTermination(0.25)
     finally:
         handle.stop()  # between triggers
     if query.exception() is not None:
         raise RuntimeError(f"run {name}: the streaming query failed: {query.exception()}")
-    stats.read_all = stats.rows_in >= input_rows
-    stats.left_queued = stats.queued_rows[-1] if stats.queued_rows else 0.0
     if drain:
         handle.finish()
     stats.elapsed = time.time() - stats.t0
