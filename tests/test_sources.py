@@ -284,22 +284,6 @@ def test_replay_pace_follows_the_trace_and_speed(trace_files):
     assert reader.latestOffset(reader.initialOffset(), None)["t_us"] == span
 
 
-def test_replay_tail_keeps_the_stream_time_running_past_the_last_row(trace_files):
-    """``tail``: past the trace's end the offset keeps moving with the clock, so Spark keeps
-    triggering; the slices past the end read no rows. It needs a finite speed."""
-    table, parquet, _ = trace_files
-    span = int(ReplayTrace(parquet).trace_us(table).max()) + 1
-    reader = _reader(ReplaySource, path=parquet, speed="1", start=1_000, tail="true")
-    start = {"origin_us": 1_000 * US, "t_us": 0, "seed": 0}
-    reader._target_wall_us = 1_000 * US + 3 * span
-    end = reader.latestOffset(start, None)
-    assert end["t_us"] == 3 * span
-    past = [reader.read(p) for p in reader.partitions({**start, "t_us": span}, end)]
-    assert sum(b.num_rows for batches in past for b in batches) == 0
-    with pytest.raises(SourceError, match="tail needs a finite speed"):
-        _reader(ReplaySource, path=parquet, speed="max", tail="true")
-
-
 # -- real readStream runs --------------------------------------------------------------------------
 
 

@@ -93,17 +93,13 @@ def write_bursty_trace(
     return table.num_rows
 
 
-def replay_df(
-    spark, path: str | Path, max_seconds_per_trigger: float | None = None, start: float | None = None, tail: bool = False
-):
+def replay_df(spark, path: str | Path, max_seconds_per_trigger: float | None = None, start: float | None = None):
     """A streaming DataFrame replaying ``path`` at its own pace, timestamps moved to the wall
-    clock from ``start`` (epoch seconds; default: when the query starts); with ``tail`` the
-    stream keeps triggering (on empty micro-batches) after its last row."""
+    clock from ``start`` (epoch seconds; default: when the query starts)."""
     from sparkqos import sources
 
     sources.register(spark)
     r = spark.readStream.format("sparkqos.replay").option("path", str(path)).option("retime", "true").option("speed", "1")
-    r = r.option("tail", str(tail).lower())
     if start is not None:
         r = r.option("start", f"{start:.6f}")
     if max_seconds_per_trigger:
@@ -182,6 +178,7 @@ class RunStats:
         #: Set once every input row was read: the stream runs on until its queues are empty, and
         #: those triggers count for delay, not for memory.
         self.draining = False
+        self.first_progress: float | None = None
         self.last_queued = 0.0
         self.last_progress = time.time()
 
@@ -191,6 +188,8 @@ class RunStats:
                 self.delays.setdefault(q, []).append(np.asarray(d, dtype=np.float64))
 
     def on_progress(self, p: Mapping[str, Any]) -> None:
+        if self.first_progress is None:
+            self.first_progress = time.time()
         self.triggers += 1
         self.rows_in += int(p["numInputRows"])
         self.last_queued = p["queuedRows"]
@@ -308,9 +307,7 @@ def run_sparkqos(
     stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
     stats.replay_start = float(f"{time.time() + lead_s:.6f}")  # as replay_df passes it on
     handle = sparkqos.stream(
-        keyed(
-            replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start, tail=drain), origin_s=stats.replay_start
-        ),
+        keyed(replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start), origin_s=stats.replay_start),
         dict(transforms),
         classes=dict(classes),
         priorities=dict(priorities),
@@ -342,24 +339,27 @@ def run_sparkqos(
         stats.cores = (process_tree_cpu_s() - cpu0) / (time.perf_counter() - wall0)
         stats.read_all = stats.rows_in >= input_rows
         stats.left_queued = stats.last_queued
-        # The rows still queued when the input ends are served by the running stream (the replay's
-        # tail keeps it triggering), which writes them trigger by trigger in the order the
-        # strategy serves them. finish() alone would write them all at once, at the same late
-        # instant for every class, and that end effect swamped the classes experiment.
-        stats.draining = True
-        while (
-            drain
-            and stats.read_all
-            and query.isActive
-            and time.time() < deadline
-            and stats.last_queued > 0
-            and time.time() - stats.last_progress < 10 * trigger_s + 5
-        ):
-            query.awaitTermination(0.25)
+        # The rows still queued when the input ends are served on (below), written trigger by
+        # trigger in the order the strategy serves them. finish() alone would write them all at
+        # once, at the same late instant for every class: that end effect swamped the classes
+        # experiment.
     finally:
         handle.stop()  # between triggers
     if query.exception() is not None:
         raise RuntimeError(f"run {name}: the streaming query failed: {query.exception()}")
+    stats.draining = True
+    if drain and stats.read_all and stats.last_queued > 0:
+        # Spark runs no micro-batch without new rows, so the run triggers the loop itself, on empty
+        # batches every trigger_s, as Spark would over a source that kept ticking.
+        loop = handle.loop
+        loop.reopen()
+        try:
+            while stats.last_queued > 0 and time.time() < deadline:
+                began = time.time()
+                loop.process(pa.table({}), loop.last_batch + 1)
+                time.sleep(max(0.0, trigger_s - (time.time() - began)))
+        finally:
+            loop.close()
     if drain:
         handle.finish()
     stats.elapsed = time.time() - stats.t0
@@ -641,7 +641,7 @@ def run_experiment(
     # runner, workers, JIT) that would otherwise land on whichever strategy runs first.
     p0, s0 = pairs[0]
     print("-- warm-up run (not measured)", flush=True)
-    run_sparkqos(
+    warm = run_sparkqos(
         spark,
         trace,
         plans[p0](),
@@ -659,6 +659,15 @@ def run_experiment(
     )
     drop_metrics(out, "_warmup")
     shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
+    # A query's first micro-batch comes seconds after start() (planning, the source's reader):
+    # rows replayed before it would all wait for it, whatever the strategy. The replay starts
+    # that long after each query, with a margin, as the warm-up measured it.
+    late = (warm.first_progress - warm.replay_start) if warm.first_progress is not None else 0.0
+    lead_s = max(4.0, late + 2.0 + 3.0)
+    print(
+        f"-- the warm-up's first micro-batch came {late + 2.0:.1f}s after start(); replays begin {lead_s:.1f}s after it",
+        flush=True,
+    )
     results = []
     t0 = time.time()
     for i, (p, s) in enumerate(pairs):
@@ -679,6 +688,7 @@ def run_experiment(
             qos=qos(p, s) if qos else None,
             quiet=args.quiet,
             continuous=not getattr(args, "per_trigger", False),
+            lead_s=lead_s,
         )
         results.append((p, s, st))
     spark.stop()

@@ -252,15 +252,6 @@ class _ReplayReader(_TimeReader):
         self.retime = opts.boolean("retime", False)
         trace = self.trace.trace_us()
         self.duration_us = int(trace.max()) + 1 if len(trace) else 0
-        # tail: after its last row the stream stays open and its time keeps running, so the
-        # query keeps triggering on empty micro-batches (a sparkqos runner writes what its
-        # executor serves after the input ended, trigger by trigger).
-        self.tail = opts.boolean("tail", False)
-        if self.tail and math.isinf(self.speed):
-            raise SourceError("replay: option tail needs a finite speed (at speed max the stream time cannot run on)")
-
-    def _end_us(self, start: dict) -> int | None:
-        return None if self.tail else self.duration_us
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"]}) for t0, t1 in self._slices(start, end)]
@@ -281,18 +272,7 @@ class _ReplayReader(_TimeReader):
 class ReplaySource(DataSource):
     """``spark.readStream.format("sparkqos.replay").option("path", ...)``: a recorded trace at its own pace or scaled."""
 
-    _known = {
-        "path",
-        "format",
-        "timestampColumn",
-        "speed",
-        "retime",
-        "start",
-        "maxSecondsPerTrigger",
-        "numPartitions",
-        "warmup",
-        "tail",
-    }
+    _known = {"path", "format", "timestampColumn", "speed", "retime", "start", "maxSecondsPerTrigger", "numPartitions", "warmup"}
 
     @classmethod
     def name(cls) -> str:
