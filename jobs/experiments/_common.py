@@ -175,6 +175,12 @@ class RunStats:
         self.t0 = time.time()
         #: Cores the process tree used while the stream ran (CPU seconds / wall seconds).
         self.cores = math.nan
+        #: Set once every input row was read: the stream runs on until its queues are empty, and
+        #: those triggers count for delay, not for memory.
+        self.draining = False
+        self.first_progress: float | None = None
+        self.last_queued = 0.0
+        self.last_progress = time.time()
 
     def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
         for q, d in per_query.items():
@@ -182,8 +188,15 @@ class RunStats:
                 self.delays.setdefault(q, []).append(np.asarray(d, dtype=np.float64))
 
     def on_progress(self, p: Mapping[str, Any]) -> None:
+        if self.first_progress is None:
+            self.first_progress = time.time()
         self.triggers += 1
         self.rows_in += int(p["numInputRows"])
+        self.last_queued = p["queuedRows"]
+        self.last_progress = time.time()
+        self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
+        if self.draining:  # memory is measured while the input arrives; delays until the queues are empty
+            return
         self.peak_rows = max(self.peak_rows, p["queuedRows"])
         self.peak_bytes = max(self.peak_bytes, p["queuedBytes"])
         self.queued_rows.append(p["queuedRows"])
@@ -194,7 +207,6 @@ class RunStats:
         system = p["queuedRows"] + unread * self.readers
         self.system_rows.append(system)
         self.peak_system = max(self.peak_system, system)
-        self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
         if not self.quiet:
             el = time.time() - self.t0
             print(
@@ -275,8 +287,9 @@ def run_sparkqos(
     continuous: bool = True,
 ) -> RunStats:
     """Replay ``trace`` through ``queries`` (transforms, query → class, class → priority, as
-    :func:`synthetic_transforms` gives them) under ``strategy``; stop once every row was read
-    (then ``finish()`` drains the queues if ``drain``). The replay starts ``lead_s`` after the
+    :func:`synthetic_transforms` gives them) under ``strategy``; once every row was read, with
+    ``drain`` the stream runs on until its queues are empty (then ``finish()`` flushes what windows
+    and joins still hold), without it it stops there. The replay starts ``lead_s`` after the
     query, so start-up is not measured as delay. Metrics go to ``out/metrics`` (run ``name``),
     outputs to ``out/outputs/name``. The strategies run as the papers give them
     (``class_shares=False``, ``top_class_s=0``); ``continuous`` is the library's default executor mode."""
@@ -324,12 +337,29 @@ def run_sparkqos(
         while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
             query.awaitTermination(0.5)
         stats.cores = (process_tree_cpu_s() - cpu0) / (time.perf_counter() - wall0)
+        stats.read_all = stats.rows_in >= input_rows
+        stats.left_queued = stats.last_queued
+        # The rows still queued when the input ends are served on (below), written trigger by
+        # trigger in the order the strategy serves them. finish() alone would write them all at
+        # once, at the same late instant for every class: that end effect swamped the classes
+        # experiment.
     finally:
         handle.stop()  # between triggers
     if query.exception() is not None:
         raise RuntimeError(f"run {name}: the streaming query failed: {query.exception()}")
-    stats.read_all = stats.rows_in >= input_rows
-    stats.left_queued = stats.queued_rows[-1] if stats.queued_rows else 0.0
+    stats.draining = True
+    if drain and stats.read_all and stats.last_queued > 0:
+        # Spark runs no micro-batch without new rows, so the run triggers the loop itself, on empty
+        # batches every trigger_s, as Spark would over a source that kept ticking.
+        loop = handle.loop
+        loop.reopen()
+        try:
+            while stats.last_queued > 0 and time.time() < deadline:
+                began = time.time()
+                loop.process(pa.table({}), loop.last_batch + 1)
+                time.sleep(max(0.0, trigger_s - (time.time() - began)))
+        finally:
+            loop.close()
     if drain:
         handle.finish()
     stats.elapsed = time.time() - stats.t0
@@ -611,7 +641,7 @@ def run_experiment(
     # runner, workers, JIT) that would otherwise land on whichever strategy runs first.
     p0, s0 = pairs[0]
     print("-- warm-up run (not measured)", flush=True)
-    run_sparkqos(
+    warm = run_sparkqos(
         spark,
         trace,
         plans[p0](),
@@ -629,6 +659,15 @@ def run_experiment(
     )
     drop_metrics(out, "_warmup")
     shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
+    # A query's first micro-batch comes seconds after start() (planning, the source's reader):
+    # rows replayed before it would all wait for it, whatever the strategy. The replay starts
+    # that long after each query, with a margin, as the warm-up measured it.
+    late = (warm.first_progress - warm.replay_start) if warm.first_progress is not None else 0.0
+    lead_s = max(4.0, late + 2.0 + 3.0)
+    print(
+        f"-- the warm-up's first micro-batch came {late + 2.0:.1f}s after start(); replays begin {lead_s:.1f}s after it",
+        flush=True,
+    )
     results = []
     t0 = time.time()
     for i, (p, s) in enumerate(pairs):
@@ -649,6 +688,7 @@ def run_experiment(
             qos=qos(p, s) if qos else None,
             quiet=args.quiet,
             continuous=not getattr(args, "per_trigger", False),
+            lead_s=lead_s,
         )
         results.append((p, s, st))
     spark.stop()
