@@ -173,7 +173,8 @@ class RunStats:
         self.strategies: dict[str, int] = {}
         self.triggers = 0
         self.t0 = time.time()
-        #: Cores the process tree used while the stream ran (CPU seconds / wall seconds).
+        #: Cores the process tree used while the input arrived (CPU seconds / wall seconds, from
+        #: the replay's start until every row was read).
         self.cores = math.nan
         #: Set once every input row was read: the stream runs on until its queues are empty, and
         #: those triggers count for delay, not for memory.
@@ -332,11 +333,14 @@ def run_sparkqos(
     stats.readers = max(1, sum(1 for op in plan for src in op.inputs if src in plan.streams))
     query = handle.start()
     deadline = time.time() + 4 * trace_s + 60
-    cpu0, wall0 = process_tree_cpu_s(), time.perf_counter()
+    cpu0, wall0 = None, None
     try:
         while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
-            query.awaitTermination(0.5)
-        stats.cores = (process_tree_cpu_s() - cpu0) / (time.perf_counter() - wall0)
+            if cpu0 is None and time.time() >= stats.replay_start:  # cores while the input arrives
+                cpu0, wall0 = process_tree_cpu_s(), time.perf_counter()
+            query.awaitTermination(0.25)
+        if cpu0 is not None:
+            stats.cores = (process_tree_cpu_s() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
         stats.read_all = stats.rows_in >= input_rows
         stats.left_queued = stats.last_queued
         # The rows still queued when the input ends are served on (below), written trigger by
