@@ -114,8 +114,9 @@ class RunConfig:
     last trigger, serves the queues class by class from the top priority down for up to
     ``top_class_s`` seconds in all (default a tenth of the budget; 0: not at all; the top class
     always gets one round, a lower class only while time is left; with a single class, or all
-    of equal priority, nothing), so that their rows are written by this trigger, and checkpoints. ``budget_s`` then only sizes the
-    strategy's time parameters (and the default ``top_class_s``).
+    of equal priority, nothing), so that their rows are written by this trigger, and
+    checkpoints. ``budget_s`` then only sizes the strategy's time parameters (and the default
+    ``top_class_s``).
 
     ``class_shares`` (issue 13; by default on for a strategy given by name, off for a Scheduler
     instance, which is used as given) puts CQC's level 1 — a weighted
