@@ -181,7 +181,6 @@ class RunStats:
         self.draining = False
         self.first_progress: float | None = None
         self.last_queued = 0.0
-        self.last_progress = time.time()
 
     def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
         for q, d in per_query.items():
@@ -194,7 +193,6 @@ class RunStats:
         self.triggers += 1
         self.rows_in += int(p["numInputRows"])
         self.last_queued = p["queuedRows"]
-        self.last_progress = time.time()
         self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
         if self.draining:  # memory is measured while the input arrives; delays until the queues are empty
             return
@@ -496,8 +494,8 @@ def synthetic_transforms(
 
 def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list[list[Any]]:
     """[plan, strategy, rows out, mean delay ms, p99 ms, mean queued rows, peak queued rows, peak MB,
-    mean rows in the system, peak rows in the system, cores used while the stream ran] (in the
-    system = queued + unread by Spark; cores = the process tree's CPU seconds per wall second)."""
+    mean rows in the system, peak rows in the system, cores used while the input arrived] (in
+    the system = queued + unread by Spark; cores = the process tree's CPU seconds per wall second)."""
     rows = []
     for plan_name, strategy, st in runs:
         d = st.all_delays()
