@@ -175,5 +175,20 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     assert st.klass_of == {"two": "default"} and st.readers == 1
     assert np.all(st.all_delays() >= 0)
     assert (tmp_path / "out" / "metrics").is_dir()
+    assert st.cores >= 0 and st.first_progress is not None
     table = C.print_table("t", C.SUMMARY_HEADER, C.summary_rows([("two", "chain", st)], rows))
-    assert "chain" in table
+    assert "chain" in table and "cores" in table
+
+
+def test_process_tree_cpu_counts_this_process_and_draining_triggers_count_for_delay_only():
+    before = C.process_tree_cpu_s()
+    x = np.random.default_rng(0).random(1 << 20)
+    for _ in range(40):
+        np.sort(x)
+    assert C.process_tree_cpu_s() > before
+    st = C.RunStats({"q": "H"}, "t", expected_s=1, quiet=True)
+    record = {"numInputRows": 5, "queuedRows": 7.0, "queuedBytes": 70.0, "strategy": "fifo"}
+    st.on_progress(record)
+    st.draining = True
+    st.on_progress({**record, "numInputRows": 0, "queuedRows": 3.0})
+    assert st.queued_rows == [7.0] and st.last_queued == 3.0 and st.triggers == 2 and st.rows_in == 5
