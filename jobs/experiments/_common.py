@@ -630,7 +630,7 @@ def run_experiment(
             trace, args.rate, args.seconds, seed=args.seed, off_scale=args.off_scale, rate_profile=rate_profile
         )
     pairs = [(p, s) for p in plans for s in strategies]
-    per_run = args.seconds + 4 + 6
+    per_run = args.seconds + 20 + 6  # trace, replay lead, drain and stop
     arrivals = "real AIS report instants, compressed" if kind == "vessels" else "bursty"
     print(
         f"{title}: trace {rows} rows over {args.seconds:g}s ({arrivals}, mean {args.rate:g}/s); {len(pairs)} runs "
@@ -639,37 +639,36 @@ def run_experiment(
         flush=True,
     )
     spark = session(title)
-    # A throw-away first streaming query: the first one of a session pays start-up costs (source
-    # runner, workers, JIT) that would otherwise land on whichever strategy runs first.
-    p0, s0 = pairs[0]
-    print("-- warm-up run (not measured)", flush=True)
-    warm = run_sparkqos(
-        spark,
-        trace,
-        plans[p0](),
-        s0.split(":")[0],
-        out=out,
-        name="_warmup",
-        input_rows=1,
-        trace_s=args.seconds,
-        trigger_s=args.trigger,
-        drain=False,
-        quiet=True,
-        lead_s=2.0,
-        strategy_params=strategy_params(p0, s0) if strategy_params else None,
-        qos=qos(p0, s0) if qos else None,
-    )
-    drop_metrics(out, "_warmup")
-    shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
-    # A query's first micro-batch comes seconds after start() (planning, the source's reader):
-    # rows replayed before it would all wait for it, whatever the strategy. The replay starts
-    # that long after each query, with a margin, as the warm-up measured it.
-    late = (warm.first_progress - warm.replay_start) if warm.first_progress is not None else 0.0
-    lead_s = max(4.0, late + 2.0 + 3.0)
-    print(
-        f"-- the warm-up's first micro-batch came {late + 2.0:.1f}s after start(); replays begin {lead_s:.1f}s after it",
-        flush=True,
-    )
+    # A throw-away first streaming query per plan: the first one of a session pays start-up costs
+    # (source runner, workers, JIT) that would otherwise land on whichever strategy runs first, and
+    # a query's first micro-batch comes seconds after start() (planning, the source's reader; the
+    # more so the bigger the plan): rows replayed before it would all wait for it, whatever the
+    # strategy. Each plan's replays begin that long after their query starts, with a margin.
+    lead: dict[str, float] = {}
+    for p in plans:
+        s0 = next(s for pp, s in pairs if pp == p)
+        print(f"-- warm-up run of {p} (not measured)", flush=True)
+        warm = run_sparkqos(
+            spark,
+            trace,
+            plans[p](),
+            s0.split(":")[0],
+            out=out,
+            name="_warmup",
+            input_rows=1,
+            trace_s=args.seconds,
+            trigger_s=args.trigger,
+            drain=False,
+            quiet=True,
+            lead_s=2.0,
+            strategy_params=strategy_params(p, s0) if strategy_params else None,
+            qos=qos(p, s0) if qos else None,
+        )
+        drop_metrics(out, "_warmup")
+        shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
+        late = (warm.first_progress - warm.replay_start) if warm.first_progress is not None else 0.0
+        lead[p] = max(4.0, late + 2.0 + 3.0)
+        print(f"   its first micro-batch came {late + 2.0:.1f}s after start(); replays begin {lead[p]:.1f}s after it", flush=True)
     results = []
     t0 = time.time()
     for i, (p, s) in enumerate(pairs):
@@ -690,7 +689,7 @@ def run_experiment(
             qos=qos(p, s) if qos else None,
             quiet=args.quiet,
             continuous=not getattr(args, "per_trigger", False),
-            lead_s=lead_s,
+            lead_s=lead[p],
         )
         results.append((p, s, st))
     spark.stop()
