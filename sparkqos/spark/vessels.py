@@ -150,7 +150,7 @@ def _knots(time_scale: float):
     return pandas_udf(knots, "double")
 
 
-def _turn(time_scale: float):
+def _turn():
     """A pandas UDF: the course change in degrees (0-180) at the middle one of three consecutive
     reports, or null when either leg is shorter than :data:`TURN_MIN_LEG_NM`."""
     from pyspark.sql.functions import pandas_udf
@@ -192,7 +192,7 @@ def vessel_transforms(
     watermark = f"{120 / time_scale:g} seconds"  # two recorded minutes of lateness
     flags = flag_table(spark)
     knots = _knots(time_scale)
-    turn = _turn(time_scale)
+    turn = _turn()
 
     def geofence(df: DataFrame) -> DataFrame:
         zone = None
