@@ -639,6 +639,22 @@ def run_experiment(
         flush=True,
     )
     spark = session(title)
+
+    def run(p: str, s: str, **kw: Any) -> RunStats:
+        """Plan ``p`` under strategy ``s`` (``name:variant`` runs ``name``) over the trace."""
+        return run_sparkqos(
+            spark,
+            trace,
+            plans[p](),
+            s.split(":")[0],
+            out=out,
+            trace_s=args.seconds,
+            trigger_s=args.trigger,
+            strategy_params=strategy_params(p, s) if strategy_params else None,
+            qos=qos(p, s) if qos else None,
+            **kw,
+        )
+
     # A throw-away first streaming query per plan: the first one of a session pays start-up costs
     # (source runner, workers, JIT) that would otherwise land on whichever strategy runs first, and
     # a query's first micro-batch comes seconds after start() (planning, the source's reader; the
@@ -648,22 +664,7 @@ def run_experiment(
     for p in plans:
         s0 = next(s for pp, s in pairs if pp == p)
         print(f"-- warm-up run of {p} (not measured)", flush=True)
-        warm = run_sparkqos(
-            spark,
-            trace,
-            plans[p](),
-            s0.split(":")[0],
-            out=out,
-            name="_warmup",
-            input_rows=1,
-            trace_s=args.seconds,
-            trigger_s=args.trigger,
-            drain=False,
-            quiet=True,
-            lead_s=2.0,
-            strategy_params=strategy_params(p, s0) if strategy_params else None,
-            qos=qos(p, s0) if qos else None,
-        )
+        warm = run(p, s0, name="_warmup", input_rows=1, drain=False, quiet=True, lead_s=2.0)
         drop_metrics(out, "_warmup")
         shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
         late = (warm.first_progress - warm.replay_start) if warm.first_progress is not None else 0.0
@@ -674,19 +675,12 @@ def run_experiment(
     for i, (p, s) in enumerate(pairs):
         name = run_name(p, s) if run_name else f"{p}-{s}"
         print(f"-- run {i + 1}/{len(pairs)}: {name}  (elapsed {time.time() - t0:.0f}s)", flush=True)
-        st = run_sparkqos(
-            spark,
-            trace,
-            plans[p](),
-            s.split(":")[0],
-            out=out,
+        st = run(
+            p,
+            s,
             name=name,
             input_rows=rows,
-            trace_s=args.seconds,
-            trigger_s=args.trigger,
             budget_s=args.budget or None,
-            strategy_params=strategy_params(p, s) if strategy_params else None,
-            qos=qos(p, s) if qos else None,
             quiet=args.quiet,
             continuous=not getattr(args, "per_trigger", False),
             lead_s=lead[p],
