@@ -191,4 +191,6 @@ def test_process_tree_cpu_counts_this_process_and_draining_triggers_count_for_de
     st.on_progress(record)
     st.draining = True
     st.on_progress({**record, "numInputRows": 0, "queuedRows": 3.0})
+    st.on_delays(1, {"q": np.array([0.5, 0.25])})
     assert st.queued_rows == [7.0] and st.last_queued == 3.0 and st.triggers == 2 and st.rows_in == 5
+    assert st.query_delays("q").tolist() == [0.5, 0.25]  # rows written while draining count for delay
