@@ -154,6 +154,9 @@ def test_outputs_made_between_triggers_are_written_by_the_next_trigger(tmp_path)
     assert sink.table("archive").num_rows == 120  # produced after trigger 0, written as batch 1
     assert second["processedRowsPerSecond"] > 0 and second["executorBusyS"] > 0
     assert 0 < second["executorBusyFraction"] <= 1
+    # The worker's CPU time is reported too (one thread: at most its busy time, with slack for
+    # the clock's granularity).
+    assert 0 < second["executorCpuS"] <= second["executorBusyS"] + 0.05 and second["executorCores"] > 0
 
 
 def test_the_worker_serves_between_triggers(tmp_path):
@@ -345,6 +348,7 @@ def test_per_trigger_mode_reports_busy_time_too(tmp_path):
     assert loop.worker is None
     for p in progress:
         assert p["executorBusyS"] > 0 and 0 < p["executorBusyFraction"] <= 1
+        assert 0 < p["executorCpuS"] <= p["executorBusyS"] + 0.05
 
 
 @pytest.mark.parametrize(

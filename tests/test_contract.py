@@ -241,10 +241,13 @@ def test_cluster_threads_conserve_tuples(strategy, mix_feeds, fifo_rows):
     try:
         ingested = {"S": drive(ex, mix_feeds, UNITS_BETWEEN)}
         assert_rows_conserved(ex, ingested)
-        ex.finish()
+        report = ex.finish()
         assert ex.state.total_queued == 0
         assert_rows_conserved(ex, ingested)
         assert rows_by_query(ex, internal=True) == fifo_rows
+        # The CPU the cluster threads used is summed over them: at most two threads' worth of
+        # the drains' wall time (slack for the clocks' granularity).
+        assert 0 < report.cpu_s <= 2 * report.seconds + 0.05
     finally:
         ex.close()
 

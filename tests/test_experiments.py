@@ -176,8 +176,11 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     assert np.all(st.all_delays() >= 0)
     assert (tmp_path / "out" / "metrics").is_dir()
     assert st.cores >= 0 and st.first_progress is not None
+    # The executor's share of the job's cores (the JVM's are counted in st.cores, not in it).
+    assert 0 <= st.executor_cores <= st.cores + 0.1
     table = C.print_table("t", C.SUMMARY_HEADER, C.summary_rows([("two", "chain", st)], rows))
-    assert "chain" in table and "cores" in table
+    assert "chain" in table and "executor cores" in table
+    assert C.jvm_pid(spark) not in (None, os.getpid())
 
 
 def test_process_tree_cpu_counts_this_process_and_draining_triggers_count_for_delay_only():
@@ -186,6 +189,9 @@ def test_process_tree_cpu_counts_this_process_and_draining_triggers_count_for_de
     for _ in range(40):
         np.sort(x)
     assert C.process_tree_cpu_s() > before
+    # Several roots: each process is counted once, however many roots reach it.
+    once = C.process_tree_cpu_s(os.getpid())
+    assert C.process_tree_cpu_s(os.getpid(), os.getpid()) < once + 0.05
     st = C.RunStats({"q": "H"}, "t", expected_s=1, quiet=True)
     record = {"numInputRows": 5, "queuedRows": 7.0, "queuedBytes": 70.0, "strategy": "fifo"}
     st.on_progress(record)

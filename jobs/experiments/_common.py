@@ -119,14 +119,15 @@ def session(app: str, warm_up: bool = True):
     return spark
 
 
-def process_tree_cpu_s(root: int | None = None) -> float:
-    """CPU seconds (user + system) used so far by process ``root`` (default: this one) and every
-    live descendant — the driver, its executor threads, Spark's JVM and its Python workers. Read
-    from /proc; NaN where there is none. (A descendant that already exited is not counted: take
-    differences over a span in which the processes live, as a run's.)"""
-    root = os.getpid() if root is None else root
+def process_tree_cpu_s(*roots: int) -> float:
+    """CPU seconds (user + system) used so far by processes ``roots`` (default: this one) and every
+    live descendant of theirs, each counted once. Read from /proc; NaN where there is none. (A
+    descendant that already exited is not counted: take differences over a span in which the
+    processes live, as a run's.) Pass :func:`jvm_pid` too to count Spark's JVM: under
+    ``spark-submit`` the JVM is this process's parent, not its child."""
+    roots = roots or (os.getpid(),)
     proc = Path("/proc")
-    if not (proc / str(root) / "stat").exists():
+    if not any((proc / str(r) / "stat").exists() for r in roots):
         return math.nan
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
@@ -140,12 +141,23 @@ def process_tree_cpu_s(root: int | None = None) -> float:
         # After the command: state, ppid, ... utime and stime are the 12th and 13th fields.
         children.setdefault(int(fields[1]), []).append(int(d.name))
         times[int(d.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [root]
+    total, todo, seen = 0.0, list(roots), set()
     while todo:
         pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
         total += times.get(pid, 0.0)
         todo.extend(children.get(pid, ()))
     return total
+
+
+def jvm_pid(spark) -> int | None:
+    """The process id of the classic session's JVM (None where there is none to ask)."""
+    try:
+        return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:  # noqa: BLE001 - Connect sessions have no JVM handle
+        return None
 
 
 class RunStats:
@@ -173,9 +185,14 @@ class RunStats:
         self.strategies: dict[str, int] = {}
         self.triggers = 0
         self.t0 = time.time()
-        #: Cores the process tree used while the input arrived (CPU seconds / wall seconds, from
-        #: the replay's start until every row was read).
+        #: Cores the whole job used while the input arrived — this process, Spark's JVM and its
+        #: Python workers: CPU seconds / wall seconds, from the replay's start until every row
+        #: was read.
         self.cores = math.nan
+        #: Of those, the executor's own threads (the continuous worker, or COS's cluster threads):
+        #: the progress records' ``executorCpuS`` over the same span.
+        self.executor_cpu_s = 0.0
+        self.executor_cores = math.nan
         #: Set once every input row was read: the stream runs on until its queues are empty, and
         #: those triggers count for delay, not for memory.
         self.draining = False
@@ -196,6 +213,9 @@ class RunStats:
         self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
         if self.draining:  # memory is measured while the input arrives; delays until the queues are empty
             return
+        if self.replay_start is not None and time.time() >= self.replay_start:
+            cpu = p.get("executorCpuS", math.nan)
+            self.executor_cpu_s += 0.0 if cpu is None or math.isnan(cpu) else cpu
         self.peak_rows = max(self.peak_rows, p["queuedRows"])
         self.peak_bytes = max(self.peak_bytes, p["queuedBytes"])
         self.queued_rows.append(p["queuedRows"])
@@ -332,13 +352,17 @@ def run_sparkqos(
     query = handle.start()
     deadline = time.time() + 4 * trace_s + 60
     cpu0, wall0 = None, None
+    job = [os.getpid()] + [p for p in [jvm_pid(spark)] if p is not None]
     try:
         while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
             if cpu0 is None and time.time() >= stats.replay_start:  # cores while the input arrives
-                cpu0, wall0 = process_tree_cpu_s(), time.perf_counter()
+                cpu0, wall0 = process_tree_cpu_s(*job), time.perf_counter()
+                stats.executor_cpu_s = 0.0
             query.awaitTermination(0.25)
         if cpu0 is not None:
-            stats.cores = (process_tree_cpu_s() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
+            wall = max(time.perf_counter() - wall0, 1e-9)
+            stats.cores = (process_tree_cpu_s(*job) - cpu0) / wall
+            stats.executor_cores = stats.executor_cpu_s / wall
         stats.read_all = stats.rows_in >= input_rows
         stats.left_queued = stats.last_queued
         # The rows still queued when the input ends are served on (below), written trigger by
@@ -494,8 +518,9 @@ def synthetic_transforms(
 
 def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list[list[Any]]:
     """[plan, strategy, rows out, mean delay ms, p99 ms, mean queued rows, peak queued rows, peak MB,
-    mean rows in the system, peak rows in the system, cores used while the input arrived] (in
-    the system = queued + unread by Spark; cores = the process tree's CPU seconds per wall second)."""
+    mean rows in the system, peak rows in the system, cores the job and cores the executor's
+    threads used while the input arrived] (in the system = queued + unread by Spark; cores = CPU
+    seconds per wall second: the job's counts this process, Spark's JVM and its Python workers)."""
     rows = []
     for plan_name, strategy, st in runs:
         d = st.all_delays()
@@ -512,6 +537,7 @@ def summary_rows(runs: list[tuple[str, str, RunStats]], input_rows: int) -> list
                 st.mean_in_system,
                 st.peak_system,
                 f"{st.cores:.2f}",
+                f"{st.executor_cores:.2f}",
             ]
         )
     return rows
@@ -529,6 +555,7 @@ SUMMARY_HEADER = [
     "mean in system",
     "peak in system",
     "cores",
+    "executor cores",
 ]
 
 

@@ -60,6 +60,17 @@ class RunReport:
     rows_consumed: int = 0
     seconds: float = 0.0
     idle: bool = False
+    #: CPU seconds the executor's threads used meanwhile (``time.thread_time`` of the calling
+    #: thread, or the sum over the cluster threads): over ``seconds`` it is the cores the run used.
+    cpu_s: float = 0.0
+
+    def add(self, other: RunReport) -> None:
+        """Add ``other``'s counts and times to this report (``idle`` is left alone)."""
+        self.units += other.units
+        self.operator_runs += other.operator_runs
+        self.rows_consumed += other.rows_consumed
+        self.seconds += other.seconds
+        self.cpu_s += other.cpu_s
 
 
 class _Crew:
@@ -285,7 +296,11 @@ class Executor:
         if self.cluster_threads:
             self._run_clusters(start, budget_s, max_units, report, stop)
         else:
-            self._loop(start, budget_s, max_units, report, self._serial_pick(report), stop=stop)
+            cpu0 = time.thread_time()
+            try:
+                self._loop(start, budget_s, max_units, report, self._serial_pick(report), stop=stop)
+            finally:
+                report.cpu_s += time.thread_time() - cpu0
         report.seconds = clock() - start
         return report
 
@@ -317,6 +332,7 @@ class Executor:
         self._deadline = None if budget_s is None else start + budget_s
         report = RunReport()
         first = True  # the first round runs whatever the budget: every call makes progress
+        cpu0 = time.thread_time()
         try:
             while True:
                 before = report.rows_consumed
@@ -333,6 +349,7 @@ class Executor:
                 break
         finally:
             self._deadline = None
+            report.cpu_s = time.thread_time() - cpu0
         report.idle = not any(state.runnable(n) for n in names)
         report.seconds = clock() - start
         return report
@@ -460,12 +477,16 @@ class Executor:
             return pick
 
         def worker(i: int) -> None:
+            cpu0 = time.thread_time()
             try:
                 self._loop(start, budget_s, max_units, report, cluster_pick(i), crew, stop)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with crew.cond:
                     errors.append(exc)
                     crew.halt()
+            finally:
+                with crew.cond:
+                    report.cpu_s += time.thread_time() - cpu0
 
         for f in [self._pool.submit(worker, i) for i in range(n)]:
             f.result()
@@ -618,11 +639,7 @@ class Executor:
         total = RunReport()
 
         def drain() -> None:
-            r = self.run(budget_s)
-            total.units += r.units
-            total.operator_runs += r.operator_runs
-            total.rows_consumed += r.rows_consumed
-            total.seconds += r.seconds
+            total.add(self.run(budget_s))
 
         depth = {name: len(self.plan.upstream_path(name)) for name in self.plan.names}
         drain()

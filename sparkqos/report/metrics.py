@@ -48,11 +48,14 @@ SCHEMA = pa.schema(
         ("inputRowsPerSecond", pa.float64()),
         ("processedRowsPerSecond", pa.float64()),
         # runner only (NaN elsewhere): rows dead-lettered, rows the executor consumed, seconds it
-        # was busy and that over the wall time since the previous trigger's record
+        # was busy and that over the wall time since the previous trigger's record, CPU seconds
+        # its threads used and that over the same wall time (cores)
         ("deadLetteredRows", pa.float64()),
         ("executorRows", pa.float64()),
         ("executorBusyS", pa.float64()),
         ("executorBusyFraction", pa.float64()),
+        ("executorCpuS", pa.float64()),
+        ("executorCores", pa.float64()),
     ]
 )
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from sparkqos.errors import check_number
-from sparkqos.executor.loop import Executor
+from sparkqos.executor.loop import Executor, RunReport
 
 __all__ = ["ContinuousWorker"]
 
@@ -34,8 +34,9 @@ __all__ = ["ContinuousWorker"]
 class ContinuousWorker:
     """Serves ``executor`` in slices of ``slice_s`` seconds on a daemon thread named ``name``.
 
-    It starts paused (:meth:`resume` starts the thread). ``busy_s`` and ``rows_consumed`` add up
-    what the slices did since the last :meth:`take_counters`. A slice that raises stops the worker;
+    It starts paused (:meth:`resume` starts the thread). ``busy_s``, ``cpu_s`` (CPU seconds of
+    the threads that served: :attr:`RunReport.cpu_s`) and ``rows_consumed`` add up what the
+    slices did since the last :meth:`take_counters`. A slice that raises stops the worker;
     the next :meth:`pause` re-raises that error in the caller's thread.
 
     ``orphan_s``: with no :meth:`resume` for that long the thread ends by itself (state kept; the
@@ -64,7 +65,10 @@ class ContinuousWorker:
         self.slice_s = float(slice_s)
         self.name = name
         self.busy_s = 0.0
+        self.cpu_s = 0.0
         self.rows_consumed = 0
+        self.units = 0
+        self.operator_runs = 0
         self.slices = 0
         self.on_event = on_event
         self._cond = threading.Condition()
@@ -112,11 +116,13 @@ class ContinuousWorker:
             self._resumed_at = time.monotonic()
             self._cond.notify_all()
 
-    def take_counters(self) -> tuple[float, int]:
-        """Busy seconds and rows consumed since the last call, and reset them."""
+    def take_counters(self) -> RunReport:
+        """What the slices did since the last call (units, operator runs, rows consumed, busy and
+        CPU seconds), and reset it."""
         with self._cond:
-            out = (self.busy_s, self.rows_consumed)
-            self.busy_s, self.rows_consumed = 0.0, 0
+            out = RunReport(self.units, self.operator_runs, self.rows_consumed, self.busy_s, cpu_s=self.cpu_s)
+            self.units = self.operator_runs = self.rows_consumed = 0
+            self.busy_s = self.cpu_s = 0.0
             return out
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -165,6 +171,9 @@ class ContinuousWorker:
             with cond:
                 self._running = False
                 self.busy_s += report.seconds
+                self.cpu_s += report.cpu_s
+                self.units += report.units
+                self.operator_runs += report.operator_runs
                 self.rows_consumed += report.rows_consumed
                 self.slices += 1
                 if report.idle:

@@ -9,8 +9,10 @@ A trigger's record has one shape, built in one place (:meth:`ProgressReporter.re
   ``strategy`` (in force at the end of the trigger) and ``scores`` (adaptive's, else ``{}``),
   ``executorRows`` (rows the executor consumed since the last record), ``executorBusyS``
   (seconds it served units since the last record: inside the trigger, and between triggers with
-  the continuous worker) and ``executorBusyFraction`` (that over the wall time since the last
-  record — the first: since the trigger started). With the continuous worker
+  the continuous worker), ``executorBusyFraction`` (that over the wall time since the last
+  record — the first: since the trigger started), ``executorCpuS`` (CPU seconds the executor's
+  threads used meanwhile: with COS's cluster threads, more than one per second) and
+  ``executorCores`` (that over the same wall time). With the continuous worker
   ``processedRowsPerSecond`` is ``executorRows`` over that wall time too (the rows were not all
   served inside the trigger);
 * ``queries``: one row per query, exactly the row the metrics table stores
@@ -91,13 +93,14 @@ class ProgressReporter:
         state: SchedulerState,
         scheduler: Scheduler,
         busy_s: float = 0.0,
+        cpu_s: float = math.nan,
         continuous: bool = False,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
         executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, the
-        queues left in ``state``, and ``busy_s`` seconds the executor worked since the last record
-        (``continuous``: also between triggers)."""
+        queues left in ``state``, ``busy_s`` seconds the executor worked since the last record
+        (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used."""
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
@@ -141,6 +144,8 @@ class ProgressReporter:
             executorRows=float(consumed),
             executorBusyS=float(busy_s),
             executorBusyFraction=min(1.0, busy_s / wall) if wall > 0 else math.nan,
+            executorCpuS=float(cpu_s),
+            executorCores=cpu_s / wall if wall > 0 else math.nan,
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
@@ -186,6 +191,8 @@ def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict
         "executorRows": count("executorRows"),
         "executorBusyS": plan_row["executorBusyS"],
         "executorBusyFraction": plan_row["executorBusyFraction"],
+        "executorCpuS": plan_row["executorCpuS"],
+        "executorCores": plan_row["executorCores"],
         "queries": per_query,
     }
 

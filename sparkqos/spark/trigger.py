@@ -302,13 +302,14 @@ class TriggerLoop:
                 self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
         self.phase_s["ingest"] += time.perf_counter() - t0
         self._fault("after_ingest", batch_id)
-        busy_s, consumed = self.worker.take_counters() if self.worker is not None else (0.0, 0)
+        served = self.worker.take_counters() if self.worker is not None else RunReport()
         if self.worker is None:
             report = self.executor.run(self.budget_s)
         else:
             report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
-        return self._commit(batch_id, started, rows_in, consumed + report.rows_consumed, dead, busy_s + report.seconds)
+        served.add(report)
+        return self._commit(batch_id, started, rows_in, served, dead)
 
     def _serve_by_class(self, budget_s: float) -> RunReport:
         """In a continuous trigger: serve what is queued, class by class from the highest
@@ -321,11 +322,7 @@ class TriggerLoop:
             left = budget_s - total.seconds  # on the executor's clock
             if budget_s <= 0 or (i > 0 and left <= 0):
                 break
-            report = self.executor.serve(operators, max(left, 0.0))
-            total.units += report.units
-            total.operator_runs += report.operator_runs
-            total.rows_consumed += report.rows_consumed
-            total.seconds += report.seconds
+            total.add(self.executor.serve(operators, max(left, 0.0)))
         return total
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
@@ -333,14 +330,14 @@ class TriggerLoop:
         and joins, and write the last outputs (with what the worker produced since the last
         trigger) as batch ``last + 1``."""
         self.restore()
-        busy_s, consumed = 0.0, 0
+        served = RunReport()
         if self.worker is not None:
             self.worker.pause()
             self.worker.close()
-            busy_s, consumed = self.worker.take_counters()
+            served = self.worker.take_counters()
         started = time.time()
-        report = self.executor.finish(budget_s)
-        return self._commit(self.last_batch + 1, started, 0, consumed + report.rows_consumed, None, busy_s + report.seconds)
+        served.add(self.executor.finish(budget_s))
+        return self._commit(self.last_batch + 1, started, 0, served, None)
 
     def close(self) -> None:
         """Stop the continuous worker and join its thread (nothing to do otherwise). What it
@@ -396,9 +393,11 @@ class TriggerLoop:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _commit(
-        self, batch_id: int, started: float, rows_in: int, consumed: int, dead: pa.Table | None = None, busy_s: float = 0.0
+        self, batch_id: int, started: float, rows_in: int, served: RunReport, dead: pa.Table | None = None
     ) -> dict[str, Any]:
-        self.phase_s["executor"] += busy_s
+        """Write what the executor produced since the last trigger (``served``: what it did
+        meanwhile), checkpoint, and report batch ``batch_id``."""
+        self.phase_s["executor"] += served.seconds
         t0 = time.perf_counter()
         outputs = self.executor.take_outputs()
         dead_rows = 0 if dead is None else dead.num_rows
@@ -438,10 +437,11 @@ class TriggerLoop:
             started,
             rows_in=rows_in,
             dead_rows=dead_rows,
-            consumed=consumed,
+            consumed=served.rows_consumed,
             rows_out={q: t.num_rows for q, t in outputs.items()},
             delays=delays,
-            busy_s=busy_s,
+            busy_s=served.seconds,
+            cpu_s=served.cpu_s,
             continuous=self.worker is not None,
             state=self.executor.state,
             scheduler=self.scheduler,

@@ -95,10 +95,14 @@ def _burn(seconds: float) -> None:
     kernels that release the GIL: two operators burning on two threads (COS's cluster threads, or
     the continuous worker beside Spark's own Python work) really run side by side, as real
     pyarrow/numpy work does (two threads: 1.98 cores), where a Python busy loop would hold the
-    GIL and serialise them."""
+    GIL and serialise them.
+
+    The time is the calling thread's CPU time, not the wall clock: on a busy machine (two cluster
+    threads beside Spark's JVM on two cores) a thread that waits for a core spends no work, so a
+    wall-clock burn would do less work than declared exactly when the machine is loaded."""
     out = getattr(_BURN_OUTPUT, "array", None)
     if out is None:
         out = _BURN_OUTPUT.array = np.empty_like(_BURN_INPUT)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
         np.exp(_BURN_INPUT, out=out)
