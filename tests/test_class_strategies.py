@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkqos import Operator, Plan, schedulers
 from sparkqos.errors import SchedulerError
@@ -172,6 +174,62 @@ def test_s_means_members_are_similar_to_their_centre_and_deterministic():
         cx, cy = sum(p[0] for p in members) / len(members), sum(p[1] for p in members) / len(members)
         for x, y in members:
             assert 1 - math.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * 0.25**2)) <= 0.3 + 1e-9
+
+
+def reference_s_means(points, T, width=0.25, max_iter=100):
+    """S-means point by point, as COS §3.2 states it (the library's loop before it was vectorised;
+    the most similar centre found as the nearest, which the RBF kernel makes the same one up to
+    its last-bit rounding)."""
+    n = len(points)
+    centres = [(math.fsum(p[0] for p in points) / n, math.fsum(p[1] for p in points) / n)]
+    labels = [-1] * n
+    for _ in range(max_iter):
+        new_labels, opened = [], False
+        for p in points:
+            best, best_d2 = -1, math.inf
+            for j, c in enumerate(centres):
+                d2 = (p[0] - c[0]) ** 2 + (p[1] - c[1]) ** 2
+                if d2 < best_d2:
+                    best, best_d2 = j, d2
+            if 1.0 - math.exp(-best_d2 / (2.0 * width * width)) <= T + 1e-12:
+                new_labels.append(best)
+            else:
+                centres.append(p)
+                new_labels.append(len(centres) - 1)
+                opened = True
+        renumber = {}
+        for lab in new_labels:
+            renumber.setdefault(lab, len(renumber))
+        new_labels = [renumber[lab] for lab in new_labels]
+        members = [[] for _ in renumber]
+        for p, lab in zip(points, new_labels):
+            members[lab].append(p)
+        new_centres = [(math.fsum(p[0] for p in m) / len(m), math.fsum(p[1] for p in m) / len(m)) for m in members]
+        old_by_new = {new: old for old, new in renumber.items()}
+        moved = len(new_centres) != len(centres) or any(
+            abs(c[0] - centres[old_by_new[k]][0]) > 1e-12 or abs(c[1] - centres[old_by_new[k]][1]) > 1e-12
+            for k, c in enumerate(new_centres)
+        )
+        stable = not opened and not moved and new_labels == labels
+        labels, centres = new_labels, new_centres
+        if stable:
+            break
+    return labels
+
+
+unit_floats = st.floats(0.0, 1.0, allow_nan=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(unit_floats, unit_floats), min_size=1, max_size=60)
+    | st.lists(st.tuples(st.sampled_from([0.0, 0.25, 0.5, 1.0]), st.sampled_from([0.0, 0.5, 1.0])), min_size=1, max_size=40),
+    st.floats(0.0, 1.0),
+)
+def test_s_means_gives_the_point_by_point_labels(points, T):
+    """The vectorised passes decide exactly as the point-by-point loop of COS §3.2 (duplicates
+    and equal distances included)."""
+    assert s_means(points, T) == reference_s_means(points, T)
 
 
 def test_cos_clusters_on_a_plan_and_extremes():

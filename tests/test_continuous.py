@@ -197,6 +197,40 @@ def test_lower_classes_are_served_at_once_while_time_is_left(tmp_path):
     assert sum(q["queuedRows"] for q in progress["queries"]) == 0
 
 
+def test_without_class_shares_the_strategy_serves_at_once(tmp_path):
+    """With the papers' plain strategy (class_shares=False) the runner imposes no class order:
+    the trigger serves with the strategy in force for top_class_s, so its first picks are written
+    by this trigger (FIFO, with time for everything: every row), and 0 means nothing at once."""
+    loop = make_loop(
+        tmp_path / "on",
+        work_us=50.0,
+        strategy="fifo",
+        class_shares=False,
+        continuous=True,
+        top_class_s=30.0,
+        output=None,
+        sink=MemorySink(),
+    )
+    assert loop._levels == []
+    progress = loop.process(sensor_table(2000, 2), 0)
+    loop.close()
+    by_query = {q["query"]: q["rowsOut"] for q in progress["queries"]}
+    assert by_query["archive"] == 2000 and sum(q["queuedRows"] for q in progress["queries"]) == 0
+    off = make_loop(
+        tmp_path / "off",
+        work_us=50.0,
+        strategy="fifo",
+        class_shares=False,
+        continuous=True,
+        top_class_s=0.0,
+        output=None,
+        sink=MemorySink(),
+    )
+    progress = off.process(sensor_table(2000, 2), 0)
+    off.close()
+    assert progress["numOutputRows"] == 0  # what the worker serves is written by the next trigger
+
+
 def test_classes_of_equal_priority_are_served_together(tmp_path):
     config = RunConfig(checkpoint=tmp_path, continuous=True)
     plan = sensor_queries(classes={"H": 2.0, "C": 2.0, "N": 1.0})

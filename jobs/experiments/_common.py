@@ -304,6 +304,7 @@ def run_sparkqos(
     executor_args: Mapping[str, Any] | None = None,
     lead_s: float = 4.0,
     continuous: bool = True,
+    serve_s: float | None = None,
 ) -> RunStats:
     """Replay ``trace`` through ``queries`` (transforms, query → class, class → priority, as
     :func:`synthetic_transforms` gives them) under ``strategy``; once every row was read, with
@@ -311,7 +312,10 @@ def run_sparkqos(
     and joins still hold), without it it stops there. The replay starts ``lead_s`` after the
     query, so start-up is not measured as delay. Metrics go to ``out/metrics`` (run ``name``),
     outputs to ``out/outputs/name``. The strategies run as the papers give them
-    (``class_shares=False``, ``top_class_s=0``); ``continuous`` is the library's default executor mode."""
+    (``class_shares=False``): the strategy alone orders the work, also in the ``serve_s`` seconds
+    each trigger serves at once so that its first picks are written by that trigger (the
+    library's ``top_class_s``; None: its default, 0: none); ``continuous`` is the library's default
+    executor mode."""
     import sparkqos
     from sparkqos.spark.sinks import ParquetSink
 
@@ -344,7 +348,7 @@ def run_sparkqos(
         executor_args=executor_args,
         continuous=continuous,
         class_shares=False,
-        top_class_s=0.0,  # no serving of the top class at each trigger: the strategy alone decides
+        top_class_s=serve_s,  # without class shares the strategy in force serves then too
     )
     plan = handle.loop.compiled.plan
     stats.klass_of = {q.name: q.klass for q in plan.queries.values()}
@@ -613,6 +617,13 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
         help="micro-batch interval, s (default: the library's); the trigger sets the floor under every delay",
     )
     ap.add_argument("--budget", type=float, default=defaults.get("budget", 0.0), help="executor s per trigger; 0 = trigger")
+    ap.add_argument(
+        "--serve",
+        type=float,
+        default=defaults.get("serve"),
+        help="s each trigger serves at once with the strategy, so its first picks are written by that trigger "
+        "(default: the library's top_class_s, a tenth of the budget; 0: none)",
+    )
     ap.add_argument("--seed", type=int, default=defaults.get("seed", 7))
     ap.add_argument("--off-scale", type=float, default=defaults.get("off_scale", 8.0))
     ap.add_argument(
@@ -677,6 +688,7 @@ def run_experiment(
             out=out,
             trace_s=args.seconds,
             trigger_s=args.trigger,
+            serve_s=getattr(args, "serve", None),
             strategy_params=strategy_params(p, s) if strategy_params else None,
             qos=qos(p, s) if qos else None,
             **kw,

@@ -111,11 +111,12 @@ class RunConfig:
     ``continuous`` (issue 13; on by default) serves the queues on a worker thread
     between triggers too, in slices of ``slice_s`` seconds (default :data:`SLICE_S`), instead of
     for ``budget_s`` inside each trigger; a trigger pauses it, writes what it produced since the
-    last trigger, serves the queues class by class from the top priority down for up to
-    ``top_class_s`` seconds in all (default a tenth of the budget; 0: not at all; the top class
-    always gets one round, a lower class only while time is left; with a single class, or all
-    of equal priority, nothing), so that their rows are written by this trigger, and
-    checkpoints. ``budget_s`` then only sizes the strategy's time parameters (and the default
+    last trigger, serves what is queued for up to ``top_class_s`` seconds (default a tenth of
+    the budget; 0: not at all) so that those rows are written by this trigger, and checkpoints.
+    With class shares on and several priority levels it serves class by class from the top
+    priority down (the top class always gets one round, a lower class only while time is left);
+    otherwise — class shares off, or a single priority level — the strategy in force serves.
+    ``budget_s`` then only sizes the strategy's time parameters (and the default
     ``top_class_s``).
 
     ``class_shares`` (issue 13; by default on for a strategy given by name, off for a Scheduler
@@ -249,7 +250,8 @@ class RunConfig:
 
     @property
     def effective_top_class_s(self) -> float:
-        """Seconds a continuous trigger serves the top class: ``top_class_s``, else a tenth of the budget."""
+        """Seconds a continuous trigger serves at once (the top classes first, or by the strategy):
+        ``top_class_s``, else a tenth of the budget."""
         return self.top_class_s if self.top_class_s is not None else self.effective_budget_s / 10
 
     def make_scheduler(self, plan: Plan | None = None) -> Scheduler:

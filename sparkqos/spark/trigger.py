@@ -22,9 +22,11 @@ the same trigger, replaced like outputs on replay; the progress counts them (``n
 Continuous mode (``RunConfig(continuous=True)``, issue 13): the executor serves the queues on a
 worker thread between triggers too (:class:`~sparkqos.spark.continuous.ContinuousWorker`), so the
 trigger's cadence no longer decides delay. A trigger then pauses the worker between two units,
-ingests, serves what is queued class by class from the top priority down (up to ``top_class_s``
-in all, bypassing the strategy: class priority is honoured whatever the strategy, and what a
-higher class has queued is written by this trigger first), writes everything produced since
+ingests, serves what is queued right away for up to ``top_class_s`` — class by class from the
+top priority down when class shares are on and the plan has several priority levels (bypassing
+the strategy: class priority is honoured whatever the strategy, and what a higher class has
+queued is written by this trigger first), else with the strategy in force (its first picks are
+written by this trigger, not one trigger later) — writes everything produced since
 the last trigger as this batch's outputs, checkpoints, and resumes the worker. The worker never
 runs while a trigger holds the executor, so the checkpoint is exactly the state after the
 outputs the sink now holds; work the worker did after the last checkpoint is simply done again
@@ -241,10 +243,11 @@ class TriggerLoop:
             self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
             self.top_class = top_class(compiled)
             plan = compiled.plan
-            self._levels = [
-                tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
-                for level in classes_by_priority(compiled)
-            ]
+            if config.class_shares:  # class priority above the strategy: the trigger honours it too
+                self._levels = [
+                    tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
+                    for level in classes_by_priority(compiled)
+                ]
 
     # -- checkpoint ------------------------------------------------------------------------------
     def restore(self) -> int:
@@ -316,8 +319,11 @@ class TriggerLoop:
         priority, for up to ``budget_s`` in all, so that what is served now is written by this
         trigger; what is left is the worker's, and waits for the next trigger's write. The top
         class always gets its round (:meth:`Executor.serve` makes progress on every call); a
-        lower class only while time is left."""
+        lower class only while time is left. Without levels (class shares off: the strategy alone
+        decides; or a single priority level) the strategy in force serves for ``budget_s``."""
         total = RunReport()
+        if not self._levels:
+            return self.executor.run(budget_s) if budget_s > 0 else total
         for i, operators in enumerate(self._levels):
             left = budget_s - total.seconds  # on the executor's clock
             if budget_s <= 0 or (i > 0 and left <= 0):
