@@ -408,6 +408,24 @@ def test_unsupported_raises_before_any_data_moves(spark_sql, operation):
     assert sc.statusTracker().getJobIdsForGroup(group) == []
 
 
+def test_try_cast_is_found_in_a_wide_plan_and_a_plain_cast_is_not_taken_for_one(spark_sql):
+    """The try_cast check reads the plan's whole tree string (Spark cuts field lists at 25 in its
+    default string): a try_cast behind 40 columns, or in a filter, is still refused; a plain cast
+    under a column named like one is not."""
+    df = make_df(spark_sql, [(1, 2, 3.0, "a", True)])
+
+    def wide(d):
+        cols = [F.col("i").cast("string").alias(f"c{k}") for k in range(40)]
+        return d.select(*cols, F.col("d").try_cast("int").alias("r"))
+
+    with pytest.raises(UnsupportedTransform, match="try_cast"):
+        sparkqos.run(df, {"q": wide})
+    with pytest.raises(UnsupportedTransform, match="try_cast"):
+        sparkqos.run(df, {"q": lambda d: d.where(F.col("s").try_cast("int") > 0)})
+    out = sparkqos.run(df, {"q": lambda d: d.select(F.col("i").cast("long").alias("try_cast(i)"))})
+    assert out["q"].column("try_cast(i)").to_pylist() == [1]
+
+
 # -- streaming -------------------------------------------------------------------------------------
 
 

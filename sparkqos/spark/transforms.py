@@ -124,6 +124,22 @@ def _cast_modes(plan: Any) -> set[str]:
     return modes
 
 
+def _may_try_cast(result: DataFrame, plan: Any) -> bool:
+    """Whether the JVM plan may hold a ``try_cast``, from its whole tree string in one call (Spark
+    prints such a cast as ``try_cast(...)``; no field list cut short). Walking the plan node by
+    node over Py4J (:func:`_cast_modes`) costs a round trip per expression — seconds per query for
+    the experiments' plans, 40 s to start 320 operators — so only a plan that may hold one is walked.
+    A string Spark had to cut at ``spark.sql.maxPlanStringLength`` is walked too."""
+    text = plan.treeString(False, False, 2_147_483_647, False, False)
+    if "try_cast(" in text:
+        return True
+    try:
+        limit = int(str(result.sparkSession.conf.get("spark.sql.maxPlanStringLength", "2147483632")).strip())
+    except ValueError:  # a size with a unit: walk rather than guess
+        return True
+    return len(text) >= limit - 64
+
+
 class _ClassicPlans:
     """Analyzed plans as JSON, straight from the JVM (classic pyspark)."""
 
@@ -139,7 +155,7 @@ class _ClassicPlans:
         analyzed = _analyzed(result)
         self.plans[name] = json.loads(analyzed.toJSON())
         self.context[name] = _context(name, result, analyzed)
-        if '.Cast"' in json.dumps(self.plans[name]) and "TRY" in _cast_modes(analyzed):
+        if '.Cast"' in json.dumps(self.plans[name]) and _may_try_cast(result, analyzed) and "TRY" in _cast_modes(analyzed):
             raise UnsupportedTransform(name, "Spark function 'try_cast'")
 
     def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
