@@ -123,9 +123,9 @@ class Executor:
     operators one thread's clusters held 79% of the CPU — and without it the other thread sat
     idle. An operator never runs in two threads at once (a running operator is not runnable), so
     this changes only which thread runs a unit, not the order within its cluster. A thread
-    picks a unit under the executor's lock, runs the operator holding only that operator's lock (so a queue is never
-    read and written at once: producers push into it, and strategies scan it, under the same
-    lock) and books the run under the executor's lock again. Lock order is always executor lock
+    picks a unit under the executor's lock, runs the operator holding only that operator's lock
+    (so a queue is never read and written at once: producers push into it, and strategies scan
+    it, under the same lock) and books the run under the executor's lock again. Lock order is always executor lock
     then operator lock, and an operator's lock is never held while waiting for the executor's.
 
     Overload (issue 8): with ``memory_limit_bytes`` the bytes queued in memory stay under the

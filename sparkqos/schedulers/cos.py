@@ -171,11 +171,21 @@ class Cos(Scheduler):
     ['O1', 'O2', 'O1', 'O3', 'O2', 'O3']
     """
 
-    def __init__(self, T: float = 0.3, width: float = 0.25):
+    def __init__(self, T: float = 0.3, width: float = 0.25, recluster_tolerance: float = 0.02):
         check_number("T", T, low=0, high=1, error=SchedulerError, where="Cos: ")
         check_number("width", width, low=0, low_open=True, error=SchedulerError, where="Cos: ")
+        check_number("recluster_tolerance", recluster_tolerance, low=0, error=SchedulerError, where="Cos: ")
         self.T = T
         self.width = width
+        #: S-means runs again only when some operator's normalised (log cost, selectivity) moved
+        #: more than this since the last clustering (0: whenever the statistics move). Chain's
+        #: priorities inside the clusters are refreshed on every move either way. On 400
+        #: operators the statistics move on almost every run, and clustering each time took most
+        #: of the time COS spent picking.
+        self.recluster_tolerance = float(recluster_tolerance)
+        self._clustered_on: np.ndarray | None = None  # the features of the last clustering
+        self._plan_seen: Plan | None = None
+        self._remaining: dict[str, int] = {}
         self._clusters: list[tuple[str, ...]] = []
         self._heaps: list[LazyHeap] = []
         self._cluster_of: dict[str, int] = {}
@@ -184,19 +194,26 @@ class Cos(Scheduler):
 
     def _rebuild(self, state: SchedulerState) -> None:
         plan = state.plan
-        labels = s_means(operator_features(plan, state.selectivity, state.cost), self.T, self.width)
-        groups: dict[int, list[str]] = {}
-        for op, lab in zip(plan.names, labels):
-            groups.setdefault(lab, []).append(op)
-        self._clusters = [tuple(groups[k]) for k in sorted(groups)]
-        self._cluster_of = {op: k for k, ops in enumerate(self._clusters) for op in ops}
+        if plan is not self._plan_seen:
+            self._plan_seen, self._clustered_on = plan, None
+            self._remaining = {op: len(plan.upstream_path(op)) for op in plan.names}
+            self._units = {op: Unit("operator", (op,)) for op in plan.names}
+        features = np.asarray(operator_features(plan, state.selectivity, state.cost), dtype=np.float64)
+        last = self._clustered_on
+        if last is None or not self._clusters or float(np.max(np.abs(features - last))) > self.recluster_tolerance:
+            labels = s_means([tuple(f) for f in features.tolist()], self.T, self.width)
+            self._clustered_on = features
+            groups: dict[int, list[str]] = {}
+            for op, lab in zip(plan.names, labels):
+                groups.setdefault(lab, []).append(op)
+            self._clusters = [tuple(groups[k]) for k in sorted(groups)]
+            self._cluster_of = {op: k for k, ops in enumerate(self._clusters) for op in ops}
         prio = Chain().priorities(state)
         index = plan.index
-        remaining = {op: len(plan.upstream_path(op)) for op in plan.names}
+        remaining = self._remaining
         oldest = state.oldest
         key = lambda op: (-prio[op], oldest(op), remaining[op], index[op])  # noqa: E731
         self._heaps = [LazyHeap(key, state.runnable) for _ in self._clusters]
-        self._units = {op: Unit("operator", (op,)) for op in plan.names}
         self._cursor %= len(self._clusters)
         for op in state.runnable_operators():
             self._heaps[self._cluster_of[op]].push(op)
