@@ -246,6 +246,38 @@ def test_cos_clusters_on_a_plan_and_extremes():
         schedulers.get("cos", T=1.5)
 
 
+def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
+    """S-means runs again only when some operator's normalised features moved more than
+    recluster_tolerance since the last clustering; with 0, on every statistics move."""
+    import sparkqos.schedulers.cos as cos_module
+
+    plan = load_job("cos_sim").cos_plan(queries=3, seed=3)
+    calls = []
+    real = cos_module.s_means
+    monkeypatch.setattr(cos_module, "s_means", lambda *a, **k: calls.append(1) or real(*a, **k))
+    state = Simulator(plan, schedulers.get("fifo"), {}).state
+    cost = {op: plan[op].cost for op in plan.names}
+    monkeypatch.setattr(state, "cost", lambda op: cost[op])
+    for tolerance, expect in ((0.02, [1, 1, 2]), (0.0, [1, 2, 3])):
+        calls.clear()
+        cos = cos_module.Cos(T=0.3, recluster_tolerance=tolerance)
+        cos.attach(state)
+        seen = [len(calls)]
+        first = cos.clusters
+        op = plan.names[0]
+        cost[op] *= 1.001  # a tiny move: within 0.02 on the normalised log-cost axis
+        cos._rebuild(state)
+        seen.append(len(calls))
+        assert cos.clusters == first or tolerance == 0.0
+        cost[op] *= 50.0  # far past it
+        cos._rebuild(state)
+        seen.append(len(calls))
+        assert seen == expect
+        cost[op] = plan[op].cost
+    with pytest.raises(SchedulerError, match="recluster_tolerance"):
+        cos_module.Cos(recluster_tolerance=-1)
+
+
 def test_cos_one_cluster_is_chain():
     """T = 1: one cluster running Chain — the same schedule as chain."""
     plan = load_job("cos_sim").cos_plan(queries=3, seed=5)
