@@ -218,6 +218,10 @@ def compare(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> dict[str, di
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child(sys.argv[3:] if sys.argv[2:3] == ["--"] else sys.argv[2:])
+    # The oracle compiles the job's transforms from a streaming DataFrame in this process: the
+    # replay source's Python workers must run this interpreter (the one with pyarrow), not
+    # whatever "python3" is on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=12000)
     parser.add_argument("--seconds", type=float, default=48.0)

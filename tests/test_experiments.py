@@ -200,3 +200,24 @@ def test_process_tree_cpu_counts_this_process_and_draining_triggers_count_for_de
     st.on_delays(1, {"q": np.array([0.5, 0.25])})
     assert st.queued_rows == [7.0] and st.last_queued == 3.0 and st.triggers == 2 and st.rows_in == 5
     assert st.query_delays("q").tolist() == [0.5, 0.25]  # rows written while draining count for delay
+
+
+def test_cos_threads_benchmark_drains_under_every_run(spark, tmp_path):
+    """benchmarks/cos_threads.py on one small plan: each run (one thread, cluster threads) drains
+    the trace and reports the threads' CPU time."""
+    from cos_sim import cos_plan
+
+    from sparkqos.spark.transforms import compile_transforms
+
+    bench = _load(ROOT / "benchmarks" / "cos_threads.py", "cos_threads")
+    C.write_bursty_trace(tmp_path / "t.parquet", rate=bench.RATE, seconds=2, seed=7)
+    df = C.keyed(spark.read.parquet(str(tmp_path / "t.parquet")))
+    plan = cos_plan(1, 3)
+    transforms, classes, priorities = C.synthetic_transforms(plan, C.cost_unit_for(plan, bench.RATE, 0.5), classes={})
+    compiled = compile_transforms(df, transforms, classes, priorities)
+    table = df.toArrow()
+    serial = bench.measure(compiled, "cos", 0, table, {"T": 0.3})
+    threads = bench.measure(compiled, "cos", 2, table, {"T": 0.3})
+    for r in (serial, threads):
+        assert r["queued"] == 0 and r["cpu"] > 0 and r["wall"] > 0
+    assert serial["stolen"] == 0 and threads["cores"] <= 2.1

@@ -270,7 +270,10 @@ def test_a_failing_udf_on_the_continuous_worker_surfaces_at_the_next_trigger(spa
 
     df = make_df(spark_sql, [(i, i, float(i), "x") for i in range(6)])
     compiled = compile_transforms(df, {"boom": lambda d: d.select(exploding("i").alias("v"))})
-    loop = TriggerLoop(compiled, RunConfig(checkpoint=tmp_path / "ckpt", sink=MemorySink(), continuous=True))
+    # top_class_s=0: the trigger serves nothing itself (one class: it would serve with the
+    # strategy, and meet the UDF inside the trigger, below)
+    config = RunConfig(checkpoint=tmp_path / "ckpt", sink=MemorySink(), continuous=True, top_class_s=0.0)
+    loop = TriggerLoop(compiled, config)
     loop.process(df.toArrow(), 0)  # ingested and checkpointed; the worker then meets the UDF
     deadline = time.time() + 10
     while loop.worker.alive and time.time() < deadline:
@@ -280,6 +283,14 @@ def test_a_failing_udf_on_the_continuous_worker_surfaces_at_the_next_trigger(spa
     assert not loop.worker.alive
     ckpt = loop.store.load_latest()
     assert ckpt.batch_id == 0 and sum(t.num_rows for t in ckpt.queues.values()) == 6
+    loop.close()
+    # Served inside the trigger, the error fails that trigger before its checkpoint: Spark runs
+    # the batch again, and no row of it was taken for done.
+    inside = TriggerLoop(compiled, RunConfig(checkpoint=tmp_path / "inside", sink=MemorySink(), continuous=True))
+    with pytest.raises(UdfError, match="query 'boom': UDF '<lambda>'"):
+        inside.process(df.toArrow(), 0)
+    inside.close()
+    assert inside.store.load_latest() is None
 
 
 def test_a_udf_result_spark_would_convert_its_own_way_raises(spark_sql):

@@ -14,6 +14,7 @@ nothing is read, and the compiler refuses the UDF by name.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -79,10 +80,29 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
     def items(seq: Any) -> list[Any]:
         return [seq.apply(i) for i in range(seq.size())]
 
+    # Walking every expression over Py4J costs a round trip each (seconds per query on the
+    # experiments' plans). The plan's JSON, one call, lists its nodes in pre-order, each with its
+    # own expressions (children are separate entries): only the nodes whose entry names a
+    # PythonUDF are walked. An entry that does not match its node (class name) is walked anyway.
+    entries = json.loads(jvm_plan.toJSON())
+    if not any("PythonUDF" in json.dumps(e) for e in entries):
+        return {}
     found: dict[int, PickledFunction] = {}
     nodes = [jvm_plan]
+    position = 0
     while nodes:
         node = nodes.pop()
+        entry = entries[position] if position < len(entries) else None
+        position += 1
+        children = items(node.children())
+        nodes.extend(reversed(children))  # pre-order, as the JSON lists them
+        if (
+            entry is not None
+            and entry.get("class") == str(node.getClass().getName())
+            and entry.get("num-children") == len(children)
+            and "PythonUDF" not in json.dumps(entry)
+        ):
+            continue
         exprs = items(node.expressions())
         while exprs:
             e = exprs.pop()
@@ -95,7 +115,6 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
                         name, f"UDF {udf!r} whose function sparkqos cannot load", f"{type(exc).__name__}: {exc}"
                     ) from exc
             exprs.extend(items(e.children()))
-        nodes.extend(items(node.children()))
     if not found:
         return {}
     _check_settings(name, result)
