@@ -46,6 +46,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CAP_S = 2.0
+#: The anomaly model's size: 16 × the job's default, so the lower classes' work of a batch outlasts
+#: what a trigger serves at once (``top_class_s``, a tenth of the trigger) and the continuous worker
+#: has rows to serve between triggers — where the ``between_triggers`` and ``in_pause`` faults
+#: strike. At the default size a trigger served everything itself and those two never fired.
+MODEL_SIZE = 32768
 FAULTS = ["before_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress", "between_triggers", "in_pause"]
 
 
@@ -87,6 +92,8 @@ def job_args(trace: Path, out: Path) -> list[str]:
         "job.report=false",
         "--set",
         "scheduler.strategy=adaptive",
+        "--set",
+        f"queries.model_size={MODEL_SIZE}",
     ]
 
 
@@ -246,7 +253,7 @@ def main() -> int:
         )
         sources.register(spark)
         df = spark.readStream.format("sparkqos.replay").option("path", str(trace_path)).option("speed", "max").load()
-        queries = sensor_transforms(window_s=10.0, watermark_s=2.0)
+        queries = sensor_transforms(model_size=MODEL_SIZE, window_s=10.0, watermark_s=2.0)
         return compile_transforms(df, queries, SENSOR_QUERY_CLASSES, SENSOR_CLASSES)
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkqos-crash-"))
