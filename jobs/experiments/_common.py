@@ -708,7 +708,11 @@ def run_experiment(
         shutil.rmtree(out / "outputs" / "_warmup", ignore_errors=True)
         late = (warm.first_progress - warm.replay_start) if warm.first_progress is not None else 0.0
         lead[p] = max(4.0, late + 2.0 + 3.0)
-        print(f"   its first micro-batch came {late + 2.0:.1f}s after start(); replays begin {lead[p]:.1f}s after it", flush=True)
+        print(
+            f"   its first micro-batch came {late + 2.0:.1f}s after the run began (compiling the transforms included); "
+            f"replays begin {lead[p]:.1f}s after it",
+            flush=True,
+        )
     results = []
     t0 = time.time()
     for i, (p, s) in enumerate(pairs):
