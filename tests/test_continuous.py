@@ -201,33 +201,27 @@ def test_without_class_shares_the_strategy_serves_at_once(tmp_path):
     """With the papers' plain strategy (class_shares=False) the runner imposes no class order:
     the trigger serves with the strategy in force for top_class_s, so its first picks are written
     by this trigger (FIFO, with time for everything: every row), and 0 means nothing at once."""
-    loop = make_loop(
-        tmp_path / "on",
-        work_us=50.0,
-        strategy="fifo",
-        class_shares=False,
-        continuous=True,
-        top_class_s=30.0,
-        output=None,
-        sink=MemorySink(),
-    )
+
+    def first_trigger(folder: str, top_class_s: float) -> tuple[TriggerLoop, dict]:
+        loop = make_loop(
+            tmp_path / folder,
+            work_us=50.0,
+            strategy="fifo",
+            class_shares=False,
+            continuous=True,
+            top_class_s=top_class_s,
+            output=None,
+            sink=MemorySink(),
+        )
+        progress = loop.process(sensor_table(2000, 2), 0)
+        loop.close()
+        return loop, progress
+
+    loop, progress = first_trigger("on", 30.0)
     assert loop._levels == []
-    progress = loop.process(sensor_table(2000, 2), 0)
-    loop.close()
     by_query = {q["query"]: q["rowsOut"] for q in progress["queries"]}
     assert by_query["archive"] == 2000 and sum(q["queuedRows"] for q in progress["queries"]) == 0
-    off = make_loop(
-        tmp_path / "off",
-        work_us=50.0,
-        strategy="fifo",
-        class_shares=False,
-        continuous=True,
-        top_class_s=0.0,
-        output=None,
-        sink=MemorySink(),
-    )
-    progress = off.process(sensor_table(2000, 2), 0)
-    off.close()
+    _, progress = first_trigger("off", 0.0)
     assert progress["numOutputRows"] == 0  # what the worker serves is written by the next trigger
 
 

@@ -34,9 +34,9 @@ __all__ = ["ContinuousWorker"]
 class ContinuousWorker:
     """Serves ``executor`` in slices of ``slice_s`` seconds on a daemon thread named ``name``.
 
-    It starts paused (:meth:`resume` starts the thread). ``busy_s``, ``cpu_s`` (CPU seconds of
-    the threads that served: :attr:`RunReport.cpu_s`) and ``rows_consumed`` add up what the
-    slices did since the last :meth:`take_counters`. A slice that raises stops the worker;
+    It starts paused (:meth:`resume` starts the thread). ``served`` adds up the slices'
+    :class:`RunReport` (units, rows consumed, busy and CPU seconds) since the last
+    :meth:`take_counters`. A slice that raises stops the worker;
     the next :meth:`pause` re-raises that error in the caller's thread.
 
     ``orphan_s``: with no :meth:`resume` for that long the thread ends by itself (state kept; the
@@ -64,11 +64,7 @@ class ContinuousWorker:
         self.executor = executor
         self.slice_s = float(slice_s)
         self.name = name
-        self.busy_s = 0.0
-        self.cpu_s = 0.0
-        self.rows_consumed = 0
-        self.units = 0
-        self.operator_runs = 0
+        self.served = RunReport()
         self.slices = 0
         self.on_event = on_event
         self._cond = threading.Condition()
@@ -120,9 +116,7 @@ class ContinuousWorker:
         """What the slices did since the last call (units, operator runs, rows consumed, busy and
         CPU seconds), and reset it."""
         with self._cond:
-            out = RunReport(self.units, self.operator_runs, self.rows_consumed, self.busy_s, cpu_s=self.cpu_s)
-            self.units = self.operator_runs = self.rows_consumed = 0
-            self.busy_s = self.cpu_s = 0.0
+            out, self.served = self.served, RunReport()
             return out
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -170,11 +164,7 @@ class ContinuousWorker:
                 return
             with cond:
                 self._running = False
-                self.busy_s += report.seconds
-                self.cpu_s += report.cpu_s
-                self.units += report.units
-                self.operator_runs += report.operator_runs
-                self.rows_consumed += report.rows_consumed
+                self.served.add(report)
                 self.slices += 1
                 if report.idle:
                     self._work = False  # nothing can run until a trigger queues more
