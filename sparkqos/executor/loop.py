@@ -456,30 +456,28 @@ class Executor:
         errors: list[BaseException] = []
 
         def cluster_pick(i: int) -> Callable[[], Unit | object | None]:
+            def first(clusters: list[int], cursors: list[int], runnable_only: bool) -> Unit | None:
+                """The first unit of ``clusters`` (round robin from thread i's cursor; with
+                ``runnable_only``, the first whose head can run), moving the cursor past it."""
+                for step in range(len(clusters)):
+                    unit = sched.pick_cluster(clusters[(cursors[i] + step) % len(clusters)], state)
+                    if unit is not None and (not runnable_only or state.runnable(unit.head)):
+                        cursors[i] = (cursors[i] + step + 1) % len(clusters)
+                        return unit
+                return None
+
             def pick() -> Unit | object | None:  # under the executor's lock
                 # Thread i serves clusters i, i + n, ... (their number changes when statistics
                 # move and COS re-clusters), round-robin among them.
                 sched.pick_cluster(0, state)  # re-clusters first if statistics moved
                 count = len(sched.clusters)
-                mine = list(range(i, count, n))
-                unit = None
-                for step in range(len(mine)):
-                    k = mine[(cursor[i] + step) % len(mine)]
-                    unit = sched.pick_cluster(k, state)
-                    if unit is not None:
-                        cursor[i] = (cursor[i] + step + 1) % len(mine)
-                        break
+                unit = first(list(range(i, count, n)), cursor, False)
                 if unit is None or not state.runnable(unit.head):
                     # Nothing of its own: the next runnable unit of another thread's clusters.
-                    theirs = [k for k in range(count) if k % n != i]
-                    for step in range(len(theirs)):
-                        k = theirs[(stolen[i] + step) % len(theirs)]
-                        other = sched.pick_cluster(k, state)
-                        if other is not None and state.runnable(other.head):
-                            stolen[i] = (stolen[i] + step + 1) % len(theirs)
-                            self.stolen_units += 1
-                            unit = other
-                            break
+                    other = first([k for k in range(count) if k % n != i], stolen, True)
+                    if other is not None:
+                        self.stolen_units += 1
+                        unit = other
                 if unit is not None and state.runnable(unit.head):
                     crew.busy += 1
                     crew.stuck = 0
