@@ -9,6 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from sparkqos.errors import SourceError
 from sparkqos.sources.datasources import BurstySource, PoissonSource, ReplaySource, register
@@ -122,8 +125,31 @@ def test_different_seeds_differ_and_payload_values_are_plausible():
 
 
 def _reader(source_cls, **options):
-    src = source_cls({k: str(v) for k, v in options.items()})
-    return src.streamReader(src.schema())
+    """The source's time reader (what its driver-side simple reader wraps with one partition)."""
+    return source_cls({k: str(v) for k, v in options.items()})._reader()
+
+
+def test_one_partition_reads_on_the_driver_and_more_with_tasks():
+    """numPartitions 1 (the default): Spark's simple-reader path, the rows read when the offset is
+    planned (streamReader declines, simpleStreamReader answers); the rows of a range are those the
+    time reader gives, read again alike for a batch replayed after a restart; availableNow still
+    reaches the time reader. More partitions: the time reader itself, read by tasks."""
+    opts = {"rate": "500", "seed": "4", "start": str(ORIGIN), "duration": "10"}
+    src = PoissonSource(opts)
+    with pytest.raises(PySparkNotImplementedError):
+        src.streamReader(src.schema())
+    simple = src.simpleStreamReader(src.schema())
+    assert isinstance(simple, SupportsTriggerAvailableNow)
+    start = simple.initialOffset()
+    rows, end = simple.read(start)
+    held = pa.Table.from_batches(list(rows))
+    assert held.num_rows > 1000 and end["t_us"] > start["t_us"]
+    assert pa.Table.from_batches(list(simple.readBetweenOffsets(start, end))).equals(held)
+    assert held.equals(_read(_reader(PoissonSource, **opts), start, end))
+    simple.prepareForTriggerAvailableNow()
+    assert simple.reader._target_wall_us is not None
+    parted = PoissonSource({**opts, "numPartitions": "2"})
+    assert isinstance(parted.streamReader(parted.schema()), DataSourceStreamReader)
 
 
 def _read(reader, start, end):
