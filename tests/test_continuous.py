@@ -58,8 +58,9 @@ def make_loop(root: Path, work_us: float = 0.0, **kw) -> TriggerLoop:
     kw.setdefault("continuous", False)  # the library's default is continuous; these tests compare both
     kw.setdefault("budget_s", 0.002)  # per-trigger mode leaves a backlog between triggers
     kw.setdefault("output", root / "out")
+    classes = kw.pop("classes", None)
     config = RunConfig(checkpoint=root / "ckpt", **kw)
-    loop = TriggerLoop(sensor_queries(work_us=work_us, window_s=5.0), config)
+    loop = TriggerLoop(sensor_queries(work_us=work_us, window_s=5.0, classes=classes), config)
     LOOPS.append(loop)
     return loop
 
@@ -257,7 +258,8 @@ class Crash(RuntimeError):
     pass
 
 
-TRIGGER_POINTS = [p for p in FAULT_POINTS if p not in ("between_triggers", "in_pause")]
+WORKER_POINTS = ("between_triggers", "in_pause", "after_early_write")
+TRIGGER_POINTS = [p for p in FAULT_POINTS if p not in WORKER_POINTS]
 
 
 @pytest.mark.parametrize("point", TRIGGER_POINTS)
@@ -281,12 +283,13 @@ def test_a_crash_at_any_fault_point_restarts_exactly_once(tmp_path, monkeypatch,
     assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
 
 
-@pytest.mark.parametrize("point", ["between_triggers", "in_pause"])
+@pytest.mark.parametrize("point", WORKER_POINTS)
 def test_a_crash_in_the_worker_or_its_pause_restarts_exactly_once(tmp_path, monkeypatch, per_trigger, point):
     """The continuous worker's own crash points: after a slice that served rows once batch 3 was
-    committed (the executor ahead of checkpoint 3), and while batch 4's trigger pauses the worker.
-    Either way the next trigger fails, nothing of the worker survives, and a restart from
-    checkpoint 3 ends with exactly the per-trigger rows."""
+    committed (the executor ahead of checkpoint 3), while batch 4's trigger pauses the worker, and
+    right after the worker wrote class H's rows early as a part of batch 4 (parts no checkpoint
+    covers). Either way the next trigger fails, nothing of the worker survives, and a restart from
+    checkpoint 3 ends with exactly the per-trigger rows: the replayed batch 4 removes the parts."""
     fired = threading.Event()
 
     def crash(self, point, batch_id):
@@ -295,10 +298,15 @@ def test_a_crash_in_the_worker_or_its_pause_restarts_exactly_once(tmp_path, monk
 
     monkeypatch.setattr(TriggerLoop, "_kill", crash)  # a SIGKILL would end the test run
     batch = 3 if point == "between_triggers" else 4
-    first = make_loop(tmp_path, work_us=200.0, continuous=True, fault=f"{point}:{batch}")
+    # the costly anomaly query on top, so the worker has top-class rows to write early
+    classes = {"H": 2.0, "C": 3.0, "N": 1.0} if point == "after_early_write" else None
+    first = make_loop(tmp_path, work_us=200.0, continuous=True, fault=f"{point}:{batch}", classes=classes)
     run_all(first, range(4), pause_s=0.01)
-    if point == "between_triggers":
-        assert fired.wait(10), "the worker served no rows after batch 3"
+    if point != "in_pause":
+        assert fired.wait(10), f"the worker never reached {point} after batch 3"
+    if point == "after_early_write":
+        parts = list((tmp_path / "out" / "outputs").glob("query=*/batch=4-*.parquet"))
+        assert parts, "no early part of batch 4 in the sink"
     with pytest.raises(Crash, match=f"{point} of batch {batch}"):
         first.process(BATCHES[4], 4)
     assert continuous_threads() == []
@@ -417,3 +425,36 @@ def test_a_trigger_still_running_when_the_stream_is_closed_does_not_restart_the_
     loop.process(BATCHES[2], 2)
     assert len(continuous_threads()) == 1
     loop.close()
+
+
+@pytest.mark.parametrize("early_write_s", [None, 0.0])
+def test_the_worker_writes_the_top_class_early_as_parts_of_the_next_batch(tmp_path, per_trigger, early_write_s):
+    """Between triggers the worker writes the top class's rows as parts of the batch the next
+    trigger commits (by default; ``early_write_s=0``: only triggers write). Every row is written
+    exactly once, and that batch's progress counts the parts' rows and delays."""
+    top = {"H": 2.0, "C": 3.0, "N": 1.0}  # the costly anomaly query on top: the worker serves it
+    counted = Counter()
+    delays = Counter()
+    loop = make_loop(
+        tmp_path,
+        work_us=200.0,
+        continuous=True,
+        classes=top,
+        early_write_s=early_write_s,
+        on_delays=lambda b, d: delays.update({q: len(v) for q, v in d.items()}),
+    )
+    for b in range(N_BATCHES):
+        progress = loop.process(BATCHES[b], b)
+        counted.update({q["query"]: q["rowsOut"] for q in progress["queries"]})
+        time.sleep(0.02)
+    counted.update({q["query"]: q["rowsOut"] for q in loop.finish()["queries"]})
+    out = tmp_path / "out" / "outputs"
+    parts = sorted(p.name for p in out.glob("query=*/batch=*-*.parquet"))
+    if early_write_s == 0.0:
+        assert parts == []
+    else:
+        assert parts and all(p.parent.name == "query=anomaly" for p in out.glob("query=*/batch=*-*.parquet"))
+    sink = read_parquet_sink(out)
+    assert rows(sink) == per_trigger
+    assert {q: n for q, n in counted.items() if n} == {q: t.num_rows for q, t in sink.items()}
+    assert {q: n for q, n in delays.items() if n} == {q: t.num_rows for q, t in sink.items()}

@@ -186,3 +186,63 @@ def test_dataframe_sink_one_job_per_trigger_and_idempotent_partitioned_writer(sp
     ) == [(0, "fire", 2), (0, "stats", 1), (1, "fire", 2), (1, "stats", 1)]
     with pytest.raises(SinkError, match="fn must be callable"):
         DataFrameSink(spark, "parquet")
+
+
+def _fire(*ids: int) -> dict[str, pa.Table]:
+    return {"fire": pa.table({"sensor_id": list(ids)})}
+
+
+@pytest.mark.parametrize("make", [ParquetSink, lambda path: MemorySink()], ids=["parquet", "memory"])
+def test_parts_of_a_batch_are_kept_by_its_commit_and_replaced_by_a_replay(tmp_path, make):
+    """The continuous worker's early writes (RunConfig.early_write_s): parts of a batch, then the
+    trigger's own write keeping them; a replay (a new attempt: ``first`` part, or a whole write)
+    leaves exactly its own rows, whatever an earlier attempt had written."""
+    sink = make(tmp_path)
+    assert sink.supports_parts
+
+    def ids() -> list[int]:
+        table = sink.read()["fire"] if isinstance(sink, ParquetSink) else sink.table("fire")
+        return table.column("sensor_id").to_pylist()
+
+    sink.write(0, _fire(0))
+    sink.write_part(1, _fire(1), first=True)
+    sink.write_part(1, _fire(2), first=False)
+    sink.write(1, _fire(3), keep_parts=True)
+    assert ids() == [0, 1, 2, 3]  # batch order, a batch's parts before its trigger's own rows
+    sink.write_part(1, _fire(4), first=True)  # batch 1 again (after a crash): a new attempt
+    assert ids() == [0, 4]
+    sink.write(1, _fire(5))  # a replay that wrote no part of its own drops the earlier parts
+    assert ids() == [0, 5]
+    sink.write_part(2, _fire(6), first=True)
+    sink.write_part(2, {"other": pa.table({"x": [1]})}, first=False)
+    sink.write(2, {}, keep_parts=True)  # nothing left for the trigger itself: the parts stay
+    assert ids() == [0, 5, 6]
+    if isinstance(sink, ParquetSink):
+        assert files(tmp_path) == [
+            "query=fire/batch=0.parquet",
+            "query=fire/batch=1.parquet",
+            "query=fire/batch=2-1.parquet",
+            "query=other/batch=2-1.parquet",
+        ]
+        fresh = ParquetSink(tmp_path)  # a restarted process replays batch 2 without parts
+        fresh.write(2, _fire(7))
+        assert read_parquet_sink(tmp_path)["fire"].column("sensor_id").to_pylist() == [0, 5, 7]
+        assert "other" not in read_parquet_sink(tmp_path)
+
+
+def test_a_sink_without_parts_says_so(spark):
+    sink = DataFrameSink(spark, lambda df, batch_id: None)
+    assert not sink.supports_parts
+    with pytest.raises(SinkError, match="whole batches only"):
+        sink.write_part(0, _fire(1), first=True)
+
+
+def test_a_subclass_overriding_write_alone_takes_whole_batches(tmp_path):
+    """Its override must see every row, so the worker writes nothing early through it."""
+
+    class Audited(ParquetSink):
+        def write(self, batch_id, outputs):
+            super().write(batch_id, outputs)
+
+    assert ParquetSink(tmp_path / "a").supports_parts and MemorySink().supports_parts
+    assert not Audited(tmp_path / "b").supports_parts

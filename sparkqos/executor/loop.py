@@ -681,11 +681,12 @@ class Executor:
             return table
         return table.select([n for n in table.column_names if n not in INTERNAL and n != EMIT])
 
-    def take_outputs(self) -> dict[str, pa.Table]:
-        """What every query delivered since the last call (with ``__arrival``/``__seq``/``__emit``),
-        and forget it: a streaming runner hands each trigger's outputs to its sink this way."""
+    def take_outputs(self, queries: Iterable[str] | None = None) -> dict[str, pa.Table]:
+        """What every query (or each of ``queries``) delivered since the last call (with
+        ``__arrival``/``__seq``/``__emit``), and forget it: a streaming runner hands each trigger's
+        outputs to its sink this way."""
         out = {}
-        for query in self._outputs:
+        for query in self._outputs if queries is None else queries:
             out[query] = self.result(query, internal=True)
             self._outputs[query] = []
         return out

@@ -38,7 +38,7 @@ from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
 from sparkqos.spark.sinks import Sink
 
-__all__ = ["AVAILABLE_NOW", "FAULT_POINTS", "SLICE_S", "RunConfig", "parse_faults"]
+__all__ = ["AVAILABLE_NOW", "EARLY_WRITE_S", "FAULT_POINTS", "SLICE_S", "RunConfig", "parse_faults"]
 
 #: ``trigger_s`` value that runs whatever input is available now, then stops.
 AVAILABLE_NOW = "available_now"
@@ -47,6 +47,10 @@ AVAILABLE_NOW = "available_now"
 #: most about this long for the slice in flight (a pause is taken between units, and no run is sized
 #: beyond the slice); not yet tuned by measurement (issue 13, phase 2).
 SLICE_S = 0.05
+
+#: Default least interval between two early writes of the top class's outputs by the continuous
+#: worker (``RunConfig.early_write_s``).
+EARLY_WRITE_S = 0.05
 
 #: Where a crash can be injected, in the order a trigger passes them.
 FAULT_POINTS = (
@@ -60,6 +64,8 @@ FAULT_POINTS = (
     # committed (the executor ahead of the checkpoint), and while batch N's trigger pauses it
     "between_triggers",
     "in_pause",
+    # continuous mode with early writes: in the worker, right after it wrote a part of batch N
+    "after_early_write",
 )
 
 
@@ -119,6 +125,15 @@ class RunConfig:
     ``budget_s`` then only sizes the strategy's time parameters (and the default
     ``top_class_s``).
 
+    ``early_write_s`` (continuous mode): between triggers the worker writes the top class's new
+    outputs to the sink as soon as it has them, at most every ``early_write_s`` seconds (default
+    :data:`EARLY_WRITE_S`; 0: only triggers write), as parts of the next batch, so class H's rows
+    do not wait for the next trigger. The trigger that commits the batch keeps the parts this run
+    wrote and replaces anything else of that batch id, so a batch replayed after a crash still
+    leaves exactly its last attempt in the sink. Only sinks with ``write_part`` take parts
+    (``ParquetSink``, ``MemorySink``); plans without a top class (a single class, or a tie at the
+    top) write at triggers only.
+
     ``class_shares`` (issue 13; by default on for a strategy given by name, off for a Scheduler
     instance, which is used as given) puts CQC's level 1 — a weighted
     round robin over the query classes with quotas and credit — above the strategy, which then
@@ -156,6 +171,7 @@ class RunConfig:
     continuous: bool = True
     slice_s: float | None = None
     top_class_s: float | None = None
+    early_write_s: float | None = None
     class_shares: bool | None = None
     #: ``fault`` parsed: injection point → batch ids.
     faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
@@ -188,7 +204,8 @@ class RunConfig:
             set_("class_shares", not isinstance(self.strategy, Scheduler))
         check_number("slice_s", self.slice_s, low=0, low_open=True, none_ok=True, error=RunnerError)
         check_number("top_class_s", self.top_class_s, low=0, none_ok=True, error=RunnerError)
-        for name in ("slice_s", "top_class_s"):
+        check_number("early_write_s", self.early_write_s, low=0, none_ok=True, error=RunnerError)
+        for name in ("slice_s", "top_class_s", "early_write_s"):
             if getattr(self, name) is not None:
                 set_(name, float(getattr(self, name)))
         set_("checkpoint", Path(self.checkpoint))
@@ -247,6 +264,12 @@ class RunConfig:
     def effective_slice_s(self) -> float:
         """Seconds of one slice of the continuous worker: ``slice_s``, else :data:`SLICE_S`."""
         return self.slice_s if self.slice_s is not None else SLICE_S
+
+    @property
+    def effective_early_write_s(self) -> float:
+        """Least seconds between two early writes of the worker: ``early_write_s``, else
+        :data:`EARLY_WRITE_S` (0: none)."""
+        return self.early_write_s if self.early_write_s is not None else EARLY_WRITE_S
 
     @property
     def effective_top_class_s(self) -> float:

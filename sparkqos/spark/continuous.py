@@ -44,6 +44,11 @@ class ContinuousWorker:
     worker, which outlives the stream: once the client stops the query no trigger comes again, and
     the thread must not serve (and hold CPU) for the life of that process.
 
+    ``after_slice`` is called on the worker's thread with each slice's :class:`RunReport`, while
+    the worker still owns the executor (a :meth:`pause` waits for it): the trigger loop writes the
+    top class's new outputs from there (``RunConfig.early_write_s``). Its errors stop the worker
+    like a slice's.
+
     ``on_event`` (crash tests only) is called with ``"slice"`` on the worker's thread after each
     slice that consumed rows, and with ``"pause"`` by :meth:`pause` while a slice may still be in
     flight, before it waits for that slice: the two moments a crash can hit only in this mode.
@@ -56,6 +61,7 @@ class ContinuousWorker:
         name: str = "sparkqos-continuous",
         on_event: Callable[[str], None] | None = None,
         orphan_s: float = 60.0,
+        after_slice: Callable[[RunReport], None] | None = None,
     ):
         check_number("slice_s", slice_s, low=0, low_open=True)
         check_number("orphan_s", orphan_s, low=0, low_open=True)
@@ -67,6 +73,7 @@ class ContinuousWorker:
         self.served = RunReport()
         self.slices = 0
         self.on_event = on_event
+        self.after_slice = after_slice
         self._cond = threading.Condition()
         self._stop_slice = threading.Event()  # checked by the running slice between units
         self._paused = True
@@ -154,6 +161,8 @@ class ContinuousWorker:
                 report = self.executor.run(self.slice_s, stop=self._stop_slice)
                 if self.on_event is not None and report.rows_consumed:
                     self.on_event("slice")
+                if self.after_slice is not None:
+                    self.after_slice(report)
             except BaseException as exc:  # noqa: BLE001 - handed to the trigger's thread by pause()
                 with cond:
                     self._error = exc

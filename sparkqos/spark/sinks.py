@@ -5,10 +5,16 @@ writes Parquet straight with pyarrow — ``out/query=NAME/batch=ID.parquet`` via
 an atomic rename — and a replayed batch id rewrites the same files instead of adding rows. The
 layout is Hive-partitioned, so ``spark.read.parquet(out)`` sees a ``query`` column too.
 
-Every sink has one method, ``write(batch_id, outputs)`` with ``outputs`` a mapping from query name
-to a ``pyarrow.Table``:
+Every sink has ``write(batch_id, outputs)`` with ``outputs`` a mapping from query name to a
+``pyarrow.Table``. A sink that can also take a batch in parts (``supports_parts``) has
+``write_part(batch_id, outputs, first)``: the continuous worker writes the top class's rows as
+soon as it has them, as parts of the batch the next trigger commits (``RunConfig.early_write_s``);
+that trigger then calls ``write(batch_id, outputs, keep_parts=True)``, which keeps the parts of
+this attempt and replaces anything else of that batch id. A part with ``first`` set, and a
+``write`` without ``keep_parts``, first removes every file an earlier attempt left for the batch.
 
-* ``ParquetSink(path)`` — the default; ``read_parquet_sink(path)`` loads it back.
+* ``ParquetSink(path)`` — the default; ``read_parquet_sink(path)`` loads it back. Parts of a
+  batch are ``batch=ID-P.parquet`` (P = 1, 2, ... per query), read before ``batch=ID.parquet``.
 * ``MemorySink()`` — Arrow tables kept per query for notebooks; ``to_spark`` makes a temp view.
 * ``DataFrameSink(spark, fn)`` — any DataFrame writer: all queries' rows in ONE DataFrame (columns
   ``batch_id``, ``query`` plus the union of the output columns), one Spark job per trigger.
@@ -17,6 +23,7 @@ to a ``pyarrow.Table``:
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -42,7 +49,9 @@ __all__ = [
 ]
 
 _QUERY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-_BATCH_FILE = re.compile(r"^batch=(\d+)\.parquet$")
+_BATCH_FILE = re.compile(r"^batch=(\d+)(?:-(\d+))?\.parquet$")
+#: Sort key of the trigger's own file of a batch: after that batch's parts.
+_LAST = 1 << 62
 
 
 def check_outputs(outputs: Any) -> dict[str, pa.Table]:
@@ -62,10 +71,27 @@ def check_outputs(outputs: Any) -> dict[str, pa.Table]:
 
 
 class Sink:
-    """Base class: ``write(batch_id, outputs)`` stores one trigger's outputs of every query."""
+    """Base class: ``write(batch_id, outputs)`` stores one trigger's outputs of every query.
+
+    A subclass that also takes a batch in parts has ``write_part`` (see the module docstring) and
+    a ``write`` that accepts ``keep_parts``; ``supports_parts`` says whether both are there (a
+    subclass of ``ParquetSink`` that overrides ``write(batch_id, outputs)`` alone takes whole
+    batches only, so its override still sees every row)."""
+
+    @property
+    def supports_parts(self) -> bool:
+        if type(self).write_part is Sink.write_part:
+            return False
+        try:
+            return "keep_parts" in inspect.signature(self.write).parameters
+        except (TypeError, ValueError):
+            return False
 
     def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
         raise NotImplementedError
+
+    def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
+        raise SinkError(f"{type(self).__name__} takes whole batches only (supports_parts is False)")
 
 
 class ParquetSink(Sink):
@@ -73,7 +99,10 @@ class ParquetSink(Sink):
 
     Writing batch ``b`` replaces every ``batch=b`` file: queries present in ``outputs`` get their
     file rewritten, queries absent lose a ``batch=b`` file left by an earlier attempt, so the sink
-    holds exactly the last attempt of each batch. Empty outputs write no file.
+    holds exactly the last attempt of each batch. Empty outputs write no file. Parts
+    (``write_part``) are ``batch=b-P.parquet``, numbered 1, 2, ... per query within one attempt;
+    ``write(b, ..., keep_parts=True)`` keeps the parts this sink object wrote for ``b`` since the
+    last ``first`` part and removes any other.
 
     >>> import tempfile, pyarrow as pa
     >>> sink = ParquetSink(tempfile.mkdtemp())
@@ -89,14 +118,63 @@ class ParquetSink(Sink):
         self.compression = compression
         self.fsync = fsync
         self.path.mkdir(parents=True, exist_ok=True)
+        #: batch id → query → parts written in this attempt (write_part)
+        self._parts: dict[int, dict[str, int]] = {}
+
+    def __getstate__(self) -> dict:  # a copy (Spark Connect's worker) starts with no attempt open
+        return {**self.__dict__, "_parts": {}}
 
     def __repr__(self) -> str:
         return f"ParquetSink({str(self.path)!r}, compression={self.compression!r}, fsync={self.fsync})"
 
-    def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table], keep_parts: bool = False) -> None:
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         outputs = check_outputs(outputs)
-        name = f"batch={batch_id}.parquet"
+        kept = self._parts.pop(batch_id, {}) if keep_parts else {}
+        self._parts.pop(batch_id, None)
+        written = self._write_files(f"batch={batch_id}.parquet", outputs)
+        changed = set(written)
+        for folder in self.path.glob("query=*"):
+            stale = folder / f"batch={batch_id}.parquet"
+            if folder not in written and stale.exists():
+                stale.unlink()
+                changed.add(folder)
+            if self._drop_parts(folder, batch_id, after=kept.get(folder.name.split("=", 1)[1], 0)):
+                changed.add(folder)
+        if self.fsync:
+            for folder in changed:
+                fsync_dir(folder)
+
+    def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
+        """Add a part to batch ``batch_id`` (``first``: the first of this attempt, which removes
+        every file an earlier attempt left for that batch)."""
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
+        outputs = check_outputs(outputs)
+        if first or batch_id not in self._parts:
+            changed = set()
+            for folder in self.path.glob("query=*"):
+                stale = folder / f"batch={batch_id}.parquet"
+                if stale.exists():
+                    stale.unlink()
+                    changed.add(folder)
+                if self._drop_parts(folder, batch_id, after=0):
+                    changed.add(folder)
+            if self.fsync:
+                for folder in changed:
+                    fsync_dir(folder)
+            self._parts[batch_id] = {}
+        counts = self._parts[batch_id]
+        for query, table in outputs.items():
+            if table.num_rows == 0:
+                continue
+            counts[query] = counts.get(query, 0) + 1
+            folder = self._write_files(f"batch={batch_id}-{counts[query]}.parquet", {query: table})
+            if self.fsync:
+                for f in folder:
+                    fsync_dir(f)
+
+    def _write_files(self, name: str, outputs: Mapping[str, pa.Table]) -> set[Path]:
+        """Write each non-empty table to ``query=NAME/name`` (atomic rename); the folders written."""
         written = set()
         for query, table in outputs.items():
             if table.num_rows == 0:
@@ -110,13 +188,21 @@ class ParquetSink(Sink):
                 sync_dir=False,
             )
             written.add(folder)
-        for folder in self.path.glob("query=*"):
-            stale = folder / name
-            if folder not in written and stale.exists():
-                stale.unlink()
-        if self.fsync:
-            for folder in written:
-                fsync_dir(folder)
+        return written
+
+    @staticmethod
+    def _drop_parts(folder: Path, batch_id: int, after: int) -> bool:
+        """Remove the parts of ``batch_id`` in ``folder`` numbered above ``after`` (an attempt
+        numbers them 1, 2, ... without gaps, so the first missing number ends the search)."""
+        dropped = False
+        part = after + 1
+        while True:
+            f = folder / f"batch={batch_id}-{part}.parquet"
+            if not f.exists():
+                return dropped
+            f.unlink()
+            dropped = True
+            part += 1
 
     def read(self, with_batch_id: bool = False) -> dict[str, pa.Table]:
         return read_parquet_sink(self.path, with_batch_id=with_batch_id)
@@ -125,8 +211,9 @@ class ParquetSink(Sink):
 def read_parquet_sink(path: str | os.PathLike, with_batch_id: bool = False) -> dict[str, pa.Table]:
     """Load a ``ParquetSink`` directory: ``{query: rows in batch order}``.
 
-    Each batch lives in exactly one file, so there is nothing to deduplicate. ``with_batch_id``
-    adds an int64 ``batch_id`` column. Hidden temp files of an interrupted write are ignored.
+    Each batch lives in one file, or in its parts then that file (read in that order), all of
+    one attempt, so there is nothing to deduplicate. ``with_batch_id`` adds an int64 ``batch_id``
+    column. Hidden temp files of an interrupted write are ignored.
     """
     root = Path(path)
     if not root.is_dir():
@@ -137,9 +224,10 @@ def read_parquet_sink(path: str | os.PathLike, with_batch_id: bool = False) -> d
         for entry in os.listdir(folder):
             m = _BATCH_FILE.match(entry)
             if m:
-                files.append((int(m.group(1)), folder / entry))
+                part = _LAST if m.group(2) is None else int(m.group(2))
+                files.append((int(m.group(1)), part, folder / entry))
         tables = []
-        for batch_id, file in sorted(files):
+        for batch_id, _, file in sorted(files):
             table = pq.read_table(file)
             if with_batch_id:
                 table = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
@@ -161,19 +249,37 @@ class MemorySink(Sink):
     """
 
     def __init__(self) -> None:
-        self._batches: dict[str, dict[int, pa.Table]] = {}
+        #: query → batch id → the batch's tables (its parts, then the trigger's own)
+        self._batches: dict[str, dict[int, list[pa.Table]]] = {}
+        self._open: set[int] = set()  # batches with parts of the current attempt
 
     def __repr__(self) -> str:
         return "MemorySink()"
 
-    def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table], keep_parts: bool = False) -> None:
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         outputs = check_outputs(outputs)
+        if not (keep_parts and batch_id in self._open):
+            self._drop(batch_id)
+        self._open.discard(batch_id)
+        self._add(batch_id, outputs)
+
+    def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
+        outputs = check_outputs(outputs)
+        if first or batch_id not in self._open:
+            self._drop(batch_id)
+            self._open.add(batch_id)
+        self._add(batch_id, outputs)
+
+    def _drop(self, batch_id: int) -> None:
         for per_query in self._batches.values():
             per_query.pop(batch_id, None)
+
+    def _add(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
         for query, table in outputs.items():
             if table.num_rows:
-                self._batches.setdefault(query, {})[batch_id] = table
+                self._batches.setdefault(query, {}).setdefault(batch_id, []).append(table)
 
     def queries(self) -> list[str]:
         return sorted(q for q, b in self._batches.items() if b)
@@ -183,7 +289,7 @@ class MemorySink(Sink):
         batches = self._batches.get(query)
         if not batches:
             raise SinkError(f"no rows for query {query!r}; queries with rows: {self.queries()}")
-        return pa.concat_tables([batches[b] for b in sorted(batches)], promote_options="default")
+        return pa.concat_tables([t for b in sorted(batches) for t in batches[b]], promote_options="default")
 
     def to_spark(self, spark: SparkSession, query: str, view: str | None = None) -> DataFrame:
         """The rows of ``query`` as a Spark DataFrame, also registered as temp view ``view`` (default: the query name)."""

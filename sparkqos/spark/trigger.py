@@ -32,6 +32,15 @@ runs while a trigger holds the executor, so the checkpoint is exactly the state 
 outputs the sink now holds; work the worker did after the last checkpoint is simply done again
 after a crash (its outputs were never written). :meth:`TriggerLoop.close` stops the worker.
 
+Early writes (``RunConfig.early_write_s``): the one exception to "only a trigger writes". After a
+slice, the worker writes what the top class's queries produced as a *part* of the batch the next
+trigger will commit (``Sink.write_part``), so a class-H row waits for the sink's file write, not
+for the next trigger. That trigger keeps those parts and writes the rest of the batch; a crash
+before it commits leaves parts that no checkpoint covers, and the replayed batch replaces them
+(its first write, part or whole, removes every file of that batch id), as it replaces the files of
+a batch whose trigger crashed after its sink write. The sink's final content is the same: each
+batch exactly its last attempt.
+
 This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` feeds it
 ``batch_df.toArrow()``, tests and tools feed it Arrow tables directly.
 """
@@ -67,7 +76,7 @@ __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "e
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
 #: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
-PHASES = ("toArrow", "ingest", "executor", "sink", "checkpoint", "progress")
+PHASES = ("toArrow", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
 
 
 def encode_state(obj: Any) -> Any:
@@ -221,7 +230,8 @@ class TriggerLoop:
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
         #: (added by the foreachBatch function: Spark reads the source and converts), ``ingest``
         #: (checks, dead letters, queueing), ``executor`` (operator work, in the trigger and on the
-        #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row).
+        #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row); and
+        #: ``earlyWrite``, the continuous worker's early writes of the top class.
         self.phase_s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._restored = False
         self.worker: ContinuousWorker | None = None
@@ -229,20 +239,31 @@ class TriggerLoop:
         #: The operators a trigger serves at once, a tuple per priority level, highest first.
         self._levels: list[tuple[str, ...]] = []
         self.closed = False  # close() was called: a trigger still in flight must not restart the worker
+        #: The top class's queries the worker writes early (RunConfig.early_write_s); empty: none.
+        self._early_queries: tuple[str, ...] = ()
+        #: The batch the worker's early parts belong to (None: no part since the last commit),
+        #: and what those parts held: rows and delays per query.
+        self._early_batch: int | None = None
+        self._early_rows: dict[str, int] = {}
+        self._early_delays: dict[str, list[np.ndarray]] = {}
+        self._early_at = 0.0  # time.monotonic() of the last early write
         if config.continuous:
             on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
             # a worker not resumed by a trigger for this long ends by itself (Spark Connect: the stream was stopped)
             orphan_s = max(60.0, 20 * (config.interval_s or 0.0))
+            self.top_class = top_class(compiled)
+            plan = compiled.plan
+            if self.top_class is not None and config.effective_early_write_s > 0 and self.sink.supports_parts:
+                self._early_queries = tuple(q.name for q in plan.queries.values() if q.klass == self.top_class)
             self.worker = ContinuousWorker(
                 self.executor,
                 config.effective_slice_s,
                 name=f"sparkqos-continuous-{config.name}",
                 on_event=on_event,
                 orphan_s=orphan_s,
+                after_slice=self._early_write if self._early_queries else None,
             )
             self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
-            self.top_class = top_class(compiled)
-            plan = compiled.plan
             if config.class_shares:  # class priority above the strategy: the trigger honours it too
                 self._levels = [
                     tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
@@ -385,6 +406,34 @@ class TriggerLoop:
         if batch_id in self.config.faults.get(point, ()):
             self._kill(point, batch_id)
 
+    def _early_write(self, report: RunReport) -> None:
+        """On the worker's thread, after a slice: write what the top class's queries produced
+        since the last write as a part of the next batch, if ``early_write_s`` has passed since
+        the last early write. Their delays count from this write."""
+        if not report.rows_consumed or time.monotonic() - self._early_at < self.config.effective_early_write_s:
+            return
+        outputs = {q: t for q, t in self.executor.take_outputs(self._early_queries).items() if t.num_rows}
+        if not outputs:
+            return
+        batch_id = self.last_batch + 1
+        first = self._early_batch != batch_id
+        t0 = time.perf_counter()
+        self.sink.write_part(batch_id, self._sink_tables(outputs), first=first)
+        written = time.time()
+        self._early_at = time.monotonic()
+        if first:
+            self._early_batch, self._early_rows, self._early_delays = batch_id, {}, {}
+        for q, t in outputs.items():
+            self._early_rows[q] = self._early_rows.get(q, 0) + t.num_rows
+            self._early_delays.setdefault(q, []).append(written - t.column(ARRIVAL).to_numpy(zero_copy_only=False))
+        self.phase_s["earlyWrite"] += time.perf_counter() - t0
+        self._fault("after_early_write", batch_id)
+
+    @staticmethod
+    def _sink_tables(outputs: dict[str, pa.Table]) -> dict[str, pa.Table]:
+        """Outputs as the sink gets them: without the executor's internal columns."""
+        return {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
+
     def _worker_event(self, event: str) -> None:
         """The continuous worker's crash points: ``in_pause:N`` while batch N's trigger pauses it;
         ``between_triggers:N`` after a slice served rows once batch N was committed."""
@@ -409,16 +458,25 @@ class TriggerLoop:
         dead_rows = 0 if dead is None else dead.num_rows
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        self.sink.write(
-            batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
-        )
+        early = self._early_batch == batch_id  # the worker wrote parts of this batch: keep them
+        if early:
+            self.sink.write(batch_id, self._sink_tables(outputs), keep_parts=True)
+        else:
+            self.sink.write(batch_id, self._sink_tables(outputs))
         # Delay is end to end: the moment the row is in its sink minus its event time (for a
-        # window, the newest row it covers), whenever the executor produced it.
+        # window, the newest row it covers), whenever the executor produced it; rows the worker
+        # wrote early count from their own write.
         written = time.time()
         delays = {
             q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
             for q, t in outputs.items()
         }
+        rows_out = {q: t.num_rows for q, t in outputs.items()}
+        if early:
+            for q, parts in self._early_delays.items():
+                delays[q] = np.concatenate([*parts, delays.get(q, np.empty(0))])
+                rows_out[q] = rows_out.get(q, 0) + self._early_rows[q]
+        self._early_batch, self._early_rows, self._early_delays = None, {}, {}
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
         t1 = time.perf_counter()
@@ -444,7 +502,7 @@ class TriggerLoop:
             rows_in=rows_in,
             dead_rows=dead_rows,
             consumed=served.rows_consumed,
-            rows_out={q: t.num_rows for q, t in outputs.items()},
+            rows_out=rows_out,
             delays=delays,
             busy_s=served.seconds,
             cpu_s=served.cpu_s,
