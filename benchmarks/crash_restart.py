@@ -7,12 +7,14 @@ A replayable trace (Parquet) is fed to ``jobs/sensor_monitor.py`` (replay source
 stream time per micro-batch, so the trace takes ``seconds / 2`` batches). First one uninterrupted
 run; then one run per crash, each restarted from the same output and checkpoint folders:
 
-* seven injected points (the job's ``--fault``; the trigger loop SIGKILLs its own process): five
+* eight injected points (the job's ``--fault``; the trigger loop SIGKILLs its own process): five
   of a trigger — at the start of foreachBatch, after the executor's run, between the sink write and
   our checkpoint, after our checkpoint (before Spark commits the batch), at the end of
-  foreachBatch — and two of the continuous worker (the job's default mode, issue 13): on the
+  foreachBatch — and three of the continuous worker (the job's default mode, issue 13): on the
   worker's thread after a slice served rows between two triggers (the executor ahead of the
-  checkpoint), and while a trigger pauses the worker with a slice possibly in flight;
+  checkpoint), while a trigger pauses the worker with a slice possibly in flight, and right after
+  the worker wrote class H's rows early as a part of the next batch (parts no checkpoint covers;
+  that run sets ``job.top_class_s=0`` so class H's rows reach the worker);
 * two SIGKILLs of the whole process group (driver and JVM) at seeded random moments;
 * finally a torn checkpoint file: the job must refuse to start with a message naming the file.
 
@@ -51,7 +53,19 @@ CAP_S = 2.0
 #: has rows to serve between triggers — where the ``between_triggers`` and ``in_pause`` faults
 #: strike. At the default size a trigger served everything itself and those two never fired.
 MODEL_SIZE = 32768
-FAULTS = ["before_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress", "between_triggers", "in_pause"]
+FAULTS = [
+    "before_ingest",
+    "after_run",
+    "after_sink",
+    "after_checkpoint",
+    "after_progress",
+    "between_triggers",
+    "in_pause",
+    "after_early_write",
+]
+#: Extra settings of a fault's run: class H's rows reach the worker (and its early writes) only when
+#: the trigger does not serve them itself, as it does at the job's defaults (fire is cheap).
+FAULT_SETTINGS = {"after_early_write": ["--set", "job.top_class_s=0"]}
 
 
 def make_trace(path: Path, rows: int, seconds: float, seed: int) -> pa.Table:
@@ -103,13 +117,19 @@ def checkpointed(out: Path) -> list[int]:
 
 
 def run_job(
-    trace: Path, out: Path, last: int, fault: str | None = None, kill_after: float | None = None, timeout: float = 300
+    trace: Path,
+    out: Path,
+    last: int,
+    fault: str | None = None,
+    kill_after: float | None = None,
+    timeout: float = 300,
+    extra: list[str] | None = None,
 ) -> dict:
     """One run of the job; returns how it ended. It is stopped (SIGTERM) once batch ``last`` is
     checkpointed, killed by its own fault, or SIGKILLed (group) ``kill_after`` s after its first batch."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("SPARKQOS_FAULT", None)  # the job's default for --fault: only the fault asked for here may fire
-    argv = job_args(trace, out) + (["--fault", fault] if fault else [])
+    argv = job_args(trace, out) + (["--fault", fault] if fault else []) + list(extra or [])
     before = checkpointed(out)
     log = open(out.parent / f"{out.name}.log", "ab")
     proc = subprocess.Popen(
@@ -282,7 +302,8 @@ def main() -> int:
         done = checkpointed(crashed)
         target = min((done[-1] if done else -1) + 2, last)
         fault = f"{arg}:{target}" if kind == "fault" else None
-        r = run_job(trace_path, crashed, last, fault=fault, kill_after=arg if kind == "kill" else None)
+        extra = FAULT_SETTINGS.get(arg, []) if kind == "fault" else []
+        r = run_job(trace_path, crashed, last, fault=fault, kill_after=arg if kind == "kill" else None, extra=extra)
         tried = f"--fault {fault}" if kind == "fault" else f"SIGKILL process group at +{arg}s"
         attempts.append((tried, r))
         print(

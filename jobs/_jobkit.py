@@ -33,6 +33,16 @@ def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
         "trigger_s": Key(float, 0.25, "micro-batch interval", low=0, low_open=True),
         "budget_s": Key(float, 0.0, "executor seconds per trigger when not continuous; 0 = the trigger interval", low=0),
         "continuous": Key(bool, True, "serve the queues between triggers too (issue 13)"),
+        "top_class_s": Key(
+            float, None, "seconds a trigger serves at once, top class first; unset = a tenth of the budget", low=0, optional=True
+        ),
+        "early_write_s": Key(
+            float,
+            None,
+            "least seconds between the worker's early writes of the top class; 0 = triggers only; unset = 0.05",
+            low=0,
+            optional=True,
+        ),
         "output": Key(str, f"output/{name}", "outputs, metrics and report"),
         "checkpoint": Key(str, "", "checkpoint folder; empty = <output>/_checkpoint"),
         "report": Key(bool, True, "render the HTML report at the end"),
@@ -119,6 +129,8 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "trigger_s": job["trigger_s"],
         "budget_s": job["budget_s"] or None,
         "continuous": job["continuous"],
+        "top_class_s": job["top_class_s"],
+        "early_write_s": job["early_write_s"],
         "class_shares": sched["class_shares"],
         "checkpoint": checkpoint,
         "output": output,
