@@ -87,22 +87,29 @@ class CheckpointStore:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def save(self, batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any]) -> Path:
-        """Write the checkpoint of ``batch_id`` atomically (replacing one of the same id), prune old ones."""
+    @staticmethod
+    def state_bytes(batch_id: int, state: Mapping[str, Any]) -> bytes:
+        """``state`` as the checkpoint stores it (JSON): taken while the executor is still, it can
+        be written after the executor went on (:meth:`save` takes these bytes as ``state``)."""
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"state must be a mapping, got {type(state).__name__}")
+        try:
+            return json.dumps(dict(state), sort_keys=True).encode()
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"state of batch {batch_id} is not JSON-serialisable: {exc}") from None
+
+    def save(self, batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any] | bytes) -> Path:
+        """Write the checkpoint of ``batch_id`` atomically (replacing one of the same id), prune
+        old ones. ``state`` is a JSON-serialisable mapping, or :meth:`state_bytes` of one."""
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=CheckpointError)
         if not isinstance(queues, Mapping):
             raise CheckpointError(f"queues must be a mapping of name to pyarrow.Table, got {type(queues).__name__}")
-        if not isinstance(state, Mapping):
-            raise CheckpointError(f"state must be a mapping, got {type(state).__name__}")
         for name, table in queues.items():
             if not isinstance(name, str) or not name:
                 raise CheckpointError(f"queue names must be non-empty strings, got {name!r}")
             if not isinstance(table, (pa.Table, pa.RecordBatch)):
                 raise CheckpointError(f"queue {name!r} must be a pyarrow.Table, got {type(table).__name__}")
-        try:
-            state_bytes = json.dumps(dict(state), sort_keys=True).encode()
-        except (TypeError, ValueError) as exc:
-            raise CheckpointError(f"state of batch {batch_id} is not JSON-serialisable: {exc}") from None
+        state_bytes = state if isinstance(state, bytes) else self.state_bytes(batch_id, state)
 
         final = self.path / f"{batch_id:020d}.ckpt"
 

@@ -95,12 +95,14 @@ class ProgressReporter:
         busy_s: float = 0.0,
         cpu_s: float = math.nan,
         continuous: bool = False,
+        strategy: tuple[str, dict[str, float]] | None = None,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
         executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, the
         queues left in ``state``, ``busy_s`` seconds the executor worked since the last record
-        (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used."""
+        (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used;
+        ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now)."""
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
@@ -108,7 +110,7 @@ class ProgressReporter:
         served_in = wall if continuous else duration
         self._last_start = started
         self._last_report = now
-        strategy, scores = strategy_in_force(scheduler)
+        strategy, scores = strategy if strategy is not None else strategy_in_force(scheduler)
         common = dict(
             run=self.name,
             batchId=batch_id,

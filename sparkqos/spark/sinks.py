@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -252,6 +253,15 @@ class MemorySink(Sink):
         #: query → batch id → the batch's tables (its parts, then the trigger's own)
         self._batches: dict[str, dict[int, list[pa.Table]]] = {}
         self._open: set[int] = set()  # batches with parts of the current attempt
+        # the continuous worker writes parts of the next batch while a trigger writes its own
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return "MemorySink()"
@@ -259,18 +269,20 @@ class MemorySink(Sink):
     def write(self, batch_id: int, outputs: Mapping[str, pa.Table], keep_parts: bool = False) -> None:
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         outputs = check_outputs(outputs)
-        if not (keep_parts and batch_id in self._open):
-            self._drop(batch_id)
-        self._open.discard(batch_id)
-        self._add(batch_id, outputs)
+        with self._lock:
+            if not (keep_parts and batch_id in self._open):
+                self._drop(batch_id)
+            self._open.discard(batch_id)
+            self._add(batch_id, outputs)
 
     def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         outputs = check_outputs(outputs)
-        if first or batch_id not in self._open:
-            self._drop(batch_id)
-            self._open.add(batch_id)
-        self._add(batch_id, outputs)
+        with self._lock:
+            if first or batch_id not in self._open:
+                self._drop(batch_id)
+                self._open.add(batch_id)
+            self._add(batch_id, outputs)
 
     def _drop(self, batch_id: int) -> None:
         for per_query in self._batches.values():
@@ -282,14 +294,17 @@ class MemorySink(Sink):
                 self._batches.setdefault(query, {}).setdefault(batch_id, []).append(table)
 
     def queries(self) -> list[str]:
-        return sorted(q for q, b in self._batches.items() if b)
+        with self._lock:
+            return sorted(q for q, b in self._batches.items() if b)
 
     def table(self, query: str) -> pa.Table:
         """All rows of ``query`` in batch order."""
-        batches = self._batches.get(query)
-        if not batches:
+        with self._lock:
+            batches = dict(self._batches.get(query) or {})
+            tables = [t for b in sorted(batches) for t in batches[b]]
+        if not tables:
             raise SinkError(f"no rows for query {query!r}; queries with rows: {self.queries()}")
-        return pa.concat_tables([t for b in sorted(batches) for t in batches[b]], promote_options="default")
+        return pa.concat_tables(tables, promote_options="default")
 
     def to_spark(self, spark: SparkSession, query: str, view: str | None = None) -> DataFrame:
         """The rows of ``query`` as a Spark DataFrame, also registered as temp view ``view`` (default: the query name)."""

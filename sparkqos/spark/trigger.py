@@ -27,10 +27,13 @@ top priority down when class shares are on and the plan has several priority lev
 the strategy: class priority is honoured whatever the strategy, and what a higher class has
 queued is written by this trigger first), else with the strategy in force (its first picks are
 written by this trigger, not one trigger later) — writes everything produced since
-the last trigger as this batch's outputs, checkpoints, and resumes the worker. The worker never
-runs while a trigger holds the executor, so the checkpoint is exactly the state after the
-outputs the sink now holds; work the worker did after the last checkpoint is simply done again
-after a crash (its outputs were never written). :meth:`TriggerLoop.close` stops the worker.
+the last trigger as this batch's outputs, checkpoints, and resumes the worker. The trigger takes
+what it commits while the worker is paused — the outputs, the queues (immutable Arrow tables), the
+state as JSON bytes, the queue sizes for its progress record — and hands the executor back
+before it writes them (sink, then checkpoint, both before ``foreachBatch`` returns), so the
+worker serves while the files are written. The checkpoint is exactly the state after the outputs
+the sink holds for that batch; work the worker did after that snapshot is simply done again
+after a crash (its outputs were never written, or only as early parts the replay replaces). :meth:`TriggerLoop.close` stops the worker.
 
 Early writes (``RunConfig.early_write_s``): the one exception to "only a trigger writes". After a
 slice, the worker writes what the top class's queries produced as a *part* of the batch the next
@@ -68,7 +71,7 @@ from sparkqos.spark.checkpoint import CheckpointStore
 from sparkqos.spark.config import RunConfig
 from sparkqos.spark.continuous import ContinuousWorker
 from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
-from sparkqos.spark.progress import ProgressReporter
+from sparkqos.spark.progress import ProgressReporter, strategy_in_force
 from sparkqos.spark.sinks import MemorySink, ParquetSink
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
@@ -114,6 +117,23 @@ def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
         per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[column.type.unit]
         return pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64) / per_second
     return pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+
+
+class _QueuedSnapshot:
+    """What the progress record reads of the executor's queues, taken while the executor is
+    still (the record is written after the worker went on)."""
+
+    def __init__(self, state: Any, plan: Any):
+        self._rows = {op: state.queued(op) for op in plan.names}
+        self._bytes = {op: state.queued_bytes(op) for op in plan.names}
+        self.total_queued = state.total_queued
+        self.total_queued_bytes = state.total_queued_bytes
+
+    def queued(self, op: str) -> float:
+        return self._rows[op]
+
+    def queued_bytes(self, op: str) -> float:
+        return self._bytes[op]
 
 
 def top_class(compiled: CompiledPlan) -> str | None:
@@ -247,6 +267,8 @@ class TriggerLoop:
         self._early_rows: dict[str, int] = {}
         self._early_delays: dict[str, list[np.ndarray]] = {}
         self._early_at = 0.0  # time.monotonic() of the last early write
+        self._parts_batch = 0  # the batch the worker's early parts go to: the one after the last commit
+        self._paused = False  # a trigger holds the executor and has not handed it back yet
         if config.continuous:
             on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
             # a worker not resumed by a trigger for this long ends by itself (Spark Connect: the stream was stopped)
@@ -281,6 +303,7 @@ class TriggerLoop:
             self.executor.load_state(decode_state(ckpt.state["executor"]))
             self.executor.load_queue_tables(ckpt.queues)
             self.last_batch = ckpt.batch_id
+            self._parts_batch = ckpt.batch_id + 1
             self.dead_lettered_total = int(ckpt.state.get("dead_lettered_total", 0))
         self._restored = True
         return self.last_batch
@@ -297,6 +320,7 @@ class TriggerLoop:
         if worker is None:
             return self._trigger(table, batch_id, started)
         self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
+        self._paused = True
         try:
             worker.pause()  # from here until resume() this thread alone touches the executor
             progress = self._trigger(table, batch_id, started)
@@ -305,9 +329,14 @@ class TriggerLoop:
             # restores the checkpoint and replays the batch).
             worker.close()
             raise
-        if not self.closed:
-            worker.resume()
+        self._release_worker()  # a trigger that committed nothing (replayed) still hands it back
         return progress
+
+    def _release_worker(self) -> None:
+        """Hand the executor back to the continuous worker (once per trigger; not after close())."""
+        if self.worker is not None and self._paused and not self.closed:
+            self._paused = False
+            self.worker.resume()
 
     def _trigger(self, table: pa.Table, batch_id: int, started: float) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
@@ -408,14 +437,15 @@ class TriggerLoop:
 
     def _early_write(self, report: RunReport) -> None:
         """On the worker's thread, after a slice: write what the top class's queries produced
-        since the last write as a part of the next batch, if ``early_write_s`` has passed since
-        the last early write. Their delays count from this write."""
-        if not report.rows_consumed or time.monotonic() - self._early_at < self.config.effective_early_write_s:
+        since the last write as a part of the next batch, once ``early_write_s`` has passed since
+        the last early write, or at once when the slice found nothing more to run (the worker is
+        about to wait for the next trigger). Their delays count from this write."""
+        if not report.idle and time.monotonic() - self._early_at < self.config.effective_early_write_s:
             return
         outputs = {q: t for q, t in self.executor.take_outputs(self._early_queries).items() if t.num_rows}
         if not outputs:
             return
-        batch_id = self.last_batch + 1
+        batch_id = self._parts_batch
         first = self._early_batch != batch_id
         t0 = time.perf_counter()
         self.sink.write_part(batch_id, self._sink_tables(outputs), first=first)
@@ -454,11 +484,32 @@ class TriggerLoop:
         meanwhile), checkpoint, and report batch ``batch_id``."""
         self.phase_s["executor"] += served.seconds
         t0 = time.perf_counter()
+        # What this batch commits, taken while the executor is still: its outputs, the parts the
+        # worker wrote of it, the queues (immutable Arrow), the state (as JSON bytes) and the
+        # queue sizes for the progress record. The writes below need nothing live, so the worker
+        # goes on meanwhile (continuous mode): writing the sink and the checkpoint no longer
+        # idles the executor. They are done, in that order, before foreachBatch returns.
         outputs = self.executor.take_outputs()
+        early = self._early_batch == batch_id  # the worker wrote parts of this batch: keep them
+        early_rows, early_delays = (self._early_rows, self._early_delays) if early else ({}, {})
+        self._early_batch, self._early_rows, self._early_delays = None, {}, {}
         dead_rows = 0 if dead is None else dead.num_rows
+        queues = self.executor.queue_tables()
+        state = self.store.state_bytes(
+            batch_id,
+            {
+                "executor": encode_state(self.executor.to_state(queues=False)),
+                "batch_id": batch_id,
+                "dead_lettered_total": self.dead_lettered_total + dead_rows,
+            },
+        )
+        queued = _QueuedSnapshot(self.executor.state, self.compiled.plan)
+        strategy = strategy_in_force(self.scheduler)
+        t_snap = time.perf_counter()
+        self._parts_batch = batch_id + 1  # the worker's early parts now belong to the next batch
+        self._release_worker()
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        early = self._early_batch == batch_id  # the worker wrote parts of this batch: keep them
         if early:
             self.sink.write(batch_id, self._sink_tables(outputs), keep_parts=True)
         else:
@@ -472,27 +523,17 @@ class TriggerLoop:
             for q, t in outputs.items()
         }
         rows_out = {q: t.num_rows for q, t in outputs.items()}
-        if early:
-            for q, parts in self._early_delays.items():
-                delays[q] = np.concatenate([*parts, delays.get(q, np.empty(0))])
-                rows_out[q] = rows_out.get(q, 0) + self._early_rows[q]
-        self._early_batch, self._early_rows, self._early_delays = None, {}, {}
+        for q, parts in early_delays.items():
+            delays[q] = np.concatenate([*parts, delays.get(q, np.empty(0))])
+            rows_out[q] = rows_out.get(q, 0) + early_rows[q]
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
         t1 = time.perf_counter()
-        self.phase_s["sink"] += t1 - t0
+        self.phase_s["sink"] += t1 - t_snap
         self._fault("after_sink", batch_id)
-        self.store.save(
-            batch_id,
-            self.executor.queue_tables(),
-            {
-                "executor": encode_state(self.executor.to_state(queues=False)),
-                "batch_id": batch_id,
-                "dead_lettered_total": self.dead_lettered_total + dead_rows,
-            },
-        )
+        self.store.save(batch_id, queues, state)
         t2 = time.perf_counter()
-        self.phase_s["checkpoint"] += t2 - t1
+        self.phase_s["checkpoint"] += t2 - t1 + (t_snap - t0)
         self._fault("after_checkpoint", batch_id)
         self.last_batch = batch_id
         self.dead_lettered_total += dead_rows
@@ -507,8 +548,9 @@ class TriggerLoop:
             busy_s=served.seconds,
             cpu_s=served.cpu_s,
             continuous=self.worker is not None,
-            state=self.executor.state,
+            state=queued,
             scheduler=self.scheduler,
+            strategy=strategy,
         )
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)
