@@ -247,7 +247,9 @@ def test_runner_wraps_the_strategy_with_class_shares(tmp_path, strategy):
     assert not isinstance(off, ClassShares) and not getattr(off, "class_shares", None)  # the papers' strategy as is
     default = make_loop(tmp_path / "default", strategy=strategy).scheduler  # on by default for a named strategy
     assert type(default) is type(make_loop(tmp_path / "explicit", strategy=strategy, class_shares=True).scheduler)
-    loop = make_loop(tmp_path / "on", strategy=strategy, class_shares=True)
+    # per-trigger mode: the state checkpointed is the state when process() returns (a continuous
+    # worker would go on changing it while the test reads it)
+    loop = make_loop(tmp_path / "on", strategy=strategy, class_shares=True, continuous=False)
     scheduler = loop.scheduler
     if strategy == "adaptive":
         assert type(scheduler) is Adaptive and scheduler.class_shares == {"k": 30.0, "quantum": 3.0}
@@ -258,7 +260,7 @@ def test_runner_wraps_the_strategy_with_class_shares(tmp_path, strategy):
     for b in range(3):
         assert loop.process(sensor_table(120, T0 + 4 * b), b) is not None
     saved = loop.scheduler.state_dict()
-    resumed = make_loop(tmp_path / "on", strategy=strategy, class_shares=True)
+    resumed = make_loop(tmp_path / "on", strategy=strategy, class_shares=True, continuous=False)
     assert resumed.restore() == 2
     assert json.dumps(resumed.scheduler.state_dict(), sort_keys=True) == json.dumps(saved, sort_keys=True)
     assert resumed.process(sensor_table(120, T0 + 12), 3) is not None
