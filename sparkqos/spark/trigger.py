@@ -33,7 +33,8 @@ state as JSON bytes, the queue sizes for its progress record — and hands the e
 before it writes them (sink, then checkpoint, both before ``foreachBatch`` returns), so the
 worker serves while the files are written. The checkpoint is exactly the state after the outputs
 the sink holds for that batch; work the worker did after that snapshot is simply done again
-after a crash (its outputs were never written, or only as early parts the replay replaces). :meth:`TriggerLoop.close` stops the worker.
+after a crash (its outputs were never written, or only as early parts the replay replaces).
+:meth:`TriggerLoop.close` stops the worker.
 
 Early writes (``RunConfig.early_write_s``): the one exception to "only a trigger writes". After a
 slice, the worker writes what the top class's queries produced as a *part* of the batch the next
