@@ -17,9 +17,9 @@ after it continues as before. ``warmup=false`` keeps the stream anchored at ``in
 Reading on the driver (``numPartitions`` 1, the default): a micro-batch's rows are read when Spark
 plans its offset, by the source's own Python process, and reach the JVM as Arrow with that offset
 (Spark's path for a ``SimpleDataSourceStreamReader``): no read task and no Python worker per
-micro-batch. Measured on the 2-core machine at 600 rows/s and a 0.25 s trigger (pyspark 4.3,
-local[2]): ``toArrow()`` of a batch took 31 ms against 96 ms with a read task, and Spark's part of a
-trigger 126 ms against ~200 ms. A batch replayed after a restart, whose rows are no longer held,
+micro-batch. Measured on the 2-core machine replaying 600 rows/s with a 0.25 s trigger (pyspark
+4.3, local[2]): ``toArrow()`` of a batch took 39 ms against 102 ms with a read task, and Spark's
+part of a trigger 140 ms against 204 ms. A batch replayed after a restart, whose rows are no longer held,
 is read by a task as before. With ``numPartitions`` > 1 the rows are read by that many tasks.
 """
 

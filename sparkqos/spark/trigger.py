@@ -328,6 +328,7 @@ class TriggerLoop:
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint and replays the batch).
+            self._paused = False
             worker.close()
             raise
         self._release_worker()  # a trigger that committed nothing (replayed) still hands it back
@@ -391,6 +392,7 @@ class TriggerLoop:
         if self.worker is not None:
             self.worker.pause()
             self.worker.close()
+            self._paused = False  # the commit below must not hand the executor back
             served = self.worker.take_counters()
         started = time.time()
         served.add(self.executor.finish(budget_s))
