@@ -134,17 +134,7 @@ class ParquetSink(Sink):
         kept = self._parts.pop(batch_id, {}) if keep_parts else {}
         self._parts.pop(batch_id, None)
         written = self._write_files(f"batch={batch_id}.parquet", outputs)
-        changed = set(written)
-        for folder in self.path.glob("query=*"):
-            stale = folder / f"batch={batch_id}.parquet"
-            if folder not in written and stale.exists():
-                stale.unlink()
-                changed.add(folder)
-            if self._drop_parts(folder, batch_id, after=kept.get(folder.name.split("=", 1)[1], 0)):
-                changed.add(folder)
-        if self.fsync:
-            for folder in changed:
-                fsync_dir(folder)
+        self._remove_stale(batch_id, written, kept)
 
     def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
         """Add a part to batch ``batch_id`` (``first``: the first of this attempt, which removes
@@ -152,17 +142,7 @@ class ParquetSink(Sink):
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
         outputs = check_outputs(outputs)
         if first or batch_id not in self._parts:
-            changed = set()
-            for folder in self.path.glob("query=*"):
-                stale = folder / f"batch={batch_id}.parquet"
-                if stale.exists():
-                    stale.unlink()
-                    changed.add(folder)
-                if self._drop_parts(folder, batch_id, after=0):
-                    changed.add(folder)
-            if self.fsync:
-                for folder in changed:
-                    fsync_dir(folder)
+            self._remove_stale(batch_id, set(), {})
             self._parts[batch_id] = {}
         counts = self._parts[batch_id]
         for query, table in outputs.items():
@@ -190,6 +170,21 @@ class ParquetSink(Sink):
             )
             written.add(folder)
         return written
+
+    def _remove_stale(self, batch_id: int, written: set[Path], kept: Mapping[str, int]) -> None:
+        """Remove what an earlier attempt left of batch ``batch_id``: the trigger's file in every
+        folder not in ``written``, and every part above ``kept[query]`` (0 when absent)."""
+        changed = set(written)
+        for folder in self.path.glob("query=*"):
+            stale = folder / f"batch={batch_id}.parquet"
+            if folder not in written and stale.exists():
+                stale.unlink()
+                changed.add(folder)
+            if self._drop_parts(folder, batch_id, after=kept.get(folder.name.split("=", 1)[1], 0)):
+                changed.add(folder)
+        if self.fsync:
+            for folder in changed:
+                fsync_dir(folder)
 
     @staticmethod
     def _drop_parts(folder: Path, batch_id: int, after: int) -> bool:
