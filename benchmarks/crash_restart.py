@@ -47,22 +47,17 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sparkqos.spark.config import FAULT_POINTS  # noqa: E402
+
 CAP_S = 2.0
 #: The anomaly model's size: 16 × the job's default, so the lower classes' work of a batch outlasts
 #: what a trigger serves at once (``top_class_s``, a tenth of the trigger) and the continuous worker
 #: has rows to serve between triggers — where the ``between_triggers`` and ``in_pause`` faults
 #: strike. At the default size a trigger served everything itself and those two never fired.
 MODEL_SIZE = 32768
-FAULTS = [
-    "before_ingest",
-    "after_run",
-    "after_sink",
-    "after_checkpoint",
-    "after_progress",
-    "between_triggers",
-    "in_pause",
-    "after_early_write",
-]
+#: Every crash point of the library (sparkqos.spark.config.FAULT_POINTS) but ``after_ingest``,
+#: which lands in the same state as ``after_run`` (nothing written, nothing checkpointed).
+FAULTS = [p for p in FAULT_POINTS if p != "after_ingest"]
 #: Extra settings of a fault's run: class H's rows reach the worker (and its early writes) only when
 #: the trigger does not serve them itself, as it does at the job's defaults (fire is cheap).
 FAULT_SETTINGS = {"after_early_write": ["--set", "job.top_class_s=0"]}
