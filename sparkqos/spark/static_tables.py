@@ -82,9 +82,10 @@ def _max_rows(result: DataFrame) -> int:
     return value
 
 
-def join_sides(query: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
+def join_sides(query: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Context entry ``join_sides``: condition key → (left side, right side) of every join with
-    a condition in the plan (classic pyspark only: under Spark Connect there is no JVM plan)."""
+    a condition in the plan (classic pyspark only: under Spark Connect there is no JVM plan).
+    ``plan_json`` (the context readers' common signature) is not needed here."""
     if jvm_plan is None:
         return {}
     sides: dict[str, tuple[JoinSide, JoinSide]] = {}

@@ -41,11 +41,12 @@ __all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
 Transform = Callable[[DataFrame], DataFrame]
 
 #: Readers of what a query's plan JSON leaves out (a static table's rows, a UDF's function):
-#: ``reader(query, result, jvm_plan)`` with the transform's result DataFrame and, on classic
-#: pyspark, its analyzed JVM plan (None under Spark Connect) returns entries for the query's
-#: ``context`` in :func:`~sparkqos.query.spark_plan.compile_plans`. The modules
-#: sparkqos.spark.static_tables and sparkqos.spark.udfs (imported at the end) register here.
-CONTEXT_READERS: list[Callable[[str, DataFrame, Any], Mapping[str, Any]]] = []
+#: ``reader(query, result, jvm_plan, plan_json)`` with the transform's result DataFrame and, on
+#: classic pyspark, its analyzed JVM plan and that plan's JSON as already parsed (both None under
+#: Spark Connect) returns entries for the query's ``context`` in
+#: :func:`~sparkqos.query.spark_plan.compile_plans`. The modules sparkqos.spark.static_tables and
+#: sparkqos.spark.udfs (imported at the end) register here.
+CONTEXT_READERS: list[Callable[[str, DataFrame, Any, list[dict[str, Any]] | None], Mapping[str, Any]]] = []
 
 
 def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
@@ -74,10 +75,10 @@ def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
     return facts
 
 
-def _context(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
+def _context(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = _plan_facts(name, result, jvm_plan)
     for reader in CONTEXT_READERS:
-        out.update(reader(name, result, jvm_plan))
+        out.update(reader(name, result, jvm_plan, plan_json))
     return out
 
 
@@ -154,7 +155,7 @@ class _ClassicPlans:
     def add(self, name: str, result: DataFrame) -> None:
         analyzed = _analyzed(result)
         self.plans[name] = json.loads(analyzed.toJSON())
-        self.context[name] = _context(name, result, analyzed)
+        self.context[name] = _context(name, result, analyzed, self.plans[name])
         if '.Cast"' in json.dumps(self.plans[name]) and _may_try_cast(result, analyzed) and "TRY" in _cast_modes(analyzed):
             raise UnsupportedTransform(name, "Spark function 'try_cast'")
 

@@ -71,9 +71,10 @@ def _command_bytes(func: Any) -> bytes:
     return bytes(command.unsafeArray())  # ArraySeq.ofByte (Spark 4)
 
 
-def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
+def read_udfs(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``{"udfs": {result expression id: PickledFunction}}`` for every PythonUDF of ``jvm_plan``
-    (nothing under Spark Connect, where ``jvm_plan`` is None)."""
+    (nothing under Spark Connect, where ``jvm_plan`` is None); ``plan_json`` is that plan's JSON
+    when the caller has already parsed it (else it is read here)."""
     if jvm_plan is None:
         return {}
 
@@ -84,8 +85,9 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
     # experiments' plans). The plan's JSON, one call, lists its nodes in pre-order, each with its
     # own expressions (children are separate entries): only the nodes whose entry names a
     # PythonUDF are walked. An entry that does not match its node (class name) is walked anyway.
-    entries = json.loads(jvm_plan.toJSON())
-    if not any("PythonUDF" in json.dumps(e) for e in entries):
+    entries = plan_json if plan_json is not None else json.loads(jvm_plan.toJSON())
+    has_udf = ["PythonUDF" in json.dumps(e) for e in entries]
+    if not any(has_udf):
         return {}
     found: dict[int, PickledFunction] = {}
     nodes = [jvm_plan]
@@ -93,6 +95,7 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
     while nodes:
         node = nodes.pop()
         entry = entries[position] if position < len(entries) else None
+        udf_here = has_udf[position] if position < len(entries) else True
         position += 1
         children = items(node.children())
         nodes.extend(reversed(children))  # pre-order, as the JSON lists them
@@ -100,7 +103,7 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
             entry is not None
             and entry.get("class") == str(node.getClass().getName())
             and entry.get("num-children") == len(children)
-            and "PythonUDF" not in json.dumps(entry)
+            and not udf_here
         ):
             continue
         exprs = items(node.expressions())
