@@ -260,7 +260,7 @@ def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
     monkeypatch.setattr(state, "cost", lambda op: cost[op])
     for tolerance, expect in ((0.02, [1, 1, 2]), (0.0, [1, 2, 3])):
         calls.clear()
-        cos = cos_module.Cos(T=0.3, recluster_tolerance=tolerance)
+        cos = cos_module.Cos(T=0.3, recluster_tolerance=tolerance, recluster_period=0.0)
         cos.attach(state)
         seen = [len(calls)]
         first = cos.clusters
@@ -276,6 +276,34 @@ def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
         cost[op] = plan[op].cost
     with pytest.raises(SchedulerError, match="recluster_tolerance"):
         cos_module.Cos(recluster_tolerance=-1)
+
+
+def test_cos_reclusters_at_most_once_per_recluster_period(monkeypatch):
+    """Past the tolerance, S-means still waits until recluster_period (state.now) has passed since
+    the last clustering; Chain's order inside the clusters follows every statistics move."""
+    import sparkqos.schedulers.cos as cos_module
+
+    plan = load_job("cos_sim").cos_plan(queries=3, seed=3)
+    calls = []
+    real = cos_module.s_means
+    monkeypatch.setattr(cos_module, "s_means", lambda *a, **k: calls.append(1) or real(*a, **k))
+    state = Simulator(plan, schedulers.get("fifo"), {}).state
+    cost = {op: plan[op].cost for op in plan.names}
+    monkeypatch.setattr(state, "cost", lambda op: cost[op])
+    state._now = 10.0
+    cos = cos_module.Cos(T=0.3, recluster_period=1.0)
+    cos.attach(state)
+    assert len(calls) == 1
+    op = plan.names[0]
+    seen = []
+    for dt in (0.4, 0.4, 0.4, 0.4):  # every move far past the tolerance
+        cost[op] *= 50.0 if len(seen) % 2 == 0 else 1 / 50.0
+        state._now += dt
+        cos._rebuild(state)
+        seen.append(len(calls))
+    assert seen == [1, 1, 2, 2]  # at 10.4 and 10.8 too soon; at 11.2 due; at 11.6 too soon again
+    with pytest.raises(SchedulerError, match="recluster_period"):
+        cos_module.Cos(recluster_period=-1)
 
 
 def test_cos_one_cluster_is_chain():

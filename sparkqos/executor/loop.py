@@ -469,7 +469,7 @@ class Executor:
             def pick() -> Unit | object | None:  # under the executor's lock
                 # Thread i serves clusters i, i + n, ... (their number changes when statistics
                 # move and COS re-clusters), round-robin among them.
-                sched.pick_cluster(0, state)  # re-clusters first if statistics moved
+                sched.pick_cluster(0, state)  # follows the statistics first if they moved
                 count = len(sched.clusters)
                 unit = first(list(range(i, count, n)), cursor, False)
                 if unit is None or not state.runnable(unit.head):
