@@ -5,9 +5,9 @@ do they finish the same work than one thread? (Issue 16.)
 
 The plans are the cos experiment's (jobs/cos_sim.cos_plan: ``--queries`` × 8 operators, compiled
 from their PySpark transforms as ``sparkqos.stream`` compiles them; a local Spark session reads
-the plans, nothing runs on Spark), its synthetic operators spending their declared CPU in numpy
-kernels that release the GIL, costs scaled so the trace's mean rate is ``--load`` × one core of
-work. The same bursty trace is fed to three executors a quarter-second of rows at a time, each
+the plans, nothing runs on Spark), its synthetic operators spending their declared CPU in a hash
+that releases the GIL (one call per run), costs scaled so the trace's mean rate is ``--load`` ×
+one core of work. The same bursty trace is fed to three executors a quarter-second of rows at a time, each
 serving for 0.05 s after every feed and then draining: ``chain`` and ``cos`` on one thread, and
 ``cos`` with ``--threads`` cluster threads. Spark's JVM is idle meanwhile, so this is what the
 threads can do when they have the cores; in a streaming run the JVM and the trigger's own work

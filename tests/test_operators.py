@@ -212,6 +212,37 @@ def test_synthetic_matches_spark(spark):
     assert 0.1 * 240 < kept < 0.3 * 240  # σ = 0.4 · 0.5
 
 
+def test_synthetic_keep_mask_is_sparks_on_nulls_negatives_and_large_keys(spark):
+    """The executor's keep/drop hash against Spark evaluating sparkqos.synthetic's condition on the
+    same keys: nulls are dropped, |key| is taken before the modulus, large keys stay exact."""
+    from pyspark.sql import functions as F
+
+    from sparkqos.executor.operators import Synthetic
+    from sparkqos.spark.synthetic import _keep
+
+    keys = [None, 0, 1, -1, 7, -7, 2**31 - 1, 2**31, -(2**40), 2**62, None, *range(100, 400, 7)]
+    df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "i long, k long")
+    for selectivity, seed in ((0.5, 11), (0.1, 3), (1.0, 0)):
+        op = Synthetic(selectivity, cost_s=0.0, seed=seed, key="k")
+        want = [r["keep"] for r in df.select("i", _keep(F.col("k"), op).alias("keep")).orderBy("i").collect()]
+        got = op.keep_mask(pa.array(keys, pa.int64())).to_pylist()
+        assert got == want
+        no_nulls = [k for k in keys if k is not None]
+        assert op.keep_mask(pa.array(no_nulls, pa.int64())).to_pylist() == [w for k, w in zip(keys, want) if k is not None]
+
+
+def test_synthetic_burn_spends_at_least_the_declared_cpu():
+    """The declared cost is the calling thread's CPU time (a hash that releases the GIL)."""
+    import time
+
+    from sparkqos.executor.operators.synthetic import _burn
+
+    for seconds in (0.0, 1e-5, 0.003):
+        t0 = time.thread_time()
+        _burn(seconds)
+        assert time.thread_time() - t0 >= seconds
+
+
 # -- operator details without Spark ------------------------------------------------------------
 
 

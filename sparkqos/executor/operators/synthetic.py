@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import hashlib
 import time
 
 import numpy as np
@@ -69,13 +69,24 @@ class Synthetic(PhysicalOperator):
 
     def keep_mask(self, keys: pa.Array) -> pa.Array:
         p = self.MODULUS
-        valid = keys.is_valid()
-        x = np.abs(keys.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)) % p
+        nulls = keys.null_count
+        x = (keys.fill_null(0) if nulls else keys).to_numpy(zero_copy_only=False).astype(np.int64)
+        # In place, a few numpy calls: on the cos experiment's 400 operators the runs are small
+        # and this runs with the GIL held between calls, beside another cluster thread.
+        np.abs(x, out=x)
+        x %= p
         seed = self.seed % p
-        h = (x * self.A1 + seed) % p
-        h = (h * h + self.A2) % p
-        h = (h * h + seed) % p
-        return pc.and_(pa.array(h < self._threshold), valid)
+        x *= self.A1
+        x += seed
+        x %= p
+        np.multiply(x, x, out=x)
+        x += self.A2
+        x %= p
+        np.multiply(x, x, out=x)
+        x += seed
+        x %= p
+        keep = pa.array(x < self._threshold)
+        return pc.and_(keep, keys.is_valid()) if nulls else keep
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch:
         if self.work_s > 0:
@@ -83,26 +94,40 @@ class Synthetic(PhysicalOperator):
         return batch.filter(self.keep_mask(batch.column(self.key)))
 
 
-#: What the burn computes on: an exp over 32,768 doubles takes about 20 µs in numpy's C loop,
-#: without the GIL. Much shorter steps (a 1,024-element sort, 3 µs) spend more time handing the
-#: GIL between threads than computing: two threads burning that way used 1.09 cores of 2.
-_BURN_INPUT = np.random.default_rng(0).random(32768)
-_BURN_OUTPUT = threading.local()
+#: What the burn computes: PBKDF2-HMAC-SHA256 iterations, which CPython's hashlib runs in one
+#: OpenSSL call without the GIL, on no memory to speak of. One call spends a whole run's cost, as
+#: one pyarrow kernel does a whole batch. The burn used to be numpy ``exp`` over 32,768 doubles
+#: (20 µs a call): each call gave the GIL back and had to take it again, and a thread that wants
+#: the GIL back from one running Python waits out the switch interval (5 ms). Two burning threads
+#: beside one thread running plain Python got 0.01 cores each that way, against 0.15 with
+#: 2 ms burns in one call (and 0.97 each with the Python thread gone, either way).
+_PASSWORD, _SALT = b"sparkqos", b"synthetic"
+_ITERATIONS_PER_S: list[float] = []  # measured at the first burn (thread CPU time)
+
+
+def _iterations_per_s() -> float:
+    if not _ITERATIONS_PER_S:
+        rates = []
+        for _ in range(3):
+            t0 = time.thread_time()
+            hashlib.pbkdf2_hmac("sha256", _PASSWORD, _SALT, 5_000)
+            rates.append(5_000 / max(time.thread_time() - t0, 1e-6))
+        _ITERATIONS_PER_S.append(max(rates))
+    return _ITERATIONS_PER_S[0]
 
 
 def _burn(seconds: float) -> None:
-    """Spend ``seconds`` of CPU (the declared per-row cost of a synthetic operator) in numpy
-    kernels that release the GIL: two operators burning on two threads (COS's cluster threads, or
-    the continuous worker beside Spark's own Python work) really run side by side, as real
-    pyarrow/numpy work does (two threads: 1.98 cores), where a Python busy loop would hold the
-    GIL and serialise them.
+    """Spend ``seconds`` of CPU (the declared per-row cost of a synthetic operator) in a hash that
+    releases the GIL: two operators burning on two threads (COS's cluster threads, or the
+    continuous worker beside Spark's own Python work) really run side by side, as real
+    pyarrow/numpy work does, where a Python busy loop would hold the GIL and serialise them.
 
     The time is the calling thread's CPU time, not the wall clock: on a busy machine (two cluster
     threads beside Spark's JVM on two cores) a thread that waits for a core spends no work, so a
-    wall-clock burn would do less work than declared exactly when the machine is loaded."""
-    out = getattr(_BURN_OUTPUT, "array", None)
-    if out is None:
-        out = _BURN_OUTPUT.array = np.empty_like(_BURN_INPUT)
+    wall-clock burn would do less work than declared exactly when the machine is loaded. Each
+    call asks for 95% of what is left at the fastest rate measured, so it stops short rather than
+    over; usually two or three calls spend it all."""
+    rate = _iterations_per_s()
     end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        np.exp(_BURN_INPUT, out=out)
+    while (left := end - time.thread_time()) > 0:
+        hashlib.pbkdf2_hmac("sha256", _PASSWORD, _SALT, max(1, int(left * rate * 0.95)))
