@@ -221,3 +221,24 @@ def test_cos_threads_benchmark_drains_under_every_run(spark, tmp_path):
     for r in (serial, threads):
         assert r["queued"] == 0 and r["cpu"] > 0 and r["wall"] > 0
     assert serial["stolen"] == 0 and threads["cores"] <= 2.1
+
+
+def test_chain_memory_verdict_calls_a_tie_a_tie():
+    """chain_memory's verdict: chain holds the claim when it has (or ties within 5%) the least
+    mean memory; when every strategy is within 5% it is a tie, not a win for chain (the bursty
+    'two' plan this session: chain 3251 the highest, rr 3116 the least, once printed HELD)."""
+    import doctest
+
+    cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
+    runner = doctest.DocTestRunner()
+    for test in doctest.DocTestFinder().find(cm.memory_verdict, "memory_verdict", globs={"memory_verdict": cm.memory_verdict}):
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+    verdict = cm.memory_verdict
+    assert verdict("two", {"chain": 3251, "fifo": 3170, "greedy": 3182, "rr": 3116}, [2537, 2492, 2542, 2514]).startswith(
+        "[INCONCLUSIVE] two: every strategy is within 5%"
+    )
+    assert verdict("join", {"chain": 1648, "fifo": 3508, "greedy": 1795}, [581, 2417, 675]).startswith("[HELD] join")
+    assert verdict("mix", {"chain": 8000, "fifo": 9600, "greedy": 7700}, [6000, 7800, 6100]).startswith("[HELD] mix")
+    assert verdict("mix", {"chain": 9000, "fifo": 9600, "greedy": 7700}, [6000, 7800, 6100]).startswith("[NOT HELD] mix")
+    assert verdict("flat", {"chain": 3000, "fifo": 3300}, [2000, 2005]).startswith("[INCONCLUSIVE] flat: every strategy served")
