@@ -171,6 +171,56 @@ class CrashingSink(ParquetSink):
             raise Crash(f"killed after writing batch {batch_id}")
 
 
+class FlakySink(ParquetSink):
+    """Writes batch ``at`` and then fails, the first time only (a sink that was briefly down)."""
+
+    def __init__(self, path, at: int):
+        super().__init__(path)
+        self.at = at
+        self.failed = False
+
+    def write(self, batch_id, outputs, keep_parts=False):
+        super().write(batch_id, outputs, keep_parts=keep_parts)
+        if batch_id == self.at and not self.failed:
+            self.failed = True
+            raise Crash(f"sink down after writing batch {batch_id}")
+
+
+def test_restarting_the_same_handle_after_a_failed_trigger_is_exactly_once(spark, replay_df, chain_run, tmp_path):
+    """A trigger fails after it ingested and served its rows (the sink is down): the query stops
+    with the error and this handle's loop is ahead of its checkpoint. start() on the same handle
+    then restores the checkpoint into a fresh loop, Spark replays the batch into it, and the
+    outputs equal the uninterrupted run's: the batch's rows were not taken twice."""
+    handle = stream(
+        replay_df(),
+        sensor_queries(),
+        strategy="chain",
+        trigger_s="available_now",
+        budget_s=0.001,
+        whole_batches=False,
+        checkpoint=tmp_path / "ckpt",
+        output=tmp_path,
+        sink=FlakySink(tmp_path / "outputs", at=1),
+    )
+    with pytest.raises(Exception, match="sink down after writing batch 1"):
+        handle.start().awaitTermination()
+    failed_loop = handle.loop
+    assert failed_loop.failed
+    with pytest.raises(RunnerError, match="an earlier trigger of this loop failed"):
+        failed_loop.process(pa.table({}), 1)
+    with pytest.raises(RunnerError, match="the last trigger failed"):
+        handle.finish()  # the failed batch is in neither the checkpoint nor the sink yet
+    run_to_end(handle)
+    assert handle.loop is not failed_loop and not handle.loop.failed
+    got = read_parquet_sink(tmp_path / "outputs")
+    want = read_parquet_sink(chain_run.output / "outputs")
+    assert set(got) == set(want)
+    for query in want:
+        assert_df_equality(
+            spark.createDataFrame(got[query]), spark.createDataFrame(want[query]), ignore_row_order=True, ignore_nullable=True
+        )
+
+
 def test_restart_from_checkpoint_is_exactly_once(spark, replay_df, chain_run, tmp_path):
     """Crash between the sink write and the checkpoint of batch 1, then right after the
     checkpoint of batch 3 (before Spark commits it); restart each time from the same

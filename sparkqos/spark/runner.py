@@ -112,16 +112,36 @@ class QosStream:
 
         Where the batches ran in another process (Spark Connect runs foreachBatch in the server's
         Python worker), this handle's loop never saw them: it is stale once the checkpoint holds a
-        newer batch than it committed, and a fresh loop restored from that checkpoint drains."""
-        batches = self.loop.store.batches()
-        if batches and batches[-1] > self.loop.last_batch:
-            self.loop.close()
-            self.loop = TriggerLoop(self.loop.compiled, self.config)
+        newer batch than it committed, and a fresh loop restored from that checkpoint drains.
+        After a failed trigger it raises: draining without the failed batch would write the next
+        batch id, and Spark's replay of the failed batch would then be skipped as committed."""
+        if self.loop.failed:
+            raise RunnerError(
+                "finish(): the last trigger failed, so its batch is in neither the checkpoint nor the sink; "
+                "start() the stream again (Spark replays that batch into a fresh loop), stop it, then finish()"
+            )
+        self._fresh_loop_if_stale()
         return self.loop.finish(budget_s)
+
+    def _fresh_loop_if_stale(self) -> None:
+        """Replace this handle's loop with a fresh one (restored from the checkpoint when used)
+        when its memory no longer matches the checkpoint: a trigger of it failed after changing
+        it (rows ingested, operators run), or another process committed newer batches. Reusing
+        it would take a replayed batch's rows a second time, or miss what the other process
+        did. The recent progress records are kept."""
+        batches = self.loop.store.batches()
+        if self.loop.failed or (self.loop.restored and batches and batches[-1] > self.loop.last_batch):
+            old = self.loop
+            old.close()
+            self.loop = TriggerLoop(old.compiled, self.config)
+            self.loop.progress.recent = list(old.progress.recent)
 
     # -- Spark -----------------------------------------------------------------------------------
     def start(self):
-        """Restore from the checkpoint and start the streaming query; returns the StreamingQuery."""
+        """Restore from the checkpoint and start the streaming query; returns the StreamingQuery.
+        After a failed trigger (the query stopped with its error) this starts from the last
+        checkpoint in a fresh loop, and Spark replays the failed batch into it."""
+        self._fresh_loop_if_stale()
         self.restore()
         self.loop.reopen()
         writer = (

@@ -260,6 +260,10 @@ class TriggerLoop:
         #: The operators a trigger serves at once, a tuple per priority level, highest first.
         self._levels: list[tuple[str, ...]] = []
         self.closed = False  # close() was called: a trigger still in flight must not restart the worker
+        #: A trigger (or finish) raised: this loop's memory may be ahead of its checkpoint (rows
+        #: ingested, operators run, state moved), so it must not take the replayed batch again.
+        #: :meth:`QosStream.start` builds a fresh loop from the checkpoint instead.
+        self.failed = False
         #: The top class's queries the worker writes early (RunConfig.early_write_s); empty: none.
         self._early_queries: tuple[str, ...] = ()
         #: The batch the worker's early parts belong to (None: no part since the last commit),
@@ -294,6 +298,11 @@ class TriggerLoop:
                 ]
 
     # -- checkpoint ------------------------------------------------------------------------------
+    @property
+    def restored(self) -> bool:
+        """:meth:`restore` has run: the executor holds the checkpoint's state (or started empty)."""
+        return self._restored
+
     def restore(self) -> int:
         """Load the newest checkpoint (if any) into the executor; returns its batch id or -1.
         A torn or corrupt checkpoint raises CheckpointCorrupt instead of starting empty."""
@@ -317,9 +326,18 @@ class TriggerLoop:
         self.restore()
         if batch_id <= self.last_batch:
             return None  # replayed after a crash: checkpointed already, its outputs are in the sink
+        if self.failed:
+            raise RunnerError(
+                f"batch {batch_id}: an earlier trigger of this loop failed, so its memory is ahead of its "
+                "checkpoint; restart the stream (QosStream.start() restores the checkpoint into a fresh loop)"
+            )
         worker = self.worker
         if worker is None:
-            return self._trigger(table, batch_id, started)
+            try:
+                return self._trigger(table, batch_id, started)
+            except BaseException:
+                self.failed = True
+                raise
         self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
         self._paused = True
         try:
@@ -327,7 +345,8 @@ class TriggerLoop:
             progress = self._trigger(table, batch_id, started)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
-            # restores the checkpoint and replays the batch).
+            # restores the checkpoint into a fresh loop and replays the batch).
+            self.failed = True
             self._paused = False
             worker.close()
             raise
@@ -387,16 +406,25 @@ class TriggerLoop:
         """End of a finite input: stop the continuous worker, drain every queue, flush windows
         and joins, and write the last outputs (with what the worker produced since the last
         trigger) as batch ``last + 1``."""
+        if self.failed:
+            raise RunnerError(
+                "finish(): an earlier trigger of this loop failed, so its memory is ahead of its checkpoint; "
+                "restart the stream so that Spark replays the failed batch into a fresh loop, then finish that one"
+            )
         self.restore()
         served = RunReport()
-        if self.worker is not None:
-            self.worker.pause()
-            self.worker.close()
-            self._paused = False  # the commit below must not hand the executor back
-            served = self.worker.take_counters()
-        started = time.time()
-        served.add(self.executor.finish(budget_s))
-        return self._commit(self.last_batch + 1, started, 0, served, None)
+        try:
+            if self.worker is not None:
+                self.worker.pause()
+                self.worker.close()
+                self._paused = False  # the commit below must not hand the executor back
+                served = self.worker.take_counters()
+            started = time.time()
+            served.add(self.executor.finish(budget_s))
+            return self._commit(self.last_batch + 1, started, 0, served, None)
+        except BaseException:
+            self.failed = True
+            raise
 
     def close(self) -> None:
         """Stop the continuous worker and join its thread (nothing to do otherwise). What it
