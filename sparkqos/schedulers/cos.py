@@ -76,8 +76,8 @@ def s_means(points: Sequence[Point], T: float, width: float = 0.25, max_iter: in
     :func:`rbf_similarity` itself. A pass is a few numpy steps: every point against the centres
     it started with at once, then, each time a point opens a cluster, the points after it
     against that new centre. Centres are exact means (``math.fsum``). (The plain point-by-point
-    loop took most of the executor's lock time on the cos experiment's 400 operators: COS
-    re-clusters whenever the statistics move.)
+    loop took most of the executor's lock time on the cos experiment's 400 operators, when COS
+    re-clustered on every statistics move.)
 
     >>> pts = [(0.0, 0.0), (0.05, 0.0), (1.0, 1.0), (0.95, 1.0)]
     >>> s_means(pts, T=0.3), s_means(pts, T=0.0), s_means(pts, T=1.0)
