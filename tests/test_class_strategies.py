@@ -246,9 +246,9 @@ def test_cos_clusters_on_a_plan_and_extremes():
         schedulers.get("cos", T=1.5)
 
 
-def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
-    """S-means runs again only when some operator's normalised features moved more than
-    recluster_tolerance since the last clustering; with 0, on every statistics move."""
+def _counted_s_means(monkeypatch):
+    """The cos module with S-means counted (one entry in ``calls`` per clustering), a 3-query cos
+    plan and a simulator state whose costs are read from ``cost`` (op → cost), for tests to move."""
     import sparkqos.schedulers.cos as cos_module
 
     plan = load_job("cos_sim").cos_plan(queries=3, seed=3)
@@ -258,6 +258,13 @@ def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
     state = Simulator(plan, schedulers.get("fifo"), {}).state
     cost = {op: plan[op].cost for op in plan.names}
     monkeypatch.setattr(state, "cost", lambda op: cost[op])
+    return cos_module, plan, state, cost, calls
+
+
+def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
+    """S-means runs again only when some operator's normalised features moved more than
+    recluster_tolerance since the last clustering; with 0, on every statistics move."""
+    cos_module, plan, state, cost, calls = _counted_s_means(monkeypatch)
     for tolerance, expect in ((0.02, [1, 1, 2]), (0.0, [1, 2, 3])):
         calls.clear()
         cos = cos_module.Cos(T=0.3, recluster_tolerance=tolerance, recluster_period=0.0)
@@ -281,15 +288,7 @@ def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
 def test_cos_reclusters_at_most_once_per_recluster_period(monkeypatch):
     """Past the tolerance, S-means still waits until recluster_period (state.now) has passed since
     the last clustering; Chain's order inside the clusters follows every statistics move."""
-    import sparkqos.schedulers.cos as cos_module
-
-    plan = load_job("cos_sim").cos_plan(queries=3, seed=3)
-    calls = []
-    real = cos_module.s_means
-    monkeypatch.setattr(cos_module, "s_means", lambda *a, **k: calls.append(1) or real(*a, **k))
-    state = Simulator(plan, schedulers.get("fifo"), {}).state
-    cost = {op: plan[op].cost for op in plan.names}
-    monkeypatch.setattr(state, "cost", lambda op: cost[op])
+    cos_module, plan, state, cost, calls = _counted_s_means(monkeypatch)
     state._now = 10.0
     cos = cos_module.Cos(T=0.3, recluster_period=1.0)
     cos.attach(state)

@@ -94,7 +94,13 @@ def expected_outputs(spark, trace_table: pa.Table) -> dict:
 @pytest.fixture(scope="module")
 def chain_run(replay_df, tmp_path_factory):
     out = tmp_path_factory.mktemp("chain")
-    handle = stream(
+    return run_to_end(chain_stream(replay_df, out))
+
+
+def chain_stream(replay_df, out, **options) -> QosStream:
+    """The sensor queries under chain on the replay, available-now, with a budget small enough to
+    leave backlog across triggers; checkpoint and outputs under ``out``."""
+    return stream(
         replay_df(),
         sensor_queries(),
         strategy="chain",
@@ -103,8 +109,18 @@ def chain_run(replay_df, tmp_path_factory):
         whole_batches=False,
         checkpoint=out / "ckpt",
         output=out,
+        **options,
     )
-    return run_to_end(handle)
+
+
+def assert_same_sink(spark, got_dir, want_dir) -> None:
+    """The two ParquetSink folders hold the same queries with the same rows (any order)."""
+    got, want = read_parquet_sink(got_dir), read_parquet_sink(want_dir)
+    assert set(got) == set(want)
+    for query in want:
+        assert_df_equality(
+            spark.createDataFrame(got[query]), spark.createDataFrame(want[query]), ignore_row_order=True, ignore_nullable=True
+        )
 
 
 def assert_same_as_spark(spark, outputs: dict, expected: dict) -> None:
@@ -159,31 +175,20 @@ class Crash(RuntimeError):
 
 
 class CrashingSink(ParquetSink):
-    """Writes batch ``at`` and then dies, before the runner checkpoints it."""
+    """Writes batch ``at`` and then dies, before the runner checkpoints it (with ``once``, only the
+    first time: a sink that was briefly down)."""
 
-    def __init__(self, path, at: int):
+    def __init__(self, path, at: int, once: bool = False):
         super().__init__(path)
         self.at = at
+        self.once = once
+        self.crashed = False
 
     def write(self, batch_id, outputs):
         super().write(batch_id, outputs)
-        if batch_id == self.at:
+        if batch_id == self.at and not (self.once and self.crashed):
+            self.crashed = True
             raise Crash(f"killed after writing batch {batch_id}")
-
-
-class FlakySink(ParquetSink):
-    """Writes batch ``at`` and then fails, the first time only (a sink that was briefly down)."""
-
-    def __init__(self, path, at: int):
-        super().__init__(path)
-        self.at = at
-        self.failed = False
-
-    def write(self, batch_id, outputs, keep_parts=False):
-        super().write(batch_id, outputs, keep_parts=keep_parts)
-        if batch_id == self.at and not self.failed:
-            self.failed = True
-            raise Crash(f"sink down after writing batch {batch_id}")
 
 
 def test_restarting_the_same_handle_after_a_failed_trigger_is_exactly_once(spark, replay_df, chain_run, tmp_path):
@@ -191,18 +196,8 @@ def test_restarting_the_same_handle_after_a_failed_trigger_is_exactly_once(spark
     with the error and this handle's loop is ahead of its checkpoint. start() on the same handle
     then restores the checkpoint into a fresh loop, Spark replays the batch into it, and the
     outputs equal the uninterrupted run's: the batch's rows were not taken twice."""
-    handle = stream(
-        replay_df(),
-        sensor_queries(),
-        strategy="chain",
-        trigger_s="available_now",
-        budget_s=0.001,
-        whole_batches=False,
-        checkpoint=tmp_path / "ckpt",
-        output=tmp_path,
-        sink=FlakySink(tmp_path / "outputs", at=1),
-    )
-    with pytest.raises(Exception, match="sink down after writing batch 1"):
+    handle = chain_stream(replay_df, tmp_path, sink=CrashingSink(tmp_path / "outputs", at=1, once=True))
+    with pytest.raises(Exception, match="killed after writing batch 1"):
         handle.start().awaitTermination()
     failed_loop = handle.loop
     assert failed_loop.failed
@@ -212,29 +207,14 @@ def test_restarting_the_same_handle_after_a_failed_trigger_is_exactly_once(spark
         handle.finish()  # the failed batch is in neither the checkpoint nor the sink yet
     run_to_end(handle)
     assert handle.loop is not failed_loop and not handle.loop.failed
-    got = read_parquet_sink(tmp_path / "outputs")
-    want = read_parquet_sink(chain_run.output / "outputs")
-    assert set(got) == set(want)
-    for query in want:
-        assert_df_equality(
-            spark.createDataFrame(got[query]), spark.createDataFrame(want[query]), ignore_row_order=True, ignore_nullable=True
-        )
+    assert_same_sink(spark, tmp_path / "outputs", chain_run.output / "outputs")
 
 
 def test_restart_from_checkpoint_is_exactly_once(spark, replay_df, chain_run, tmp_path):
     """Crash between the sink write and the checkpoint of batch 1, then right after the
     checkpoint of batch 3 (before Spark commits it); restart each time from the same
     checkpoints. The final outputs equal the uninterrupted run's: nothing lost, nothing twice."""
-    common = dict(
-        strategy="chain",
-        trigger_s="available_now",
-        budget_s=0.001,
-        whole_batches=False,
-        checkpoint=tmp_path / "ckpt",
-        output=tmp_path,
-    )
-
-    first = stream(replay_df(), sensor_queries(), sink=CrashingSink(tmp_path / "outputs", at=1), **common)
+    first = chain_stream(replay_df, tmp_path, sink=CrashingSink(tmp_path / "outputs", at=1))
     with pytest.raises(Exception, match="killed after writing batch 1"):
         first.start().awaitTermination()
 
@@ -242,21 +222,15 @@ def test_restart_from_checkpoint_is_exactly_once(spark, replay_df, chain_run, tm
         if progress["batchId"] == 3:
             raise Crash("killed after checkpointing batch 3")
 
-    second = stream(replay_df(), sensor_queries(), on_progress=die_after_checkpoint, **common)
+    second = chain_stream(replay_df, tmp_path, on_progress=die_after_checkpoint)
     assert second.restore() == 0  # batch 1 never reached our checkpoint
     with pytest.raises(Exception, match="killed after checkpointing batch 3"):
         second.start().awaitTermination()
 
-    third = stream(replay_df(), sensor_queries(), **common)
+    third = chain_stream(replay_df, tmp_path)
     assert third.restore() == 3
     run_to_end(third)
-    got = read_parquet_sink(tmp_path / "outputs")
-    want = read_parquet_sink(chain_run.output / "outputs")
-    assert set(got) == set(want)
-    for query in want:
-        assert_df_equality(
-            spark.createDataFrame(got[query]), spark.createDataFrame(want[query]), ignore_row_order=True, ignore_nullable=True
-        )
+    assert_same_sink(spark, tmp_path / "outputs", chain_run.output / "outputs")
 
 
 def test_bad_configuration_fails_at_construction(spark, replay_df, tmp_path):

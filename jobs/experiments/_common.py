@@ -733,8 +733,14 @@ def run_experiment(
     return results, rows
 
 
+def verdict_line(claim: str, held: bool, detail: str) -> str:
+    """``[HELD] claim: detail`` or ``[NOT HELD] claim: detail``."""
+    return f"[{'HELD' if held else 'NOT HELD'}] {claim}: {detail}"
+
+
 def verdict(claim: str, held: bool, detail: str) -> str:
-    line = f"[{'HELD' if held else 'NOT HELD'}] {claim}: {detail}"
+    """:func:`verdict_line`, printed."""
+    line = verdict_line(claim, held, detail)
     print(line, flush=True)
     return line
 

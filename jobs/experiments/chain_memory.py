@@ -127,8 +127,9 @@ def memory_verdict(plan: str, mean_q: dict[str, float], queued: list[float]) -> 
         # than the run showed.
         return f"[INCONCLUSIVE] {plan}: every strategy is within {TIE - 1:.0%} of the least (raise --load): {others}"
     held = best == "chain" or mean_q["chain"] <= TIE * mean_q[best]
-    claim = "chain has the least mean memory (rows in the system)"
-    return f"[{'HELD' if held else 'NOT HELD'}] {plan}: {claim}: mean rows in the system {others}"
+    return C.verdict_line(
+        f"{plan}: chain has the least mean memory (rows in the system)", held, f"mean rows in the system {others}"
+    )
 
 
 def main(argv=None) -> int:

@@ -210,19 +210,17 @@ class Cos(Scheduler):
             self._remaining = {op: len(plan.upstream_path(op)) for op in plan.names}
             self._units = {op: Unit("operator", (op,)) for op in plan.names}
         last, now = self._clustered_on, state.now
-        features = None
-        if last is None or not self._clusters or now - self._clustered_at >= self.recluster_period:
+        first = last is None or not self._clusters
+        if first or now - self._clustered_at >= self.recluster_period:
             features = np.asarray(operator_features(plan, state.selectivity, state.cost), dtype=np.float64)
-        if features is not None and (
-            last is None or not self._clusters or float(np.max(np.abs(features - last))) > self.recluster_tolerance
-        ):
-            labels = s_means([tuple(f) for f in features.tolist()], self.T, self.width)
-            self._clustered_on, self._clustered_at = features, now
-            groups: dict[int, list[str]] = {}
-            for op, lab in zip(plan.names, labels):
-                groups.setdefault(lab, []).append(op)
-            self._clusters = [tuple(groups[k]) for k in sorted(groups)]
-            self._cluster_of = {op: k for k, ops in enumerate(self._clusters) for op in ops}
+            if first or float(np.max(np.abs(features - last))) > self.recluster_tolerance:
+                labels = s_means([tuple(f) for f in features.tolist()], self.T, self.width)
+                self._clustered_on, self._clustered_at = features, now
+                groups: dict[int, list[str]] = {}
+                for op, lab in zip(plan.names, labels):
+                    groups.setdefault(lab, []).append(op)
+                self._clusters = [tuple(groups[k]) for k in sorted(groups)]
+                self._cluster_of = {op: k for k, ops in enumerate(self._clusters) for op in ops}
         prio = Chain().priorities(state)
         index = plan.index
         remaining = self._remaining

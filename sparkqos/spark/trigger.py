@@ -332,23 +332,20 @@ class TriggerLoop:
                 "checkpoint; restart the stream (QosStream.start() restores the checkpoint into a fresh loop)"
             )
         worker = self.worker
-        if worker is None:
-            try:
-                return self._trigger(table, batch_id, started)
-            except BaseException:
-                self.failed = True
-                raise
-        self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
-        self._paused = True
         try:
+            if worker is None:
+                return self._trigger(table, batch_id, started)
+            self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
+            self._paused = True
             worker.pause()  # from here until resume() this thread alone touches the executor
             progress = self._trigger(table, batch_id, started)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
             self.failed = True
-            self._paused = False
-            worker.close()
+            if worker is not None:
+                self._paused = False
+                worker.close()
             raise
         self._release_worker()  # a trigger that committed nothing (replayed) still hands it back
         return progress
