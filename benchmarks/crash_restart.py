@@ -47,7 +47,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sparkqos.spark.config import FAULT_POINTS  # noqa: E402
+from sparkqos.runtime.config import FAULT_POINTS  # noqa: E402
 
 CAP_S = 2.0
 #: The anomaly model's size: 16 × the job's default, so the lower classes' work of a batch outlasts
@@ -55,7 +55,7 @@ CAP_S = 2.0
 #: has rows to serve between triggers — where the ``between_triggers`` and ``in_pause`` faults
 #: strike. At the default size a trigger served everything itself and those two never fired.
 MODEL_SIZE = 32768
-#: Every crash point of the library (sparkqos.spark.config.FAULT_POINTS) but ``after_ingest``,
+#: Every crash point of the library (sparkqos.runtime.config.FAULT_POINTS) but ``after_ingest``,
 #: which lands in the same state as ``after_run`` (nothing written, nothing checkpointed).
 FAULTS = [p for p in FAULT_POINTS if p != "after_ingest"]
 #: Extra settings of a fault's run: class H's rows reach the worker (and its early writes) only when
@@ -64,7 +64,7 @@ FAULT_SETTINGS = {"after_early_write": ["--set", "job.top_class_s=0"]}
 
 
 def make_trace(path: Path, rows: int, seconds: float, seed: int) -> pa.Table:
-    from sparkqos.examples import sensor_trace
+    from sparkqos.workloads.sensors import sensor_trace
 
     return sensor_trace(path, rows, seconds, seed, fire_probability=0.01, temperature_spread=14.0)
 
@@ -177,9 +177,9 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
     from sparkqos import schedulers
     from sparkqos.executor.expressions import INTERNAL
     from sparkqos.executor.loop import EMIT, Executor
-    from sparkqos.spark.checkpoint import CheckpointStore
-    from sparkqos.spark.sinks import read_parquet_sink
-    from sparkqos.spark.trigger import decode_state
+    from sparkqos.runtime.checkpoint import CheckpointStore
+    from sparkqos.runtime.sinks import read_parquet_sink
+    from sparkqos.runtime.trigger import decode_state
 
     sink = read_parquet_sink(out / "outputs")
     ckpt = CheckpointStore(out / "_checkpoint" / "sparkqos").load_latest()
@@ -276,9 +276,9 @@ def main() -> int:
         from pyspark.sql import SparkSession
 
         from sparkqos import sources
-        from sparkqos.examples import SENSOR_CLASSES
-        from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
         from sparkqos.spark.transforms import compile_transforms
+        from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
+        from sparkqos.workloads.sensors import SENSOR_CLASSES
 
         spark = (
             SparkSession.builder.master("local[1]")

@@ -29,10 +29,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkqos import schedulers
+from sparkqos.compile import QuerySet
 from sparkqos.executor.expressions import avg, col, count, max_
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.queues import stamp
-from sparkqos.query import QuerySet
 
 SCHEMA = pa.schema([("id", pa.int64()), ("room", pa.string()), ("temp", pa.float64()), ("ts", pa.float64())])
 BATCH_ROWS = 4096

@@ -3,7 +3,7 @@ limit (spill to Arrow IPC), nothing lost, delay back to its pre-burst level afte
 
     .venv/bin/python benchmarks/overload.py [--limit-mb 4] [--work-us 60] [--shed]
 
-The sensor query set (sparkqos.examples) runs in the executor on the wall clock, trigger by
+The sensor query set (sparkqos.workloads.sensors) runs in the executor on the wall clock, trigger by
 trigger (0.25 s budget each), fed readings at 0.5x capacity (warm), then 2x capacity (burst),
 then 0.5x again (drain). Capacity is measured first: rows/s for draining one big batch. Runs
 side by side: no memory limit, and ``memory_limit_bytes`` (spill), optionally ``--shed``.
@@ -51,9 +51,9 @@ def readings(rng, n: int, first: int) -> pa.RecordBatch:
 
 def one_run(work_us: float, capacity: float, limit: int | None, shed: bool, phases) -> dict:
     from sparkqos import schedulers
-    from sparkqos.examples import sensor_queries
     from sparkqos.executor.expressions import ARRIVAL
     from sparkqos.executor.loop import EMIT, Executor
+    from sparkqos.workloads.sensors import sensor_queries
 
     compiled = sensor_queries(work_us=work_us, window_s=10.0).build()
     ex = Executor(
@@ -104,8 +104,8 @@ def one_run(work_us: float, capacity: float, limit: int | None, shed: bool, phas
 
 def capacity_rows_per_s(work_us: float) -> float:
     from sparkqos import schedulers
-    from sparkqos.examples import sensor_queries
     from sparkqos.executor.loop import Executor
+    from sparkqos.workloads.sensors import sensor_queries
 
     ex = Executor(sensor_queries(work_us=work_us).build().fresh(), schedulers.get("chain"), clock=time.time, whole_batches=True)
     rng = np.random.default_rng(0)

@@ -2,12 +2,12 @@
 
     ./spark-submit.sh benchmarks/throughput.py [--rows 1000000] [--files 20] [--files-per-trigger 2] [--rounds 2]
 
-One Parquet trace of sensor readings (``sparkqos.examples.sensor_trace``) split into ``--files``
+One Parquet trace of sensor readings (``sparkqos.workloads.sensors.sensor_trace``) split into ``--files``
 files is read by Spark's own file source (``spark.readStream.parquet``), ``--files-per-trigger``
 files per micro-batch, with an available-now trigger: all of the input is there at the start, so
 each system runs flat out, and the rows per second it reaches from start to the last output
 written is the highest input rate it sustains — at any higher rate its queues would grow without
-bound. The queries are the main job's four PySpark transforms (:mod:`sparkqos.spark.examples`)
+bound. The queries are the main job's four PySpark transforms (:mod:`sparkqos.workloads.sensor_transforms`)
 at their defaults. The issue asked for ``work_us=0``: no declared work, the operators' own cost
 only. Since issue 16 the two costly steps are real code with no declared work (a numpy anomaly
 model in a pandas UDF, an enrichment join and a JSON encoding), so both systems run that code:
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 def write_trace(folder: Path, rows: int, files: int, seed: int) -> int:
     """The trace as ``files`` Parquet files in time order (the file source reads them by name)."""
-    from sparkqos.examples import sensor_trace
+    from sparkqos.workloads.sensors import sensor_trace
 
     folder.mkdir(parents=True)
     table = sensor_trace(folder.parent / "whole.parquet", rows, seconds=rows / 20_000, seed=seed, fire_probability=0.01)
@@ -63,7 +63,7 @@ def file_stream(spark, folder: Path, per_trigger: int):
 
 def run_native(spark, trace: Path, out: Path, per_trigger: int) -> dict:
     """Each transform as its own streaming query with Spark's Parquet sink; seconds until all end."""
-    from sparkqos.spark.examples import sensor_transforms
+    from sparkqos.workloads.sensor_transforms import sensor_transforms
 
     started = time.perf_counter()
     queries = []
@@ -92,10 +92,10 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int) -> dict:
 def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int) -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
-    from sparkqos.examples import SENSOR_CLASSES
-    from sparkqos.spark.config import AVAILABLE_NOW
-    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
-    from sparkqos.spark.sinks import read_parquet_sink
+    from sparkqos.runtime.config import AVAILABLE_NOW
+    from sparkqos.runtime.sinks import read_parquet_sink
+    from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
+    from sparkqos.workloads.sensors import SENSOR_CLASSES
 
     started = time.perf_counter()
     handle = sparkqos.stream(

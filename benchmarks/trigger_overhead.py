@@ -3,7 +3,7 @@
     ./spark-submit.sh benchmarks/trigger_overhead.py [--rows 200000] [--seconds 40] [--rounds 2]
 
 Both read the same replayed trace (``sparkqos.replay``, at most 2 s of stream time per trigger),
-apply the same operators (the sensor query set, sparkqos.examples) with pyarrow and write the same
+apply the same operators (the sensor query set, sparkqos.workloads.sensors) with pyarrow and write the same
 outputs with the same Parquet sink. The plain one calls the operators in a loop inside
 ``foreachBatch``; sparkqos queues the rows, lets the strategy pick every unit, keeps statistics,
 checkpoints queues and state and writes its metrics. Its budget is large enough that each trigger
@@ -37,7 +37,7 @@ def plain_foreach(compiled, sink):
     """The same operators applied in a plain pyarrow loop, same sink, no queues or scheduling."""
     from sparkqos.executor.expressions import INTERNAL
     from sparkqos.executor.queues import stamp
-    from sparkqos.spark.trigger import epoch_seconds
+    from sparkqos.runtime.trigger import epoch_seconds
 
     c = compiled.fresh()
     plan = c.plan
@@ -77,7 +77,7 @@ def trigger_times(query) -> list[float]:
 def overload(spark, work: Path, args: argparse.Namespace) -> None:
     """The overloaded runs, per trigger then continuous; prints one line each."""
     import sparkqos
-    from sparkqos.examples import sensor_queries, sensor_trace
+    from sparkqos.workloads.sensors import sensor_queries, sensor_trace
 
     seconds = args.overload_seconds
     trace = work / "overload.parquet"
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import sparkqos
     from sparkqos import sources
-    from sparkqos.examples import sensor_queries, sensor_trace
-    from sparkqos.spark.sinks import ParquetSink
+    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.workloads.sensors import sensor_queries, sensor_trace
 
     spark = SparkSession.builder.appName("trigger_overhead").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -4,7 +4,7 @@
         [--fair-triggers fast,0.25,0.5,1,2] [--set key=value ...]
 
 One bursty trace (recorded once, replayed at its own pace with ``sparkqos.replay``) feeds, in
-turn, the four sensor queries — the same PySpark transforms (:mod:`sparkqos.spark.examples`) in
+turn, the four sensor queries — the same PySpark transforms (:mod:`sparkqos.workloads.sensor_transforms`) in
 every variant:
 
 * ``fair@T`` — each transform as its own Spark streaming query in the FAIR pool of its class
@@ -57,7 +57,7 @@ FAIR_TRIGGERS = ("fast", "0.25", "0.5", "1", "2")
 
 
 def _queries(args):
-    from sparkqos.spark.examples import sensor_transforms
+    from sparkqos.workloads.sensor_transforms import sensor_transforms
 
     return sensor_transforms(model_size=args.model_size, window_s=args.window, watermark_s=args.watermark)
 
@@ -75,7 +75,7 @@ def _write_batch(folder: Path, query: str, batch_id: int, table) -> None:
 
 # -- plain Spark: one streaming query per transform, FAIR pools -----------------------------------------
 def run_fair(args, out: Path, trigger: str) -> dict:
-    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES
+    from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES
 
     spark = C.session(f"vs_fair_pools-fair@{trigger}")
     sc = spark.sparkContext
@@ -138,9 +138,9 @@ def run_fair(args, out: Path, trigger: str) -> dict:
 # -- sparkqos -----------------------------------------------------------------------------------------
 def run_sparkqos(args, out: Path) -> dict:
     import sparkqos
-    from sparkqos.examples import SENSOR_CLASSES
-    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES
-    from sparkqos.spark.sinks import ParquetSink
+    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES
+    from sparkqos.workloads.sensors import SENSOR_CLASSES
 
     spark = C.session("vs_fair_pools-sparkqos")
     options = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -205,7 +205,7 @@ def delays_of(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, list]]:
     rows themselves (to compare outputs across variants)."""
     import pyarrow.parquet as pq
 
-    from sparkqos.spark.trigger import epoch_seconds
+    from sparkqos.runtime.trigger import epoch_seconds
 
     delays: dict[str, list[np.ndarray]] = {}
     rows: dict[str, list] = {}
@@ -226,7 +226,7 @@ def delays_of(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, list]]:
 
 
 def summarise(variant: dict, folder: Path) -> dict:
-    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES
+    from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES
 
     delays, rows = delays_of(folder)
     per_class: dict[str, list[np.ndarray]] = {}

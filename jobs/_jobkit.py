@@ -20,7 +20,7 @@ from typing import Any
 from sparkqos import schedulers
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import RunnerError, SparkqosError
-from sparkqos.spark.config import parse_faults
+from sparkqos.runtime.config import parse_faults
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 
     ./spark-submit.sh jobs/sensor_monitor.py [--duration 60] [--set section.key=value ...] [--fault POINT:BATCH]
 
-Four continuous queries, written as ordinary PySpark transforms (sparkqos.spark.examples), over
+Four continuous queries, written as ordinary PySpark transforms (sparkqos.workloads.sensor_transforms), over
 one bursty stream of sensor readings: fire detection (class H), anomaly scoring (class C), zone
 statistics and an archive (class N). The
 adaptive controller picks among the configured strategies once per trigger to meet the QoS
@@ -12,7 +12,7 @@ and an HTML report go under the output folder, leftover queues and state under t
 
 Crash tests (benchmarks/crash_restart.py) inject faults with ``--fault after_sink:3`` (or the
 environment variable ``SPARKQOS_FAULT``, read here and nowhere else): the job SIGKILLs itself at
-that point of batch 3 (points: sparkqos.spark.config.FAULT_POINTS).
+that point of batch 3 (points: sparkqos.runtime.config.FAULT_POINTS).
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import sparkqos
     from sparkqos import sources
-    from sparkqos.examples import SENSOR_CLASSES
     from sparkqos.report.console import ClassMonitor
-    from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
+    from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
+    from sparkqos.workloads.sensors import SENSOR_CLASSES
 
     spark = kit.session(cfg["job"]["name"])
     sources.register(spark)

@@ -3,10 +3,10 @@
     ./spark-submit.sh jobs/vessel_monitor.py [--duration 60] [--set source.speed=1200] [--set section.key=value ...]
 
 One day of real AIS position reports off the US coasts (235,967 reports from 1,185 vessels; see
-sparkqos/sources/ais.py) is turned once into a time-ordered Parquet trace (reports that cannot be
+sparkqos/workloads/ais.py) is turned once into a time-ordered Parquet trace (reports that cannot be
 read go to dead letters beside it, with their reasons) and replayed with ``sparkqos.replay`` at
 ``source.speed`` times the recorded pace: the real inter-arrival pattern, compressed. Six
-continuous queries, written as ordinary PySpark transforms (sparkqos.spark.vessels): restricted-zone
+continuous queries, written as ordinary PySpark transforms (sparkqos.workloads.vessels): restricted-zone
 alerts (class H), speed anomalies and sharp course changes from consecutive positions of each
 vessel (class C), loitering in a window, per-area counts per window and an archive enriched with
 each vessel's flag state (class N). It prints one line per trigger and a summary table per class at the end, like the main
@@ -29,7 +29,7 @@ import _jobkit as kit  # noqa: E402
 from sparkqos.config import ConfigError, Key  # noqa: E402
 
 ROOT = kit.ROOT
-QUERIES = ("geofence", "speeding", "turning", "loitering", "area_counts", "archive")  # sparkqos.spark.vessels
+QUERIES = ("geofence", "speeding", "turning", "loitering", "area_counts", "archive")  # sparkqos.workloads.vessels
 
 SCHEMA = {
     "job": kit.job_section("vessel_monitor"),
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vessel_monitor: configuration error: {exc}", file=sys.stderr)
         return 2
     from sparkqos.errors import SourceError
-    from sparkqos.sources.ais import dead_letter_path, vessel_trace
+    from sparkqos.workloads.ais import dead_letter_path, vessel_trace
 
     src = cfg["source"]
     try:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     import sparkqos
     from sparkqos import sources
     from sparkqos.report.console import ClassMonitor
-    from sparkqos.spark.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
+    from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
 
     spark = kit.session(cfg["job"]["name"])
     sources.register(spark)

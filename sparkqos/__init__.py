@@ -8,6 +8,7 @@ depend on each other: docs/ARCHITECTURE.md.
 
 from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
 from sparkqos.adaptive import QosSpec
+from sparkqos.compile import QuerySet, avg, col, count, lit, max_, min_, sum_
 from sparkqos.errors import (
     CheckpointError,
     ConfigError,
@@ -26,14 +27,13 @@ from sparkqos.errors import (
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
-from sparkqos.query import QuerySet, avg, col, count, lit, max_, min_, sum_
 
 __version__ = "0.1.0"
 
 
 def stream(df, queries, **kwargs):
     """Serve ``queries`` over the streaming DataFrame ``df`` with a sparkqos strategy; ``.start()``
-    gives the StreamingQuery. The options are :class:`sparkqos.spark.config.RunConfig`'s fields."""
+    gives the StreamingQuery. The options are :class:`sparkqos.runtime.config.RunConfig`'s fields."""
     from sparkqos.spark.runner import stream as _stream  # Spark-side code loads only when used
 
     return _stream(df, queries, **kwargs)

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from sparkqos.sources.ais import dead_letter_path, vessel_trace
+    from sparkqos.workloads.ais import dead_letter_path, vessel_trace
 
     path, stats = vessel_trace(args.out, file=args.file, limit=args.limit, refresh=args.refresh)
     if args.json:

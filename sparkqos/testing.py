@@ -3,7 +3,7 @@
 The papers' experiments use chains of generic operators with a declared selectivity σ and cost c
 per tuple. :func:`synthetic_plans` builds such a multi-query plan once, as a
 :class:`~sparkqos.model.plan.Plan` for the simulator and a
-:class:`~sparkqos.executor.CompiledPlan` of :meth:`~sparkqos.query.Relation.synthetic` operators
+:class:`~sparkqos.executor.CompiledPlan` of :meth:`~sparkqos.compile.Relation.synthetic` operators
 for the executor; both carry the same operator names, queries, classes and declared σ / c (on
 the executor c is per row, in seconds, at a chosen number of rows per simulated tuple and seconds
 per time unit), so a strategy sees the same plan on either engine. :func:`feeds` turns the
@@ -44,11 +44,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparkqos.compile import QuerySet
 from sparkqos.errors import PlanError, check_number
 from sparkqos.executor import EMIT, CompiledPlan, Executor
 from sparkqos.executor.expressions import INTERNAL
 from sparkqos.model.plan import Operator, Plan
-from sparkqos.query import QuerySet
 
 #: The columns of every synthetic stream: ``v`` numbers the stream's rows from 0 and ``k`` is
 #: ``v mod KEYS``, a join key (synthetic operators key on the executor's sequence numbers).
@@ -277,7 +277,7 @@ def rows_by_query(ex: Executor, internal: bool = False) -> dict[str, list[tuple]
 
 
 def sensor_table(n: int, seed: int, start: float = 1_700_000_000.0) -> pa.Table:
-    """``n`` sensor readings in the plan's view (``sparkqos.examples.SENSOR_SCHEMA``: event time as
+    """``n`` sensor readings in the plan's view (``sparkqos.workloads.sensors.SENSOR_SCHEMA``: event time as
     float seconds), spread over the 4 s after ``start`` in time order, reproducible from ``seed``.
 
     >>> sensor_table(3, seed=1).column_names

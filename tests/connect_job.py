@@ -20,7 +20,7 @@ def main(trace: str, out: str, mode: str) -> None:
 
     import sparkqos
     from sparkqos import sources
-    from sparkqos.examples import sensor_queries
+    from sparkqos.workloads.sensors import sensor_queries
 
     spark = SparkSession.builder.remote("local[2]").getOrCreate()
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
@@ -44,7 +44,7 @@ def main(trace: str, out: str, mode: str) -> None:
             output=base / "output",
         )
 
-    from sparkqos.spark.checkpoint import CheckpointStore
+    from sparkqos.runtime.checkpoint import CheckpointStore
 
     stopped_at = archived_at_stop = seen = None
     if mode == "restart":
@@ -56,7 +56,7 @@ def main(trace: str, out: str, mode: str) -> None:
             time.sleep(0.2)
         first.stop()
         stopped_at = CheckpointStore(base / "ckpt" / "sparkqos").load_latest().batch_id
-        from sparkqos.spark.sinks import read_parquet_sink
+        from sparkqos.runtime.sinks import read_parquet_sink
 
         archived_at_stop = read_parquet_sink(base / "output" / "outputs")["archive"].num_rows
         # The triggers ran in the server's Python worker: the handle reads them back from the metrics table.

@@ -197,9 +197,9 @@ def test_both_engines_count_inputs_and_work():
     assert sim.state.work_total == pytest.approx(3 * 1.0 + 3 * 0.5)
     import pyarrow as pa
 
+    from sparkqos.compile import QuerySet
     from sparkqos.executor.expressions import col
     from sparkqos.executor.loop import Executor
-    from sparkqos.query import QuerySet
 
     qs = QuerySet()
     qs.stream("S", pa.schema([("x", pa.int64())])).where(col("x") > 1).sink("q")

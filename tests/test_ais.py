@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from sparkqos import cli
 from sparkqos.errors import SourceError
-from sparkqos.sources import ais
 from sparkqos.sources.generators import US, ReplayTrace
+from sparkqos.workloads import ais
 
 HAS_DATA = importlib.util.find_spec("tracktable_data") is not None
 needs_data = pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
@@ -163,7 +163,7 @@ def test_every_bad_report_is_a_dead_letter_with_its_reason_and_raw_text(sample):
 
 
 def test_dead_letter_columns_are_the_projects():
-    from sparkqos.spark.deadletter import DEAD_LETTER_SCHEMA
+    from sparkqos.runtime.deadletter import DEAD_LETTER_SCHEMA
 
     assert ais.DEAD_LETTER_SCHEMA == DEAD_LETTER_SCHEMA
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from sparkqos.errors import CheckpointCorrupt, CheckpointError
-from sparkqos.spark.checkpoint import CheckpointStore
+from sparkqos.runtime.checkpoint import CheckpointStore
 
 
 def queues(b: int) -> dict[str, pa.Table]:

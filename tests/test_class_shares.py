@@ -23,12 +23,12 @@ import pytest
 from sparkqos import Operator, Plan, schedulers, testing
 from sparkqos.adaptive.controller import Adaptive
 from sparkqos.errors import RunnerError, SchedulerError
-from sparkqos.examples import sensor_queries
+from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers import ClassShares, ClassView, Cqc
 from sparkqos.sim import Simulator
-from sparkqos.spark.config import RunConfig
-from sparkqos.spark.trigger import TriggerLoop
 from sparkqos.testing import SyntheticQuery, drive, synthetic_plans
+from sparkqos.workloads.sensors import sensor_queries
 
 CLASSES = {"H": 6, "C": 3, "N": 1}
 MIX = synthetic_plans(

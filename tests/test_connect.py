@@ -19,10 +19,10 @@ import pytest
 
 import sparkqos
 from sparkqos import sources
-from sparkqos.examples import sensor_queries
+from sparkqos.runtime.deadletter import read_dead_letters
+from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.spark.batch import BatchFunction
-from sparkqos.spark.deadletter import read_dead_letters
-from sparkqos.spark.sinks import read_parquet_sink
+from sparkqos.workloads.sensors import sensor_queries
 from tests.conftest import run_connect_job
 
 QUERIES = ("fire", "anomaly", "zone_stats", "archive")

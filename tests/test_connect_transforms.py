@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sparkqos.spark.sinks import read_parquet_sink
+from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.spark.transforms import compile_transforms
 from tests.conftest import run_connect_job
 from tests.connect_transforms_job import describe, table, transforms

@@ -23,11 +23,11 @@ import pyarrow as pa
 import pytest
 
 from sparkqos.errors import ArgumentError, RunnerError
-from sparkqos.examples import sensor_queries
 from sparkqos.executor.loop import Executor
-from sparkqos.spark.config import FAULT_POINTS, SLICE_S, RunConfig
-from sparkqos.spark.sinks import MemorySink, ParquetSink, read_parquet_sink
-from sparkqos.spark.trigger import TriggerLoop, classes_by_priority, top_class
+from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, RunConfig
+from sparkqos.runtime.sinks import MemorySink, ParquetSink, read_parquet_sink
+from sparkqos.runtime.trigger import TriggerLoop, classes_by_priority, top_class
+from sparkqos.workloads.sensors import sensor_queries
 
 T0 = 1_700_000_000.0
 N_BATCHES = 12

@@ -26,10 +26,10 @@ import math
 import pytest
 
 from sparkqos import Operator, Plan, schedulers
+from sparkqos.compile import QuerySet
 from sparkqos.errors import SchedulerError, UnknownStrategy
 from sparkqos.executor import EMIT, Executor
 from sparkqos.executor.expressions import ARRIVAL, col
-from sparkqos.query import QuerySet
 from sparkqos.sim import Simulator
 from sparkqos.sim.arrivals import on_off_pareto
 from sparkqos.testing import SCHEMA, FakeClock, SyntheticQuery, drive, feeds, rows_by_query, synthetic_plans

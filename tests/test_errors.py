@@ -29,10 +29,10 @@ from sparkqos.errors import (
 )
 from sparkqos.executor import Executor
 from sparkqos.model.stats import StatisticsGatherer
+from sparkqos.runtime.checkpoint import CheckpointStore
 from sparkqos.sim import Simulator, chain_plan
 from sparkqos.sim.arrivals import on_off_pareto
 from sparkqos.sources.generators import PoissonGenerator, _Options
-from sparkqos.spark.checkpoint import CheckpointStore
 from sparkqos.testing import FakeClock, SyntheticQuery, drive, feeds, synthetic_plans
 
 # -- check_number ---------------------------------------------------------------------------------

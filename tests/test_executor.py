@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from sparkqos import schedulers
+from sparkqos.compile import QuerySet
 from sparkqos.errors import ArgumentError, SchedulerError, SchemaMismatch
 from sparkqos.executor.expressions import avg, col, count, max_, sum_
 from sparkqos.executor.loop import Executor, replay
 from sparkqos.model.state import Unit
-from sparkqos.query import QuerySet
 from sparkqos.schedulers.base import Scheduler
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared input generators and the Spark oracle

@@ -6,9 +6,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
+from sparkqos.compile import QuerySet
 from sparkqos.errors import ExpressionError
 from sparkqos.executor.expressions import col, count, lit, sum_
-from sparkqos.query import QuerySet
 
 BATCH = pa.record_batch(
     {

@@ -15,11 +15,11 @@ import pytest
 from chispa import assert_df_equality
 
 from sparkqos import schedulers
+from sparkqos.compile import QuerySet
 from sparkqos.errors import ExpressionError, PlanError
 from sparkqos.executor.expressions import avg, col, count, max_, min_, sum_
 from sparkqos.executor.loop import replay
 from sparkqos.executor.operators import Synthetic, WindowAggregate, WindowJoin
-from sparkqos.query import QuerySet
 
 # Strategies that cannot be built without parameters are left out (none at the time of writing;
 # the list is printed by test_strategy_roster).

@@ -20,17 +20,17 @@ import pyarrow as pa
 import pytest
 
 from sparkqos import schedulers
+from sparkqos.compile import QuerySet
 from sparkqos.config import ConfigError
 from sparkqos.errors import CheckpointCorrupt, SchemaMismatch
-from sparkqos.examples import SENSOR_SCHEMA, sensor_queries
 from sparkqos.executor.expressions import INTERNAL, SEQ, col
 from sparkqos.executor.loop import EMIT, Executor
 from sparkqos.executor.queues import BatchQueue
-from sparkqos.query import QuerySet
-from sparkqos.spark.deadletter import DeadLetterSink, RowChecks, read_dead_letters
+from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks, read_dead_letters
+from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, parse_faults
-from sparkqos.spark.sinks import read_parquet_sink
 from sparkqos.testing import sensor_table
+from sparkqos.workloads.sensors import SENSOR_SCHEMA, sensor_queries
 
 T0 = 1_700_000_000.0
 SENSOR_CHECKS = RowChecks(required=("sensor_id", "location"), ranges={"temperature": (-60, 150), "humidity": (0, 100)})

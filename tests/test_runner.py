@@ -19,10 +19,10 @@ import pytest
 from chispa import assert_df_equality
 
 from sparkqos import sources
+from sparkqos.compile import QuerySet
 from sparkqos.executor.expressions import avg, col, count, max_
-from sparkqos.query import QuerySet
+from sparkqos.runtime.sinks import ParquetSink, read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, stream
-from sparkqos.spark.sinks import ParquetSink, read_parquet_sink
 from sparkqos.spark.translate import plan_to_spark, stamped_inputs
 
 SENSOR_PLAN_SCHEMA = {
@@ -344,7 +344,7 @@ def test_continuous_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_pat
 
 
 def test_the_main_jobs_queries_give_the_same_rows_continuous_or_not(replay_df, tmp_path):
-    from sparkqos.examples import sensor_queries as main_job_queries
+    from sparkqos.workloads.sensors import sensor_queries as main_job_queries
 
     def run(continuous: bool) -> dict:
         out = tmp_path / f"continuous-{continuous}"

@@ -9,14 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkqos.errors import SinkError
-from sparkqos.spark.sinks import (
-    DataFrameSink,
-    MemorySink,
-    ParquetSink,
-    partitioned_writer,
-    read_parquet_sink,
-    union_outputs,
-)
+from sparkqos.runtime.sinks import MemorySink, ParquetSink, read_parquet_sink, union_outputs
+from sparkqos.spark.sinks import DataFrameSink, partitioned_writer
 
 TS = pa.timestamp("us", tz="UTC")
 

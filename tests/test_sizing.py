@@ -14,8 +14,8 @@ import pytest
 from sparkqos import schedulers
 from sparkqos.adaptive.controller import Adaptive
 from sparkqos.errors import SchedulerError
+from sparkqos.runtime.config import RunConfig
 from sparkqos.schedulers import ClassShares, Cqc, Fifo, PathCapacity, RoundRobin
-from sparkqos.spark.config import RunConfig
 
 
 def test_cqc_round_is_the_budget_unless_given():

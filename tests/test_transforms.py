@@ -342,7 +342,7 @@ def test_operators_are_spark_operators(spark_sql):
 
 def test_wrong_arguments_fail_before_any_work(spark_sql, tmp_path):
     from sparkqos.errors import ArgumentError, RunnerError
-    from sparkqos.examples import sensor_queries
+    from sparkqos.workloads.sensors import sensor_queries
 
     df = make_df(spark_sql, [])
     with pytest.raises(ArgumentError, match="query 'q' must be a function"):

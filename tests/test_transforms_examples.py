@@ -1,5 +1,5 @@
 """The papers' synthetic operator inside a PySpark transform (``sparkqos.synthetic``) and the
-sensor queries written as transforms (``sparkqos.spark.examples``), against Spark's own engine."""
+sensor queries written as transforms (``sparkqos.workloads.sensor_transforms``), against Spark's own engine."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pyspark.sql import functions as F
 
 import sparkqos
 from sparkqos.errors import ArgumentError, PlanError
-from sparkqos.examples import SENSOR_CLASSES, ReadingModel, sensor_trace
-from sparkqos.spark.examples import SENSOR_QUERY_CLASSES, sensor_transforms
 from sparkqos.spark.transforms import compile_transforms
+from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
+from sparkqos.workloads.sensors import SENSOR_CLASSES, ReadingModel, sensor_trace
 from tests.conftest import closed_by, replay, spark_streams, stream_to_end
 from tests.test_transforms import canonical
 from tests.test_transforms_stateful import assert_same

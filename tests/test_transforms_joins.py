@@ -329,7 +329,7 @@ def test_stream_joins_need_a_watermark_and_a_static_side_that_does_not_stream(sp
 def test_a_join_as_spark_connect_writes_it_is_refused():
     """Spark Connect's plan rewrite (sparkqos.spark.connect_plan) writes a join as a bare ``Join``
     node over its inputs, without its condition or type: refused, naming it."""
-    from sparkqos.query.spark_plan import compile_plans
+    from sparkqos.compile.spark_plan import compile_plans
 
     source = [{"class": "org.apache.spark.sql.execution.LogicalRDD", "num-children": 0}]
     static = {"class": "org.apache.spark.sql.catalyst.plans.logical.LocalRelation", "num-children": 0}

@@ -393,7 +393,7 @@ def test_spark_connect_plans_are_refused_naming_the_operation(spark, node, named
     fields: refused, naming the operation, until the rewrite carries them."""
     import json
 
-    from sparkqos.query.spark_plan import compile_plans
+    from sparkqos.compile.spark_plan import compile_plans
 
     df = frame(spark, track_table([("a", 1.0, 0.0, 1)]))
     analyzed = df._jdf.queryExecution().analyzed()

@@ -34,7 +34,7 @@ import sparkqos
 from sparkqos import schedulers
 from sparkqos.errors import UdfError, UnsupportedTransform
 from sparkqos.executor.loop import Executor
-from sparkqos.spark.sinks import MemorySink
+from sparkqos.runtime.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
 from tests.conftest import replay, stream_to_end
 
@@ -248,8 +248,8 @@ def test_a_queue_takes_back_what_a_failed_run_took():
 
 
 def test_a_failing_udf_in_a_trigger_surfaces_and_checkpoints_nothing(spark_sql, tmp_path):
-    from sparkqos.spark.config import RunConfig
-    from sparkqos.spark.trigger import TriggerLoop
+    from sparkqos.runtime.config import RunConfig
+    from sparkqos.runtime.trigger import TriggerLoop
 
     df = make_df(spark_sql, [(i, i, float(i), "x") for i in range(6)])
     compiled = compile_transforms(df, {"boom": lambda d: d.select(exploding("i").alias("v"))})
@@ -265,8 +265,8 @@ def test_a_failing_udf_on_the_continuous_worker_surfaces_at_the_next_trigger(spa
     """The worker runs the UDF between triggers: its error stops the worker and the next trigger
     raises it; that trigger is not checkpointed, and checkpoint 0 still holds batch 0's rows."""
 
-    from sparkqos.spark.config import RunConfig
-    from sparkqos.spark.trigger import TriggerLoop
+    from sparkqos.runtime.config import RunConfig
+    from sparkqos.runtime.trigger import TriggerLoop
 
     df = make_df(spark_sql, [(i, i, float(i), "x") for i in range(6)])
     compiled = compile_transforms(df, {"boom": lambda d: d.select(exploding("i").alias("v"))})
@@ -373,7 +373,7 @@ def test_a_udf_under_spark_connect_is_refused_by_name(spark_sql):
 
     from pyspark.sql.connect.proto import expressions_pb2
 
-    from sparkqos.query.spark_plan import compile_plans
+    from sparkqos.compile.spark_plan import compile_plans
     from sparkqos.spark.connect_plan import _Translator
     from sparkqos.spark.transforms import _arrow_schema
 

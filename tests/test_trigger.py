@@ -18,13 +18,13 @@ import pyarrow as pa
 import pytest
 
 from sparkqos.errors import RunnerError, UnknownStrategy
-from sparkqos.examples import sensor_queries
+from sparkqos.runtime.config import RunConfig, parse_faults
+from sparkqos.runtime.deadletter import RowChecks, read_dead_letters
+from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers import Fifo
-from sparkqos.spark.config import RunConfig, parse_faults
-from sparkqos.spark.deadletter import RowChecks, read_dead_letters
-from sparkqos.spark.sinks import read_parquet_sink
-from sparkqos.spark.trigger import TriggerLoop
 from sparkqos.testing import sensor_table
+from sparkqos.workloads.sensors import sensor_queries
 
 T0 = 1_700_000_000.0
 
@@ -118,7 +118,7 @@ def test_progress_read_back_from_the_metrics_table_equals_the_live_records(tmp_p
     import json
     import math
 
-    from sparkqos.spark.progress import read_progress
+    from sparkqos.runtime.progress import read_progress
 
     assert read_progress(tmp_path / "out", "sparkqos") == []  # before the first trigger
     loop = make_loop(tmp_path, strategy="adaptive", checks=RowChecks(ranges={"humidity": (0, 100)}))
@@ -270,7 +270,7 @@ def test_loop_checks_what_depends_on_the_plan(tmp_path):
 
 def test_the_trigger_loop_does_not_import_pyspark():
     code = (
-        "import sys, sparkqos.spark.trigger, sparkqos.spark.config, sparkqos.spark.progress; "
+        "import sys, sparkqos.runtime.trigger, sparkqos.runtime.config, sparkqos.runtime.progress; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

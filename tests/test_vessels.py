@@ -1,4 +1,4 @@
-"""The vessel job's queries (issue 16, sparkqos.spark.vessels) and the job's configuration.
+"""The vessel job's queries (issue 16, sparkqos.workloads.vessels) and the job's configuration.
 
 * On real recorded AIS reports (a slice of tracktable-data's day, when the ``data`` extra is
   installed) and on hand-made reports (always), ``sparkqos.run`` gives the rows Spark's own engine
@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import sparkqos
-from sparkqos.sources.ais import TRACE_SCHEMA
-from sparkqos.spark.vessels import RESTRICTED_ZONES, VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
 from sparkqos.testing import assert_same_rows
+from sparkqos.workloads.ais import TRACE_SCHEMA
+from sparkqos.workloads.vessels import RESTRICTED_ZONES, VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
 from tests.conftest import closed_by, replay, spark_streams, stream_to_end
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def test_handmade_reports_give_sparks_rows(spark_sql):
 
 @pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
 def test_recorded_reports_give_sparks_rows(spark_sql, tmp_path):
-    from sparkqos.sources.ais import vessel_trace
+    from sparkqos.workloads.ais import vessel_trace
 
     path, stats = vessel_trace(cache_dir=tmp_path, limit=6000)
     assert stats.rows == 6000
@@ -94,7 +94,7 @@ def test_recorded_reports_stream_like_spark_streams_them(spark_sql, tmp_path):
     run, and for the windows Spark's append mode never closes (its watermark stops with the input;
     ``finish()`` emits them): the windowed queries' rows in windows closed by Spark's last
     watermark equal Spark's streamed rows, and all their rows equal Spark's batch result."""
-    from sparkqos.sources.ais import parse_traj, traj_file, write_trace
+    from sparkqos.workloads.ais import parse_traj, traj_file, write_trace
 
     good, dead = parse_traj(traj_file())
     # 03:46 to 04:57 of the recorded day: vessels enter restricted zones (the day's first does at

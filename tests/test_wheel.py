@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
     import sparkqos
     from sparkqos import sources
     from sparkqos.adaptive.qos import CONF_DIR, TEMPLATES, load_qos
-    from sparkqos.examples import sensor_queries
+    from sparkqos.workloads.sensors import sensor_queries
 
     here = Path(sys.argv[1])
     checkout = Path(sys.argv[2])

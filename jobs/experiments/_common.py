@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkqos.model.plan import Operator, Plan
-from sparkqos.spark.config import RunConfig
+from sparkqos.runtime.config import RunConfig
 
 US = 1_000_000
 #: Trace origin (epoch µs); replays retime it to the wall clock.
@@ -317,7 +317,7 @@ def run_sparkqos(
     library's ``top_class_s``; None: its default, 0: none); ``continuous`` is the library's default
     executor mode."""
     import sparkqos
-    from sparkqos.spark.sinks import ParquetSink
+    from sparkqos.runtime.sinks import ParquetSink
 
     out = Path(out)
     ckpt = out / "_checkpoint" / name
@@ -572,12 +572,12 @@ def write_vessel_trace(
     rate_profile: Callable[[float], float] | None = None,
 ) -> int:
     """Record ``seconds`` of real arrivals into Parquet: the instants of consecutive recorded AIS
-    position reports (sparkqos.sources.ais; the ``data`` extra), the recorded pace compressed so
+    position reports (sparkqos.workloads.ais; the ``data`` extra), the recorded pace compressed so
     the mean is ``rate`` rows/s (the real inter-arrival pattern, bursts included), carrying the
     sensor payload the experiments' plans read (vessel MMSI mod ``flows`` as the flow).
     ``rate_profile`` thins it as in :func:`write_bursty_trace`."""
-    from sparkqos.sources.ais import vessel_trace
     from sparkqos.sources.generators import payload_table
+    from sparkqos.workloads.ais import vessel_trace
 
     peak = _profile_peak(rate_profile, seconds)
     source, _ = vessel_trace(cache_dir=Path(__file__).resolve().parents[2] / "output" / "traces")

@@ -468,7 +468,7 @@ def evaluate_array(expr: Expr, batch: pa.RecordBatch) -> pa.Array:
 
 
 # -- Spark SQL semantics ------------------------------------------------------------------------
-# The nodes below are what sparkqos.query.spark_plan builds from Spark's analyzed plans. Spark has
+# The nodes below are what sparkqos.compile.spark_plan builds from Spark's analyzed plans. Spark has
 # already inserted every implicit cast there, so the operands of a binary node have one type and
 # each node computes exactly Spark's (non-ANSI) result for it: NaN equals NaN and sorts above every
 # other number, integer arithmetic wraps around, division by zero gives null.

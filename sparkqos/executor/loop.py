@@ -7,7 +7,7 @@ view (the :class:`~sparkqos.schedulers.base.SchedulerState` contract) over the r
 
 >>> import pyarrow as pa
 >>> from sparkqos.executor.expressions import col
->>> from sparkqos.query import QuerySet
+>>> from sparkqos.compile import QuerySet
 >>> from sparkqos.schedulers import get
 >>> qs = QuerySet()
 >>> s = qs.stream("s", {"v": pa.int64()})

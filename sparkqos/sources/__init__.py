@@ -1,17 +1,16 @@
 """Streams to run on: the Spark data sources ``sparkqos.bursty`` / ``.poisson`` / ``.replay``
-(datasources.py, Python Data Source API), the Spark-free generators behind them (generators.py)
-and the recorded AIS vessel trace (ais.py, issue 16).
+(datasources.py, Python Data Source API) and the Spark-free generators behind them
+(generators.py). The recorded AIS vessel trace is a workload: :mod:`sparkqos.workloads.ais`.
 
 Use: ``sources.register(spark)`` once per session, then
 ``spark.readStream.format("sparkqos.bursty").option("rate", 4000).load()``.
 
-The data-source names load pyspark on first use only, so the Spark-free parts (the generators,
-the vessel trace behind ``python -m sparkqos trace``) import without it.
+The data-source names load pyspark on first use only, so the Spark-free generators import
+without it.
 """
 
 from typing import Any
 
-from sparkqos.sources.ais import TRACE_SCHEMA, TraceStats, parse_traj, vessel_trace
 from sparkqos.sources.generators import (
     PACKET_SCHEMA,
     PAYLOADS,
@@ -37,16 +36,12 @@ __all__ = [
     "PACKET_SCHEMA",
     "PAYLOADS",
     "SENSOR_SCHEMA",
-    "TRACE_SCHEMA",
     "BurstyGenerator",
     "BurstySource",
     "PoissonGenerator",
     "PoissonSource",
     "ReplaySource",
     "ReplayTrace",
-    "TraceStats",
-    "parse_traj",
     "payload_table",
     "register",
-    "vessel_trace",
 ]

@@ -1,10 +1,10 @@
 """What ``foreachBatch`` runs: a small, picklable function carrying configuration only.
 
 Classic PySpark calls it in the driver, the process that built it: it feeds the
-:class:`~sparkqos.spark.trigger.TriggerLoop` it was given, so the handle's progress, ``finish()``
+:class:`~sparkqos.runtime.trigger.TriggerLoop` it was given, so the handle's progress, ``finish()``
 and ``stop()`` see the same executor. Spark Connect (Databricks shared and serverless compute)
 pickles it to a long-lived Python worker next to the server: the copy carries the compiled plan
-and the :class:`~sparkqos.spark.config.RunConfig` — never a session, a DataFrame, a lock or the
+and the :class:`~sparkqos.runtime.config.RunConfig` — never a session, a DataFrame, a lock or the
 executor — builds its own loop on the first batch, restored from the checkpoint, and keeps it for
 the worker's life. The client then reads progress from the metrics table, not from shared memory.
 One code path for both: nothing here asks which kind of session it runs under.
@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.spark.config import RunConfig
-from sparkqos.spark.trigger import TriggerLoop
+from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.trigger import TriggerLoop
 
 
 class BatchFunction:

@@ -3,7 +3,7 @@
 A Connect DataFrame has no JVM plan to read, and Spark Connect offers the analyzed plan only as
 text (``explain``). So :func:`connect_plans` reads the plan the client sends (the
 ``spark.connect.Relation`` protobuf of each transform's result) and writes it in the shape of
-``queryExecution().analyzed().toJSON()`` — the nodes :mod:`sparkqos.query.spark_plan` maps —
+``queryExecution().analyzed().toJSON()`` — the nodes :mod:`sparkqos.compile.spark_plan` maps —
 for the one mapping to serve both kinds of session. Spark's analyzer is not guessed at: every
 type comes from the server. For each Filter/Project/withColumns one AnalyzePlan (schema) call
 returns the type of every sub-expression (a projection of all of them over the node's input) and
@@ -26,8 +26,8 @@ import pyspark.sql.connect.proto as proto
 from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 from pyspark.sql.connect.plan import CachedRelation
 
+from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
-from sparkqos.query.spark_plan import SYNTHETIC_MARKER
 
 __all__ = ["connect_plans"]
 
@@ -207,7 +207,7 @@ class _Translator:
 
         def emit(e_nodes: list[dict[str, Any]], t: str, name: str) -> None:
             top = e_nodes[0]
-            if _short(top["class"]) == "AttributeReference" and top["name"] == name:
+            if short_class(top["class"]) == "AttributeReference" and top["name"] == name:
                 plist.append(e_nodes)
                 out.append((top["exprId"], name, t))
             else:
@@ -343,7 +343,7 @@ class _Translator:
         if not _is_mapped(e):
             what = e.unresolved_function.function_name if kind == "unresolved_function" else _EXPRESSIONS.get(kind, _camel(kind))
             node = {"class": what, "num-children": 0}
-            if kind == "common_inline_user_defined_function":  # refused by name (sparkqos.query.udf)
+            if kind == "common_inline_user_defined_function":  # refused by name (sparkqos.compile.udf)
                 node["name"] = e.common_inline_user_defined_function.function_name
             return [node], spark_t
         fn = e.unresolved_function.function_name
@@ -471,7 +471,7 @@ def _synthetic_marker(cond: proto.Expression) -> list[dict[str, Any]] | None:
     ]
 
 
-def _short(cls: str) -> str:
+def short_class(cls: str) -> str:
     return cls.rsplit(".", 1)[-1]
 
 
@@ -526,7 +526,7 @@ def connect_plans(
     df: ConnectDataFrame, results: dict[str, ConnectDataFrame], time_zone: str
 ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
     """(query → plan JSON nodes, the input's plan nodes, the input's expression ids) for
-    :func:`sparkqos.query.spark_plan.compile_plans`, from Connect DataFrames."""
+    :func:`sparkqos.compile.spark_plan.compile_plans`, from Connect DataFrames."""
     client = df.sparkSession.client
     n = len(df.schema.fields)
     source_id = df._plan._plan_id

@@ -2,15 +2,15 @@
 
 Three parts, each testable alone:
 
-* :class:`~sparkqos.spark.config.RunConfig` — every option, validated when it is made;
-* :class:`~sparkqos.spark.trigger.TriggerLoop` — what one trigger does on an Arrow table (ingest,
+* :class:`~sparkqos.runtime.config.RunConfig` — every option, validated when it is made;
+* :class:`~sparkqos.runtime.trigger.TriggerLoop` — what one trigger does on an Arrow table (ingest,
   the strategy's share of work, sink, dead letters, checkpoint, progress), exactly-once across
   restarts, and no Spark;
 * :class:`QosStream` (here) — the Spark adapter: ``foreachBatch`` hands each micro-batch to the
   loop as ``batch_df.toArrow()``, with Spark's checkpoint next to ours.
 
 Fault injection for crash tests is an option like any other (``fault="after_sink:3"``, see
-:mod:`sparkqos.spark.config`); the job passes it in.
+:mod:`sparkqos.runtime.config`); the job passes it in.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkqos.compile.builder import QuerySet
 from sparkqos.errors import RunnerError
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.query.builder import QuerySet
+from sparkqos.runtime.config import FAULT_POINTS, RunConfig, parse_faults
+from sparkqos.runtime.deadletter import RowChecks
+from sparkqos.runtime.progress import read_progress, strategy_in_force
+from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.batch import BatchFunction
-from sparkqos.spark.config import FAULT_POINTS, RunConfig, parse_faults
-from sparkqos.spark.deadletter import RowChecks
-from sparkqos.spark.progress import read_progress, strategy_in_force
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
-from sparkqos.spark.trigger import TriggerLoop
 
 __all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "parse_faults", "stream"]
 
@@ -39,12 +39,12 @@ __all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "parse_fault
 class QosStream:
     """A continuous query set served by a sparkqos strategy inside Spark's micro-batches.
 
-    Build it with :func:`sparkqos.stream` (options: :class:`~sparkqos.spark.config.RunConfig`);
+    Build it with :func:`sparkqos.stream` (options: :class:`~sparkqos.runtime.config.RunConfig`);
     ``start()`` returns the real ``StreamingQuery``. ``lastProgress`` / ``recentProgress`` give the
     metrics of the last triggers in Spark's style (plus ``queuedRows``, ``delayMsP99``,
-    ``strategy``…, see :mod:`sparkqos.spark.progress`); ``on_progress`` is called with each, and
+    ``strategy``…, see :mod:`sparkqos.runtime.progress`); ``on_progress`` is called with each, and
     ``on_delays(batch_id, {query: seconds})`` with every output row's delay. ``process`` /
-    ``finish`` / ``restore`` are the :class:`~sparkqos.spark.trigger.TriggerLoop`'s.
+    ``finish`` / ``restore`` are the :class:`~sparkqos.runtime.trigger.TriggerLoop`'s.
     """
 
     def __init__(self, df, queries: QuerySet | CompiledPlan, config: RunConfig | None = None, **options: Any):
@@ -181,7 +181,7 @@ def stream(
     **kwargs: Any,
 ) -> QosStream:
     """``sparkqos.stream(streaming_df, queries, strategy=..., qos=..., budget_s=..., checkpoint=...)``:
-    the keywords are :class:`~sparkqos.spark.config.RunConfig`'s; ``.start()`` gives the
+    the keywords are :class:`~sparkqos.runtime.config.RunConfig`'s; ``.start()`` gives the
     StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
     → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
     ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms

@@ -3,9 +3,9 @@
 A ``Join`` node of a transform's analyzed plan has the input stream on one side and, for a join
 with a stored relation (``stream_df.join(static_df, "k")``), any finite DataFrame on the other.
 Its rows are not in the plan JSON, so this context reader (registered in
-sparkqos.spark.transforms.CONTEXT_READERS) gives :mod:`sparkqos.query.joins` a :class:`JoinSide`
+sparkqos.spark.transforms.CONTEXT_READERS) gives :mod:`sparkqos.compile.joins` a :class:`JoinSide`
 for each side of each join, keyed by the join condition's JSON
-(:func:`sparkqos.query.joins.condition_key`). A side's rows are read (through Spark, as Arrow)
+(:func:`sparkqos.compile.joins.condition_key`). A side's rows are read (through Spark, as Arrow)
 only when the compiler asks for them, and at most ``spark.sparkqos.join.maxStaticRows`` of them
 (default :data:`~sparkqos.executor.operators.static_join.MAX_STATIC_ROWS`): a larger table is
 refused rather than pulled onto the driver.
@@ -20,9 +20,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sparkqos.compile.joins import condition_key
 from sparkqos.errors import ConfigError
 from sparkqos.executor.operators.static_join import MAX_STATIC_ROWS
-from sparkqos.query.joins import condition_key
 
 __all__ = ["MAX_ROWS_CONF", "JoinSide", "join_sides"]
 

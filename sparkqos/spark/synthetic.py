@@ -4,7 +4,7 @@ The papers' experiments (thesis §3.2.2; Chain §6; Jiang §5) use a generic ope
 selectivity and per-row cost. :func:`synthetic` writes it as ordinary PySpark code: a ``where``
 whose condition is the executor's keep/drop hash (:class:`~sparkqos.executor.operators.Synthetic`,
 64-bit integer arithmetic Spark computes natively, so Spark's own run keeps the same rows) joined
-to a marker literal carrying the operator's parameters. :mod:`sparkqos.query.spark_plan` reads the
+to a marker literal carrying the operator's parameters. :mod:`sparkqos.compile.spark_plan` reads the
 marker and runs the executor's Synthetic operator, which spends the declared CPU per row. So that
 Spark's own run of the same transform (the FAIR-pools benchmark's) does the same work, a declared
 cost adds a pandas UDF to the condition that spends it per row in Spark's Python workers; the
@@ -18,9 +18,9 @@ import json
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import ArgumentError, PlanError, check_number
 from sparkqos.executor.operators import Synthetic
-from sparkqos.query.spark_plan import SYNTHETIC_MARKER
 
 __all__ = ["synthetic"]
 

@@ -4,7 +4,7 @@
 logical plan Spark built for it (classic pyspark: ``queryExecution().analyzed().toJSON()``; Spark
 Connect: the client's plan typed by the server, in the same JSON shape, see
 :mod:`sparkqos.spark.connect_plan`) and hands the parsed JSON to
-:func:`sparkqos.query.spark_plan.compile_plans`, which maps it to the executor's operators.
+:func:`sparkqos.compile.spark_plan.compile_plans`, which maps it to the executor's operators.
 Nothing runs on Spark: the transform only builds a plan, so an unsupported operation is reported
 (:class:`~sparkqos.errors.UnsupportedTransform`) before any data moves.
 :func:`run` pushes a finite DataFrame through the executor under a strategy and returns every
@@ -29,11 +29,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sparkqos import schedulers
+from sparkqos.compile.spark_plan import DEFAULT_STREAM, compile_plans
 from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
 from sparkqos.executor.loop import replay
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.query.spark_plan import DEFAULT_STREAM, compile_plans
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.spark import static_tables, udfs
 
 __all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
 
@@ -44,9 +45,11 @@ Transform = Callable[[DataFrame], DataFrame]
 #: ``reader(query, result, jvm_plan, plan_json)`` with the transform's result DataFrame and, on
 #: classic pyspark, its analyzed JVM plan and that plan's JSON as already parsed (both None under
 #: Spark Connect) returns entries for the query's ``context`` in
-#: :func:`~sparkqos.query.spark_plan.compile_plans`. The modules sparkqos.spark.static_tables and
-#: sparkqos.spark.udfs (imported at the end) register here.
-CONTEXT_READERS: list[Callable[[str, DataFrame, Any, list[dict[str, Any]] | None], Mapping[str, Any]]] = []
+#: :func:`~sparkqos.compile.spark_plan.compile_plans`.
+CONTEXT_READERS: tuple[Callable[[str, DataFrame, Any, list[dict[str, Any]] | None], Mapping[str, Any]], ...] = (
+    static_tables.join_sides,
+    udfs.read_udfs,
+)
 
 
 def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
@@ -281,10 +284,3 @@ def run(
 def _forever(n: int) -> Iterator[int]:
     while True:
         yield n
-
-
-# The readers of static tables and UDFs register in CONTEXT_READERS.
-from sparkqos.spark import static_tables, udfs  # noqa: E402, F401
-
-CONTEXT_READERS.append(static_tables.join_sides)
-CONTEXT_READERS.append(udfs.read_udfs)

@@ -3,7 +3,7 @@
 Spark's plan JSON names each ``PythonUDF`` but leaves its function out (``func`` is null). The JVM
 node keeps it as the bytes PySpark's ``CloudPickleSerializer`` wrote for ``(function,
 return type)``, the command Spark's Python worker loads (``pyspark.worker.read_single_udf``); this
-module loads it the same way and hands :mod:`sparkqos.query.udf` the functions in the query's
+module loads it the same way and hands :mod:`sparkqos.compile.udf` the functions in the query's
 context, by result expression id (``udfs``). Each is wrapped in :class:`PickledFunction`, which
 pickles back to those bytes, so a compiled plan stays picklable (foreachBatch's function,
 :mod:`sparkqos.spark.batch`) with the standard pickle as with cloudpickle, lambdas and closures

@@ -1,7 +1,7 @@
 """Deduplicate: Spark's ``dropDuplicates(keys)`` and ``dropDuplicatesWithinWatermark(keys)`` on a stream.
 
 What a PySpark transform's ``withWatermark("ts", "5 seconds").dropDuplicates(["sensor_id", "ts"])``
-compiles to (:mod:`sparkqos.query.keyed`): the first row (in arrival order) of each key comes
+compiles to (:mod:`sparkqos.compile.keyed`): the first row (in arrival order) of each key comes
 out, later rows of a key already seen are dropped. Keys compare as Spark groups them: null is a
 key of its own, -0.0 equals 0.0, every NaN equals every NaN.
 

@@ -1,7 +1,7 @@
 """EventWindowAggregate: Spark's ``groupBy(window(ts, size[, slide]), keys).agg(...)`` on event time.
 
 What a PySpark transform's ``withWatermark(...).groupBy(F.window("ts", "10 seconds"), "zone").agg(...)``
-compiles to (:mod:`sparkqos.query.stateful`). Windows are Spark's: a row at event time ``t``
+compiles to (:mod:`sparkqos.compile.stateful`). Windows are Spark's: a row at event time ``t``
 (microseconds) falls in the windows ``[s, s + size)`` with ``s = t − ((t − start) mod slide) − i·slide``
 for ``i = 0 … ceil(size / slide) − 1``, keeping those with ``s ≤ t``; rows with a null time are
 dropped, as Spark's plan filters them. The output is Spark's: a ``window`` struct

@@ -1,7 +1,7 @@
 """IntervalJoin: Spark's stream–stream inner join on equal keys and an event-time range (Chain §5).
 
 What a PySpark transform joining two branches of the input stream compiles to
-(:mod:`sparkqos.query.joins`), e.g. ``a.join(b, (a.id == b.id) & (b.t2 >= a.t - INTERVAL 2
+(:mod:`sparkqos.compile.joins`), e.g. ``a.join(b, (a.id == b.id) & (b.t2 >= a.t - INTERVAL 2
 SECONDS) & (b.t2 <= a.t + INTERVAL 2 SECONDS))``: a left row with event time ``tl`` and a right
 row with ``tr`` and equal keys form a pair when ``lower ≤ tr − tl ≤ upper`` (each bound strict or
 not). Both inputs' rows are kept in state; a row arriving on one input joins the rows the other

@@ -1,7 +1,7 @@
 """KeyedLag: Spark's ``lag(col, n[, default]).over(Window.partitionBy(keys).orderBy(order...))`` on a stream.
 
 What a PySpark transform's ``withColumn("prev_lat", F.lag("lat").over(w))`` compiles to
-(:mod:`sparkqos.query.keyed`): every row comes out with the values of the row ``n`` places
+(:mod:`sparkqos.compile.keyed`): every row comes out with the values of the row ``n`` places
 before it among the rows of its key, ordered by the order columns (ascending, nulls first, NaN
 above every number, as Spark sorts), or ``default`` when there is no such row.
 

@@ -2,7 +2,7 @@
 stored relations, whose selectivity may exceed 1).
 
 What a PySpark transform's ``stream_df.join(static_df, on=keys, how="inner" | "left")`` compiles
-to (:mod:`sparkqos.query.joins`). The static table is read once, when the plan is compiled, and
+to (:mod:`sparkqos.compile.joins`). The static table is read once, when the plan is compiled, and
 travels with the plan; each stream batch is hash-joined against it with pyarrow. Spark's rules:
 a null key never matches (Spark's ``=`` is null there), NaN keys match NaN and -0.0 matches 0.0
 (Spark normalises floating-point join keys), every duplicate of a key on the static side gives

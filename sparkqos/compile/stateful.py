@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkqos.compile.nodes import Node, Rel, parse_expr
 from sparkqos.executor.expressions import Alias, Col
 from sparkqos.executor.operators import EventWindowAggregate, Project, WindowAgg
-from sparkqos.query.spark_plan import INPUTS, RELATIONS, _Node, _parse_expr, _Rel
 
 _AGGREGATES = {"Count": "count", "Sum": "sum", "Average": "avg", "Min": "min", "Max": "max", "First": "first", "Last": "last"}
 _AGG_NAMES = {
@@ -44,7 +44,7 @@ _AGG_NAMES = {
 }
 
 
-def _is_window_struct(node: _Node) -> bool:
+def _is_window_struct(node: Node) -> bool:
     t = node.fields.get("dataType")
     if not isinstance(t, dict) or t.get("type") != "struct":
         return False
@@ -52,11 +52,11 @@ def _is_window_struct(node: _Node) -> bool:
     return len(fields) == 2 and fields[0][0] == "start" and fields[1][0] == "end" and fields[0][1] == fields[1][1]
 
 
-def _eid(node: _Node) -> int:
+def _eid(node: Node) -> int:
     return node.fields["exprId"]["id"]
 
 
-def _time_column(cond: _Node) -> _Node | None:
+def _time_column(cond: Node) -> Node | None:
     """The event-time attribute of the window rewrite's filter (``isnotnull(ts)``, or
     ``ts >= window.start AND ts < window.end``): its first timestamp attribute."""
     todo = [cond]
@@ -68,22 +68,22 @@ def _time_column(cond: _Node) -> _Node | None:
     return None
 
 
-def _rewrite(child: _Node) -> tuple[_Node, _Node] | None:
+def _rewrite(child: Node) -> tuple[Node, Node] | None:
     """(event-time attribute, the relation under it) when ``child`` is the analyzer's rewrite of
     ``window()`` under an Aggregate."""
     node = child
     if node.cls == "Project" and node.children and node.children[0].cls == "Filter":  # tumbling
-        ts = _time_column(_parse_expr(node.children[0].fields["condition"]))
+        ts = _time_column(parse_expr(node.children[0].fields["condition"]))
         if ts is not None:
             return ts, node.children[0].children[0]
     if node.cls == "Filter" and node.children and node.children[0].cls == "Expand":  # sliding
-        ts = _time_column(_parse_expr(node.fields["condition"]))
+        ts = _time_column(parse_expr(node.fields["condition"]))
         if ts is not None:
             return ts, node.children[0].children[0]
     return None
 
 
-def _literal_int(node: _Node) -> int | None:
+def _literal_int(node: Node) -> int | None:
     while node.cls == "Cast" and node.children:
         node = node.children[0]
     if node.cls == "Literal" and node.fields.get("dataType") in ("long", "integer") and node.fields.get("value") is not None:
@@ -91,7 +91,7 @@ def _literal_int(node: _Node) -> int | None:
     return None
 
 
-def _find(node: _Node, cls: str) -> _Node | None:
+def _find(node: Node, cls: str) -> Node | None:
     todo = [node]
     while todo:
         n = todo.pop(0)
@@ -101,7 +101,7 @@ def _find(node: _Node, cls: str) -> _Node | None:
     return None
 
 
-def _window_params(qc: Any, child: _Node) -> tuple[int, int, int]:
+def _window_params(qc: Any, child: Node) -> tuple[int, int, int]:
     """(duration, slide, start) in µs of the window() the analyzer rewrote under ``child``.
 
     The rewrite computes ``start = t − ((t − startTime) % slide [+ slide when negative]) − i·slide``
@@ -110,13 +110,13 @@ def _window_params(qc: Any, child: _Node) -> tuple[int, int, int]:
     struct = None
     if child.cls == "Project":
         for item in child.fields["projectList"]:
-            tree = _parse_expr(item)
+            tree = parse_expr(item)
             if tree.cls == "Alias" and tree.children[0].cls == "CreateNamedStruct":
                 struct = tree.children[0]
                 break
     elif child.cls == "Filter" and child.children[0].cls == "Expand":
         first = child.children[0].fields["projections"][0]
-        tree = _parse_expr(first[0])
+        tree = parse_expr(first[0])
         struct = tree if tree.cls == "CreateNamedStruct" else None
     if struct is None or len(struct.children) != 4:
         raise qc.unsupported("a window() sparkqos cannot read", "window(time column, 'duration'[, 'slide'[, 'start']])")
@@ -134,22 +134,22 @@ def _window_params(qc: Any, child: _Node) -> tuple[int, int, int]:
     return size, slide, start
 
 
-def _window_input(qc: Any, child: _Node) -> tuple[_Node, _Node]:
+def _window_input(qc: Any, child: Node) -> tuple[Node, Node]:
     found = _rewrite(child)
     if found is None:
         raise qc.unsupported("a groupBy whose window() sparkqos cannot place", "group by window(col, ...) and columns")
     return found
 
 
-def _aggregate_inputs(node: _Node) -> list[_Node]:
+def aggregate_inputs(node: Node) -> list[Node]:
     found = _rewrite(node.children[0]) if node.children else None
     return node.children if found is None else [found[1]]
 
 
-def aggregate(qc: Any, node: _Node) -> _Rel:
+def aggregate(qc: Any, node: Node) -> Rel:
     if "groupingExpressions" not in node.fields:  # Spark Connect writes the node without its fields
         raise qc.unsupported("Spark operation 'Aggregate'", "groupBy/agg is not supported under Spark Connect yet")
-    grouping = [_parse_expr(g) for g in node.fields["groupingExpressions"]]
+    grouping = [parse_expr(g) for g in node.fields["groupingExpressions"]]
     windows = [g for g in grouping if g.cls == "AttributeReference" and _is_window_struct(g)]
     if not windows:
         raise qc.unsupported(
@@ -186,7 +186,7 @@ def aggregate(qc: Any, node: _Node) -> _Rel:
     order: list[str] = []
     key_ids = {_eid(g): names[_eid(g)] for g in grouping if g is not windows[0]}
     for item in node.fields["aggregateExpressions"]:
-        tree = _parse_expr(item)
+        tree = parse_expr(item)
         if tree.cls == "AttributeReference" and _eid(tree) == window_id:
             out_attrs.append((_eid(tree), tree.fields["name"]))
             order.append("window")
@@ -250,7 +250,7 @@ def aggregate(qc: Any, node: _Node) -> _Rel:
     return qc.add("select", Project(exprs), [rel], out_attrs)
 
 
-def _argument(qc: Any, arg: _Node, base: _Rel, names: dict[int, str], extra: list[tuple[str, Any]]) -> str:
+def _argument(qc: Any, arg: Node, base: Rel, names: dict[int, str], extra: list[tuple[str, Any]]) -> str:
     """The column an aggregate reads: a column of ``base``, or a new one computed by a select."""
     if arg.cls == "AttributeReference" and _eid(arg) in names:
         return names[_eid(arg)]
@@ -259,7 +259,3 @@ def _argument(qc: Any, arg: _Node, base: _Rel, names: dict[int, str], extra: lis
         name += "_"
     extra.append((name, qc.expr(arg, base)))
     return name
-
-
-RELATIONS["Aggregate"] = aggregate
-INPUTS["Aggregate"] = _aggregate_inputs

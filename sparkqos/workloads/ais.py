@@ -17,7 +17,7 @@ that is not a positive integer is kept there with its raw text and the reason, n
 is a whole line whose header cannot be read or whose field count does not match its header.
 Rows with the same second keep the file's order, so a replay releases them together and in order.
 
-Dead letters have the columns of ``sparkqos.spark.deadletter.DEAD_LETTER_SCHEMA`` (so
+Dead letters have the columns of ``sparkqos.runtime.deadletter.DEAD_LETTER_SCHEMA`` (so
 ``read_dead_letters`` and the reports read them alike): ``batch_id`` is the file's line (1-based,
 one track), ``row`` the report's position in that track (null when the whole line is rejected),
 ``reason``, ``column`` (``mmsi``, ``ts``, ``lon``, ``lat``, or null for a line) and ``record``,
@@ -81,7 +81,7 @@ TRACE_SCHEMA = pa.schema(
         ("point", pa.int32()),
     ]
 )
-#: The columns of sparkqos.spark.deadletter.DEAD_LETTER_SCHEMA, repeated here to keep this module
+#: The columns of sparkqos.runtime.deadletter.DEAD_LETTER_SCHEMA, repeated here to keep this module
 #: free of the spark package (tests check that the two agree).
 DEAD_LETTER_SCHEMA = pa.schema(
     [

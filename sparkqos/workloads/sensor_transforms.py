@@ -3,7 +3,7 @@ and the throughput benchmark run.
 
 * ``fire`` (class H): hot and dry readings;
 * ``anomaly`` (class C): every reading scored by a model of normal readings
-  (:class:`sparkqos.examples.ReadingModel`, a kernel density estimate scored with numpy in a
+  (:class:`sparkqos.workloads.sensors.ReadingModel`, a kernel density estimate scored with numpy in a
   pandas UDF); the readings it finds unlikely, with their score;
 * ``zone_stats`` (class N): per-zone count / mean temperature / max humidity per event-time window;
 * ``archive`` (class N): every reading enriched from a static sensor registry (a stream–static
@@ -13,7 +13,7 @@ and the throughput benchmark run.
 The two costly steps cost what their work costs: the model's grows with its reference sample
 (``model_size``), the archive's is a join and an encoding. (The papers' synthetic operator of
 declared cost, :func:`sparkqos.synthetic`, is for the experiments; the builder-level
-:func:`sparkqos.examples.sensor_queries` keeps it for the executor's own tests and benchmarks.)
+:func:`sparkqos.workloads.sensors.sensor_queries` keeps it for the executor's own tests and benchmarks.)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkqos.errors import check_number
-from sparkqos.examples import SENSOR_CLASSES, ReadingModel
+from sparkqos.workloads.sensors import SENSOR_CLASSES, ReadingModel
 
 __all__ = ["SENSOR_CLASSES", "SENSOR_QUERY_CLASSES", "SENSORS", "sensor_registry", "sensor_transforms"]
 

@@ -39,9 +39,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sparkqos.compile.nodes import Node, Rel, parse_expr
 from sparkqos.executor.expressions import Col
 from sparkqos.executor.operators import IntervalJoin, Project, StaticJoin
-from sparkqos.query.spark_plan import INPUTS, RELATIONS, _Node, _parse_expr, _Rel
 
 #: Spark's join types (the ``joinType`` object's class) as users write them in ``how=``.
 _HOW = {
@@ -63,22 +63,22 @@ def condition_key(condition: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(list(condition), sort_keys=True)
 
 
-def _reads_input(node: _Node) -> bool:
+def _reads_input(node: Node) -> bool:
     return node.cls == "__source__" or any(_reads_input(c) for c in node.children)
 
 
-def _join_inputs(node: _Node) -> list[_Node]:
+def join_inputs(node: Node) -> list[Node]:
     """The sides of a join that the compiler maps (those reading the input stream)."""
     return [c for c in node.children if _reads_input(c)]
 
 
-def _conjuncts(node: _Node) -> list[_Node]:
+def _conjuncts(node: Node) -> list[Node]:
     if node.cls == "And":
         return _conjuncts(node.children[0]) + _conjuncts(node.children[1])
     return [node]
 
 
-def _refs(node: _Node) -> set[int]:
+def _refs(node: Node) -> set[int]:
     out = set()
     todo = [node]
     while todo:
@@ -88,11 +88,11 @@ def _refs(node: _Node) -> set[int]:
         todo.extend(n.children)
         for key in ("start", "interval", "input", "lower", "upper"):  # runtime-replaceable fields
             if isinstance(n.fields.get(key), list) and n.fields[key] and isinstance(n.fields[key][0], dict):
-                todo.append(_parse_expr(n.fields[key]))
+                todo.append(parse_expr(n.fields[key]))
     return out
 
 
-def _side(node: _Node, left: set[int], right: set[int]) -> int | None:
+def _side(node: Node, left: set[int], right: set[int]) -> int | None:
     """0 when ``node`` reads only left columns, 1 only right ones, None otherwise."""
     refs = _refs(node)
     if refs and refs <= left:
@@ -102,7 +102,7 @@ def _side(node: _Node, left: set[int], right: set[int]) -> int | None:
     return None
 
 
-def _join_type(qc: Any, node: _Node) -> str:
+def _join_type(qc: Any, node: Node) -> str:
     jt = node.fields.get("joinType")
     name = jt.get("object", "") if isinstance(jt, dict) else str(jt)
     short = name.rsplit(".", 1)[-1].rstrip("$")
@@ -113,12 +113,12 @@ def _join_type(qc: Any, node: _Node) -> str:
 
 
 def _equalities(
-    qc: Any, conjuncts: list[_Node], left: set[int], right: set[int], what: str
-) -> tuple[list[_Node], list[_Node], list[_Node]]:
+    qc: Any, conjuncts: list[Node], left: set[int], right: set[int], what: str
+) -> tuple[list[Node], list[Node], list[Node]]:
     """(left keys, right keys, the other conjuncts) of a join condition."""
-    lkeys: list[_Node] = []
-    rkeys: list[_Node] = []
-    rest: list[_Node] = []
+    lkeys: list[Node] = []
+    rkeys: list[Node] = []
+    rest: list[Node] = []
     for c in conjuncts:
         if c.cls == "EqualNullSafe":
             raise qc.unsupported(f"{what} on a null-safe equality (<=>, eqNullSafe)")
@@ -133,7 +133,7 @@ def _equalities(
     return lkeys, rkeys, rest
 
 
-def join(qc: Any, node: _Node) -> _Rel:
+def join(qc: Any, node: Node) -> Rel:
     if "joinType" not in node.fields:  # Spark Connect writes the node without its fields
         raise qc.unsupported("Spark operation 'Join'", "join is not supported under Spark Connect yet")
     how = _join_type(qc, node)
@@ -159,7 +159,7 @@ def _unique(names: list[tuple[int, str]], taken: set[str]) -> list[str]:
     return out
 
 
-def _static_join(qc: Any, node: _Node, how: str, stream_side: int) -> _Rel:
+def _static_join(qc: Any, node: Node, how: str, stream_side: int) -> Rel:
     """``stream_side``: 0 for ``stream.join(static)``, 1 for ``static.join(stream)`` (inner, or
     right outer: the stream's rows are kept, the static columns come first)."""
     kept = ("inner", "left") if stream_side == 0 else ("inner", "right outer")
@@ -184,7 +184,7 @@ def _static_join(qc: Any, node: _Node, how: str, stream_side: int) -> _Rel:
     stream_rel = qc.relation(node.children[stream_side])
     left_ids = {a for a, _ in stream_rel.attrs}
     lkeys, rkeys, rest = _equalities(
-        qc, _conjuncts(_parse_expr(cond)), left_ids, set(static.ids), "a join with a static DataFrame"
+        qc, _conjuncts(parse_expr(cond)), left_ids, set(static.ids), "a join with a static DataFrame"
     )
     if rest or not lkeys:
         raise qc.unsupported(
@@ -199,7 +199,7 @@ def _static_join(qc: Any, node: _Node, how: str, stream_side: int) -> _Rel:
         )
     names = _unique(list(zip(static.ids, static.names, strict=True)), {n for _, n in stream_rel.attrs})
     table = table.rename_columns(names)
-    static_rel = _Rel("__static__", table.schema, list(zip(static.ids, names, strict=True)))
+    static_rel = Rel("__static__", table.schema, list(zip(static.ids, names, strict=True)))
     op = StaticJoin(
         table,
         [qc.expr(k, stream_rel) for k in lkeys],
@@ -213,7 +213,7 @@ def _static_join(qc: Any, node: _Node, how: str, stream_side: int) -> _Rel:
 
 
 # -- two branches of the stream joined on an event-time range --------------------------------------
-def _interval(node: _Node) -> int | None:
+def _interval(node: Node) -> int | None:
     """A day-time interval literal in µs (``INTERVAL 2 SECONDS``), possibly negated."""
     if node.cls == "UnaryMinus":
         inner = _interval(node.children[0])
@@ -225,7 +225,7 @@ def _interval(node: _Node) -> int | None:
     return None
 
 
-def _time_term(node: _Node) -> tuple[int, int] | None:
+def _time_term(node: Node) -> tuple[int, int] | None:
     """(expression id of an event-time column, offset in µs) of ``ts``, ``ts + INTERVAL ...`` or
     ``ts - INTERVAL ...``; None for anything else."""
     if node.cls == "AttributeReference":
@@ -243,16 +243,16 @@ def _time_term(node: _Node) -> tuple[int, int] | None:
     return None
 
 
-def _comparisons(node: _Node) -> list[tuple[str, _Node, _Node]] | None:
+def _comparisons(node: Node) -> list[tuple[str, Node, Node]] | None:
     if node.cls in _RANGE:
         return [(_RANGE[node.cls], node.children[0], node.children[1])]
     if node.cls == "Between" and all(isinstance(node.fields.get(k), list) for k in ("input", "lower", "upper")):
-        x = _parse_expr(node.fields["input"])
-        return [(">=", x, _parse_expr(node.fields["lower"])), ("<=", x, _parse_expr(node.fields["upper"]))]
+        x = parse_expr(node.fields["input"])
+        return [(">=", x, parse_expr(node.fields["lower"])), ("<=", x, parse_expr(node.fields["upper"]))]
     return None
 
 
-def _stream_join(qc: Any, node: _Node, how: str) -> _Rel:
+def _stream_join(qc: Any, node: Node, how: str) -> Rel:
     what = "a stream–stream join"
     if how != "inner":
         raise qc.unsupported(f"a {how} stream–stream join", "a join of two branches of the input stream is inner only")
@@ -263,7 +263,7 @@ def _stream_join(qc: Any, node: _Node, how: str) -> _Rel:
     if rrel.name == lrel.name:  # an operator cannot read one input twice
         rrel = qc.add("select", Project([Col(n) for _, n in rrel.attrs]), [rrel], rrel.attrs)
     lids, rids = {a for a, _ in lrel.attrs}, {a for a, _ in rrel.attrs}
-    lkeys, rkeys, rest = _equalities(qc, _conjuncts(_parse_expr(cond)), lids, rids, what)
+    lkeys, rkeys, rest = _equalities(qc, _conjuncts(parse_expr(cond)), lids, rids, what)
     lower: tuple[int, bool] | None = None
     upper: tuple[int, bool] | None = None
     times: set[tuple[int, int]] = set()
@@ -326,7 +326,3 @@ def _stream_join(qc: Any, node: _Node, how: str) -> _Rel:
         right_names=out,
     )
     return qc.add("join", op, [lrel, rrel], lrel.attrs + list(zip([a for a, _ in rrel.attrs], out, strict=True)))
-
-
-RELATIONS["Join"] = join
-INPUTS["Join"] = _join_inputs

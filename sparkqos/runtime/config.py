@@ -2,7 +2,7 @@
 
 Every keyword of :func:`sparkqos.stream` is a field here, checked once when the config is made, so
 a bad option fails before any Spark query starts and names the key. What depends on the query set
-(``stream``, ``arrival_col``) is checked by :class:`~sparkqos.spark.trigger.TriggerLoop`, which
+(``stream``, ``arrival_col``) is checked by :class:`~sparkqos.runtime.trigger.TriggerLoop`, which
 sees the plan.
 
 Fault injection for crash tests: ``fault="after_sink:3"`` SIGKILLs the process at that point of
@@ -34,9 +34,9 @@ import numpy as np
 from sparkqos import schedulers
 from sparkqos.errors import RunnerError, SparkqosError, UnknownStrategy, check_choice, check_number
 from sparkqos.model.plan import Plan
+from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
+from sparkqos.runtime.sinks import Sink
 from sparkqos.schedulers.base import Scheduler
-from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
-from sparkqos.spark.sinks import Sink
 
 __all__ = ["AVAILABLE_NOW", "EARLY_WRITE_S", "FAULT_POINTS", "SLICE_S", "RunConfig", "parse_faults"]
 

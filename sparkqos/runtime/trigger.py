@@ -15,12 +15,12 @@ Exactly-once: a batch replayed after a crash either was checkpointed by us (it i
 outputs are in the sink, its effect in our state) or was not (the checkpoint of the batch before
 it is restored and it runs again; the sink replaces whatever an earlier attempt wrote).
 Bad input never stops the loop: rows that do not fit the stream's schema or break its ``checks``
-(:class:`~sparkqos.spark.deadletter.RowChecks`) go to the dead-letter table with their reason, in
+(:class:`~sparkqos.runtime.deadletter.RowChecks`) go to the dead-letter table with their reason, in
 the same trigger, replaced like outputs on replay; the progress counts them (``numInputRows`` =
 ``processedRows`` + ``deadLetteredRows``).
 
 Continuous mode (``RunConfig(continuous=True)``, issue 13): the executor serves the queues on a
-worker thread between triggers too (:class:`~sparkqos.spark.continuous.ContinuousWorker`), so the
+worker thread between triggers too (:class:`~sparkqos.runtime.continuous.ContinuousWorker`), so the
 trigger's cadence no longer decides delay. A trigger then pauses the worker between two units,
 ingests, serves what is queued right away for up to ``top_class_s`` — class by class from the
 top priority down when class shares are on and the plan has several priority levels (bypassing
@@ -62,18 +62,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkqos.compile.builder import QuerySet
 from sparkqos.errors import RunnerError, SchemaMismatch
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.loop import EMIT, Executor, RunReport
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.query.builder import QuerySet
+from sparkqos.runtime.checkpoint import CheckpointStore
+from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.continuous import ContinuousWorker
+from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
+from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
+from sparkqos.runtime.sinks import MemorySink, ParquetSink
 from sparkqos.schedulers.base import Scheduler
-from sparkqos.spark.checkpoint import CheckpointStore
-from sparkqos.spark.config import RunConfig
-from sparkqos.spark.continuous import ContinuousWorker
-from sparkqos.spark.deadletter import DeadLetterSink, RowChecks
-from sparkqos.spark.progress import ProgressReporter, strategy_in_force
-from sparkqos.spark.sinks import MemorySink, ParquetSink
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
 
@@ -177,10 +177,10 @@ class TriggerLoop:
 
     Holds the compiled plan, the :class:`~sparkqos.executor.loop.Executor` (with the strategy the
     config names), the checkpoint store, the output sink, the dead-letter sink and row checks, and
-    the :class:`~sparkqos.spark.progress.ProgressReporter`. :meth:`process` runs one trigger,
+    the :class:`~sparkqos.runtime.progress.ProgressReporter`. :meth:`process` runs one trigger,
     :meth:`finish` drains what is left at the end of a finite input, :meth:`restore` loads the
     newest checkpoint (both call it first). With ``continuous`` the loop also holds the
-    :class:`~sparkqos.spark.continuous.ContinuousWorker` (``worker``), started by the first
+    :class:`~sparkqos.runtime.continuous.ContinuousWorker` (``worker``), started by the first
     trigger and stopped by :meth:`close` or :meth:`finish`.
     """
 

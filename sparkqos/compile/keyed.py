@@ -27,9 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkqos.compile.nodes import Node, Rel, parse_expr
 from sparkqos.executor.expressions import Col, evaluate_array
 from sparkqos.executor.operators import Deduplicate, KeyedLag, Lag
-from sparkqos.query.spark_plan import RELATIONS, _Node, _parse_expr, _Rel
 
 #: Spark's window functions by class name, as users write them.
 _WINDOW_FUNCTIONS = {
@@ -45,7 +45,7 @@ _WINDOW_FUNCTIONS = {
 _LAG_ONLY = "only lag(col[, n[, default]]).over(Window.partitionBy(...).orderBy(...)) runs on a stream"
 
 
-def _column(qc: Any, node: _Node, rel: _Rel, what: str) -> str:
+def _column(qc: Any, node: Node, rel: Rel, what: str) -> str:
     """The column of ``rel`` that ``node`` (an attribute) names."""
     e = qc.expr(node, rel) if node.cls == "AttributeReference" else None
     if not isinstance(e, Col):
@@ -53,7 +53,7 @@ def _column(qc: Any, node: _Node, rel: _Rel, what: str) -> str:
     return e.column
 
 
-def _constant(qc: Any, node: _Node, rel: _Rel, to: pa.DataType) -> Any:
+def _constant(qc: Any, node: Node, rel: Rel, to: pa.DataType) -> Any:
     """The value of the constant expression ``node`` (a lag's default) as a Python value of type ``to``."""
     if node.cls == "Literal" and node.fields.get("value") is None:
         return None
@@ -67,20 +67,20 @@ def _constant(qc: Any, node: _Node, rel: _Rel, to: pa.DataType) -> Any:
     return value[0].as_py()
 
 
-def _function_name(fn: _Node) -> str:
+def _function_name(fn: Node) -> str:
     if fn.cls == "AggregateExpression" and fn.children:
         return f"{fn.children[0].cls.lower()} over a window"
     return _WINDOW_FUNCTIONS.get(fn.cls, fn.cls)
 
 
-def window(qc: Any, node: _Node) -> _Rel:
+def window(qc: Any, node: Node) -> Rel:
     if "windowExpressions" not in node.fields:  # Spark Connect writes the node without its fields
         raise qc.unsupported("Spark operation 'Window'", "window functions are not supported under Spark Connect yet")
     child = qc.relation(node.children[0])
     lags: list[Lag] = []
     new_attrs: list[tuple[int, str]] = []
     for item in node.fields["windowExpressions"]:
-        tree = _parse_expr(item)
+        tree = parse_expr(item)
         wexpr = tree.children[0] if tree.cls == "Alias" and tree.children else tree
         fn = wexpr.children[0] if wexpr.cls == "WindowExpression" else wexpr
         if fn.cls != "Lag":
@@ -100,10 +100,10 @@ def window(qc: Any, node: _Node) -> _Rel:
             out += "_lag"
         lags.append(Lag(column, int(offset), out, default))
         new_attrs.append((tree.fields["exprId"]["id"], out))
-    keys = [_column(qc, _parse_expr(p), child, "a partitionBy key") for p in node.fields["partitionSpec"]]
+    keys = [_column(qc, parse_expr(p), child, "a partitionBy key") for p in node.fields["partitionSpec"]]
     order: list[str] = []
     for item in node.fields["orderSpec"]:
-        sort = _parse_expr(item)
+        sort = parse_expr(item)
         direction = str(sort.fields.get("direction", {}).get("object", ""))
         nulls = str(sort.fields.get("nullOrdering", {}).get("object", ""))
         if not direction.endswith("Ascending$") or not nulls.endswith("NullsFirst$"):
@@ -121,13 +121,13 @@ def window(qc: Any, node: _Node) -> _Rel:
     return qc.add("lag", KeyedLag(keys, order, lags), [child], child.attrs + new_attrs)
 
 
-def deduplicate(qc: Any, node: _Node) -> _Rel:
+def deduplicate(qc: Any, node: Node) -> Rel:
     within = node.cls == "DeduplicateWithinWatermark"
     operation = "dropDuplicatesWithinWatermark" if within else "dropDuplicates"
     if "keys" not in node.fields:  # Spark Connect writes the node without its fields
         raise qc.unsupported(f"Spark operation {node.cls!r}", f"{operation} is not supported under Spark Connect yet")
     child = qc.relation(node.children[0])
-    keys = [_column(qc, _parse_expr(k), child, f"a {operation} key") for k in node.fields["keys"]]
+    keys = [_column(qc, parse_expr(k), child, f"a {operation} key") for k in node.fields["keys"]]
     time_col = delay_us = None
     if within and not qc.context.get("streaming"):
         raise qc.unsupported(f"{operation} on a finite DataFrame", "Spark runs it on streams only")
@@ -150,8 +150,3 @@ def deduplicate(qc: Any, node: _Node) -> _Rel:
             )
     op = Deduplicate(keys, time_col, delay_us, within_watermark=within)
     return qc.add("dedup", op, [child], child.attrs)
-
-
-RELATIONS["Window"] = window
-RELATIONS["Deduplicate"] = deduplicate
-RELATIONS["DeduplicateWithinWatermark"] = deduplicate

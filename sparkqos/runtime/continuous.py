@@ -3,7 +3,7 @@
 Without it the executor works only inside ``foreachBatch``, for a budget shorter than the trigger,
 and idles while Spark does its own per-trigger work: the trigger's cadence, not the strategy,
 decides delay. With ``RunConfig(continuous=True)`` the
-:class:`~sparkqos.spark.trigger.TriggerLoop` hands the executor to a :class:`ContinuousWorker`,
+:class:`~sparkqos.runtime.trigger.TriggerLoop` hands the executor to a :class:`ContinuousWorker`,
 which runs ``executor.run(slice_s)`` again and again on its own thread, waits on a condition when
 nothing can run, and is woken when a trigger queues new rows. pyarrow kernels release the GIL, so
 the work overlaps what Spark does between triggers.

@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkqos.compile.builder import QuerySet
 from sparkqos.errors import check_number
 from sparkqos.executor.expressions import avg, col, count, max_
-from sparkqos.query.builder import QuerySet
 
 #: Class priorities (CQC's 6/3/1).
 SENSOR_CLASSES = {"H": 6.0, "C": 3.0, "N": 1.0}

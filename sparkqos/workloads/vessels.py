@@ -1,7 +1,7 @@
 """The vessel-tracking queries of jobs/vessel_monitor.py (issue 16), as ordinary PySpark transforms.
 
 They read AIS position reports (``mmsi, ts, lon, lat, track, point``: the recorded trace of
-:mod:`sparkqos.sources.ais`, replayed by ``sparkqos.replay``):
+:mod:`sparkqos.workloads.ais`, replayed by ``sparkqos.replay``):
 
 * ``geofence`` (class H): reports inside a restricted zone (:data:`RESTRICTED_ZONES`, boxes around
   naval stations), each with its zone's name — alert rows;

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkqos.compile.nodes import Node, Rel, spark_type
 from sparkqos.executor.udf import Chained, PythonUdf, udf_type_supported
-from sparkqos.query.spark_plan import EXPRESSIONS, _Node, _Rel, spark_type
 
 #: Spark's PythonEvalType values sparkqos runs, and how (see sparkqos.executor.udf).
 _RUNS = {100: "rows", 101: "arrow_rows", 200: "pandas"}
@@ -46,7 +46,7 @@ _REFUSED = {
 }
 
 
-def _kind(qc: Any, node: _Node) -> str:
+def _kind(qc: Any, node: Node) -> str:
     f = node.fields
     name = str(f.get("name") or "<udf>")
     if "evalType" not in f:  # a Connect plan (sparkqos.spark.connect_plan): no function to read
@@ -61,7 +61,7 @@ def _kind(qc: Any, node: _Node) -> str:
     return kind
 
 
-def _function(qc: Any, node: _Node) -> Any:
+def _function(qc: Any, node: Node) -> Any:
     name = node.fields.get("name")
     if any(k.cls == "NamedArgumentExpression" for k in node.children):
         raise qc.unsupported(f"UDF {name!r} called with keyword arguments", "pass its arguments by position")
@@ -71,7 +71,7 @@ def _function(qc: Any, node: _Node) -> Any:
     return fn
 
 
-def _python_udf(qc: Any, node: _Node, rel: _Rel) -> PythonUdf:
+def python_udf(qc: Any, node: Node, rel: Rel) -> PythonUdf:
     f = node.fields
     name = str(f.get("name") or "<udf>")
     kind = _kind(qc, node)
@@ -100,6 +100,3 @@ def _python_udf(qc: Any, node: _Node, rel: _Rel) -> PythonUdf:
             raise qc.unsupported(f"UDF {name!r} over a {k.fields.get('dataType', t)} argument")
     fn = functions[0] if len(functions) == 1 else Chained(functions)
     return PythonUdf(name, fn, args, to, kind, qc.query)
-
-
-EXPRESSIONS["PythonUDF"] = _python_udf

@@ -23,13 +23,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
 
+from sparkqos.compile.nodes import (
+    DEFAULT_STREAM,
+    SYNTHETIC_MARKER,
+    Node,
+    Rel,
+    parse_expr,
+    parse_plan,
+    spark_type,
+)
+from sparkqos.compile.tables import EXPRESSIONS, INPUTS, RELATIONS
 from sparkqos.errors import PlanError, UnsupportedTransform
 from sparkqos.executor.expressions import (
     Alias,
@@ -56,28 +65,7 @@ from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import with_internal
 from sparkqos.model.plan import Operator, Plan
 
-__all__ = ["DEFAULT_STREAM", "compile_plans", "spark_type"]
-
-#: Name of the stream the input DataFrame feeds.
-DEFAULT_STREAM = "input"
-
-#: Start of the marker literal :func:`sparkqos.spark.synthetic.synthetic` puts in a ``where``
-#: (followed by the operator's parameters as JSON): that Filter runs as the executor's Synthetic.
-SYNTHETIC_MARKER = "sparkqos.synthetic:"
-
-_TYPES = {
-    "byte": pa.int8(),
-    "short": pa.int16(),
-    "integer": pa.int32(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "boolean": pa.bool_(),
-    "void": pa.null(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-    "timestamp_ntz": pa.timestamp("us"),
-}
+__all__ = ["DEFAULT_STREAM", "SYNTHETIC_MARKER", "compile_plans", "spark_type"]
 
 #: Plan nodes that do not change which rows come out (only how Spark distributes them). A
 #: watermark changes nothing by itself: its delay rides on the event-time attribute's metadata
@@ -182,92 +170,7 @@ _STRICT_MATH = {
 _MATCHES = {"Contains": "contains", "StartsWith": "startswith", "EndsWith": "endswith", "Like": "like"}
 
 
-def spark_type(name: str) -> pa.DataType | None:
-    """The Arrow type of a Spark type name of the plan JSON (None: not one sparkqos computes on)."""
-    return _TYPES.get(name)
-
-
-#: Further plan nodes: Spark class name → ``handler(compiler, node) -> _Rel``. The modules of
-#: sparkqos.query that map them (imported by the package, ``sparkqos/query/__init__.py``) register here.
-RELATIONS: dict[str, Callable[[Any, Any], Any]] = {}
-#: For a handler of RELATIONS that maps some nodes under its own as part of itself (an Aggregate
-#: and the analyzer's rewrite of window()): Spark class name → ``inputs(node)``, the nodes below
-#: that are relations again, which the operation check visits instead of the node's children.
-INPUTS: dict[str, Callable[[Any], list[Any]]] = {}
-#: Further expressions, looked up before the ones mapped here: Spark class name →
-#: ``handler(compiler, node, rel) -> Expr``.
-EXPRESSIONS: dict[str, Callable[[Any, Any, Any], Any]] = {}
-
-
-@dataclass
-class _Node:
-    """One node of a plan or expression tree: its short class name, its JSON fields and children."""
-
-    cls: str
-    fields: dict[str, Any]
-    children: list[_Node] = field(default_factory=list)
-
-
-def _short(cls: str) -> str:
-    return cls.rsplit(".", 1)[-1]
-
-
-def _canonical(nodes: Sequence[dict[str, Any]]) -> tuple[str, list[int]]:
-    """``nodes`` as text with expression ids numbered by first appearance, and those ids in
-    that order: two copies of one plan give the same text even when Spark renumbered one."""
-    order: dict[int, int] = {}
-
-    def walk(x: Any) -> Any:
-        if isinstance(x, dict):
-            if _short(str(x.get("product-class", ""))) == "ExprId":
-                return {"exprId": order.setdefault(x["id"], len(order))}
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        return x
-
-    text = json.dumps(walk(list(nodes)), sort_keys=True)
-    return text, list(order)
-
-
-@dataclass
-class _Source:
-    """The input DataFrame's plan, as it appears in a query's plan; ``ids`` are its output
-    attributes' expression ids in that copy."""
-
-    ids: list[int]
-
-
-def _parse_plan(nodes: Sequence[dict[str, Any]], source: Sequence[dict[str, Any]], source_ids: Sequence[int]) -> _Node:
-    """The plan tree of ``nodes``, with every copy of ``source`` replaced by a ``__source__`` node."""
-    n = len(source)
-    src_text, src_order = _canonical(source)
-    position = {eid: i for i, eid in enumerate(src_order)}
-    try:
-        out_positions = [position[i] for i in source_ids]
-    except KeyError:  # the input's output ids do not appear in its plan: compare by position only
-        out_positions = []
-    pos = 0
-
-    def build() -> _Node:
-        nonlocal pos
-        if nodes[pos]["class"] == source[0]["class"] and pos + n <= len(nodes):
-            text, order = _canonical(nodes[pos : pos + n])
-            if text == src_text:
-                pos += n
-                return _Node("__source__", {"source": _Source([order[p] for p in out_positions])})
-        d = nodes[pos]
-        pos += 1
-        kids = [build() for _ in range(int(d.get("num-children", 0)))]
-        return _Node(_short(d["class"]), d, kids)
-
-    root = build()
-    if pos != len(nodes):
-        raise PlanError(f"malformed plan JSON: {len(nodes) - pos} node(s) after the root")
-    return root
-
-
-def _synthetic_params(cond: _Node) -> dict[str, Any] | None:
+def _synthetic_params(cond: Node) -> dict[str, Any] | None:
     """The parameters of a synthetic operator's marker (``hash_keeps AND marker IS NOT NULL``)."""
     if cond.cls != "And" or len(cond.children) != 2:
         return None
@@ -278,29 +181,6 @@ def _synthetic_params(cond: _Node) -> dict[str, Any] | None:
     if not isinstance(value, str) or not value.startswith(SYNTHETIC_MARKER):
         return None
     return dict(json.loads(value[len(SYNTHETIC_MARKER) :]))
-
-
-def _parse_expr(nodes: Sequence[dict[str, Any]]) -> _Node:
-    pos = 0
-
-    def build() -> _Node:
-        nonlocal pos
-        d = nodes[pos]
-        pos += 1
-        kids = [build() for _ in range(int(d.get("num-children", 0)))]
-        return _Node(_short(d["class"]), d, kids)
-
-    return build()
-
-
-@dataclass
-class _Rel:
-    """A compiled relation: its operator (or the stream), Arrow schema with the executor's
-    columns, and output attributes as (expression id, column name)."""
-
-    name: str
-    schema: pa.Schema
-    attrs: list[tuple[int, str]]
 
 
 class _QueryCompiler:
@@ -329,7 +209,7 @@ class _QueryCompiler:
         return UnsupportedTransform(self.query, operation, detail)
 
     # -- operators -----------------------------------------------------------------------------
-    def add(self, label: str, op: PhysicalOperator, inputs: Sequence[_Rel], attrs: list[tuple[int, str]]) -> _Rel:
+    def add(self, label: str, op: PhysicalOperator, inputs: Sequence[Rel], attrs: list[tuple[int, str]]) -> Rel:
         self.counter += 1
         name = f"{self.query}/{self.counter}:{label}"
         schema = op.bind(name, [r.schema for r in inputs])
@@ -337,17 +217,17 @@ class _QueryCompiler:
         self.plan_ops.append(
             Operator(name, tuple(r.name for r in inputs), op.selectivity, op.cost_s, self.query, self.klass, op.kind)
         )
-        return _Rel(name, schema, attrs)
+        return Rel(name, schema, attrs)
 
-    def relation(self, node: _Node) -> _Rel:
+    def relation(self, node: Node) -> Rel:
         if node.cls == "__source__":
             ids = node.fields["source"].ids or [None] * len(self.schema)
-            return _Rel(self.stream, with_internal(self.schema), list(zip(ids, self.schema.names, strict=True)))
+            return Rel(self.stream, with_internal(self.schema), list(zip(ids, self.schema.names, strict=True)))
         if node.cls in _PASS_THROUGH:
             return self.relation(node.children[0])
         if node.cls == "Filter":
             child = self.relation(node.children[0])
-            cond = _parse_expr(node.fields["condition"])
+            cond = parse_expr(node.fields["condition"])
             params = _synthetic_params(cond)
             if params is not None:
                 return self.add("synthetic", Synthetic(**params), [child], child.attrs)
@@ -362,7 +242,7 @@ class _QueryCompiler:
             return handler(self, node)
         raise self.unsupported_operation(node)
 
-    def check_operations(self, node: _Node) -> None:
+    def check_operations(self, node: Node) -> None:
         """Raise for the first operation (top down) sparkqos cannot run, before any expression is
         looked at: what a user most needs to hear is which operation, not which function."""
         if node.cls not in _OPERATORS and node.cls not in RELATIONS:
@@ -371,7 +251,7 @@ class _QueryCompiler:
         for child in node.children if inputs is None else inputs(node):
             self.check_operations(child)
 
-    def unsupported_operation(self, node: _Node) -> UnsupportedTransform:
+    def unsupported_operation(self, node: Node) -> UnsupportedTransform:
         if not node.children:
             return self.unsupported(
                 f"reading {node.cls}",
@@ -380,12 +260,12 @@ class _QueryCompiler:
         hint = _OPERATION_HINTS.get(node.cls)
         return self.unsupported(f"Spark operation {node.cls!r}", hint or "")
 
-    def project(self, node: _Node) -> _Rel:
+    def project(self, node: Node) -> Rel:
         child = self.relation(node.children[0])
         exprs: list[Expr] = []
         attrs: list[tuple[int, str]] = []
         for item in node.fields["projectList"]:
-            tree = _parse_expr(item)
+            tree = parse_expr(item)
             if tree.cls == "Alias":
                 name = tree.fields["name"]
                 e = self.expr(tree.children[0], child)
@@ -411,13 +291,13 @@ class _QueryCompiler:
         if names == [n for _, n in child.attrs] and all(isinstance(e, Col) for e in exprs):
             # Every column as it is (Spark adds these, e.g. to renumber a stream read twice in a
             # union): nothing to run; the columns go on under their new expression ids.
-            return _Rel(child.name, child.schema, attrs)
+            return Rel(child.name, child.schema, attrs)
         return self.add("select", Project(exprs), [child], attrs)
 
-    def union(self, node: _Node) -> _Rel:
+    def union(self, node: Node) -> Rel:
         kids = [self.relation(c) for c in node.children]
         first = [n for _, n in kids[0].attrs]
-        inputs: list[_Rel] = []
+        inputs: list[Rel] = []
         for i, kid in enumerate(kids):
             names = [n for _, n in kid.attrs]
             if i and (names != first or kid.name in {r.name for r in inputs}):
@@ -429,13 +309,13 @@ class _QueryCompiler:
         return self.add("union", Union(len(inputs)), inputs, kids[0].attrs)
 
     # -- expressions -----------------------------------------------------------------------------
-    def expr(self, node: _Node, rel: _Rel) -> Expr:
+    def expr(self, node: Node, rel: Rel) -> Expr:
         """The executor expression computing Spark's ``node`` over ``rel``'s columns."""
         cls, f, kids = node.cls, node.fields, node.children
         handler = EXPRESSIONS.get(cls)
         if handler is not None:
             return handler(self, node, rel)
-        sub: Callable[[_Node], Expr] = lambda n: self.expr(n, rel)  # noqa: E731
+        sub: Callable[[Node], Expr] = lambda n: self.expr(n, rel)  # noqa: E731
         if cls == "AttributeReference":
             eid = f["exprId"]["id"]
             for a, name in rel.attrs:
@@ -577,7 +457,7 @@ def compile_plans(
         if not isinstance(query, str) or not query or "/" in query:
             raise PlanError(f"query names are non-empty strings without '/', got {query!r}")
         qc = _QueryCompiler(query, classes.get(query), stream, schema, ops, plan_ops, time_zone, (context or {}).get(query))
-        tree = _parse_plan(nodes, source, source_ids)
+        tree = parse_plan(nodes, source, source_ids)
         qc.check_operations(tree)
         rel = qc.relation(tree)
         if rel.name == stream:  # the transform returns its input: one operator passing it on

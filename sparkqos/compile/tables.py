@@ -1,0 +1,35 @@
+"""The compiler's handler tables, built here in one place: which module maps which Spark plan
+node and expression beyond the ones :mod:`sparkqos.compile.spark_plan` maps itself.
+
+Every handler works on :mod:`sparkqos.compile.nodes`' public types and calls back into the
+compiler it is given (``qc``), so these modules never import the compiler and it imports them
+only through this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sparkqos.compile import joins, keyed, stateful, udf
+
+#: Further plan nodes: Spark class name → ``handler(compiler, node) -> Rel``.
+RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
+    "Aggregate": stateful.aggregate,
+    "Join": joins.join,
+    "Window": keyed.window,
+    "Deduplicate": keyed.deduplicate,
+    "DeduplicateWithinWatermark": keyed.deduplicate,
+}
+#: For a handler of RELATIONS that maps some nodes under its own as part of itself (an Aggregate
+#: and the analyzer's rewrite of window()): Spark class name → ``inputs(node)``, the nodes below
+#: that are relations again, which the operation check visits instead of the node's children.
+INPUTS: dict[str, Callable[[Any], list[Any]]] = {
+    "Aggregate": stateful.aggregate_inputs,
+    "Join": joins.join_inputs,
+}
+#: Further expressions, looked up before the ones the compiler maps itself: Spark class name →
+#: ``handler(compiler, node, rel) -> Expr``.
+EXPRESSIONS: dict[str, Callable[[Any, Any, Any], Any]] = {
+    "PythonUDF": udf.python_udf,
+}

@@ -1,0 +1,326 @@
+"""Sinks for the outputs of a trigger: one call per trigger for all queries, idempotent per batch.
+
+docs/ARCHITECTURE.md ("One trigger on Spark") measured a Spark write at ~0.44 s fixed cost, so the default sink
+writes Parquet straight with pyarrow — ``out/query=NAME/batch=ID.parquet`` via a temporary file and
+an atomic rename — and a replayed batch id rewrites the same files instead of adding rows. The
+layout is Hive-partitioned, so ``spark.read.parquet(out)`` sees a ``query`` column too.
+
+Every sink has ``write(batch_id, outputs)`` with ``outputs`` a mapping from query name to a
+``pyarrow.Table``. A sink that can also take a batch in parts (``supports_parts``) has
+``write_part(batch_id, outputs, first)``: the continuous worker writes the top class's rows as
+soon as it has them, as parts of the batch the next trigger commits (``RunConfig.early_write_s``);
+that trigger then calls ``write(batch_id, outputs, keep_parts=True)``, which keeps the parts of
+this attempt and replaces anything else of that batch id. A part with ``first`` set, and a
+``write`` without ``keep_parts``, first removes every file an earlier attempt left for the batch.
+
+* ``ParquetSink(path)`` — the default; ``read_parquet_sink(path)`` loads it back. Parts of a
+  batch are ``batch=ID-P.parquet`` (P = 1, 2, ... per query), read before ``batch=ID.parquet``.
+* ``MemorySink()`` — Arrow tables kept per query for notebooks; ``to_spark`` makes a temp view.
+
+Sinks that write through Spark (``DataFrameSink``) are in :mod:`sparkqos.spark.sinks`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkqos.atomic import fsync_dir, write_atomic
+from sparkqos.errors import SinkError, check_number
+
+__all__ = [
+    "Sink",
+    "ParquetSink",
+    "MemorySink",
+    "read_parquet_sink",
+]
+
+_QUERY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_BATCH_FILE = re.compile(r"^batch=(\d+)(?:-(\d+))?\.parquet$")
+#: Sort key of the trigger's own file of a batch: after that batch's parts.
+_LAST = 1 << 62
+
+
+def check_outputs(outputs: Any) -> dict[str, pa.Table]:
+    """Validate ``{query name: table}``; RecordBatches are accepted and turned into tables."""
+    if not isinstance(outputs, Mapping):
+        raise SinkError(f"outputs must be a mapping of query name to pyarrow.Table, got {type(outputs).__name__}")
+    checked = {}
+    for name, table in outputs.items():
+        if not isinstance(name, str) or not _QUERY_NAME.match(name):
+            raise SinkError(f"query name {name!r} cannot name a sink partition; use letters, digits, '_', '.', '-'")
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if not isinstance(table, pa.Table):
+            raise SinkError(f"output of query {name!r} must be a pyarrow.Table, got {type(table).__name__}")
+        checked[name] = table
+    return checked
+
+
+class Sink:
+    """Base class: ``write(batch_id, outputs)`` stores one trigger's outputs of every query.
+
+    A subclass that also takes a batch in parts has ``write_part`` (see the module docstring) and
+    a ``write`` that accepts ``keep_parts``; ``supports_parts`` says whether both are there (a
+    subclass of ``ParquetSink`` that overrides ``write(batch_id, outputs)`` alone takes whole
+    batches only, so its override still sees every row)."""
+
+    @property
+    def supports_parts(self) -> bool:
+        if type(self).write_part is Sink.write_part:
+            return False
+        try:
+            return "keep_parts" in inspect.signature(self.write).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+        raise NotImplementedError
+
+    def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
+        raise SinkError(f"{type(self).__name__} takes whole batches only (supports_parts is False)")
+
+
+class ParquetSink(Sink):
+    """Parquet files ``path/query=NAME/batch=ID.parquet`` written with pyarrow, no Spark job.
+
+    Writing batch ``b`` replaces every ``batch=b`` file: queries present in ``outputs`` get their
+    file rewritten, queries absent lose a ``batch=b`` file left by an earlier attempt, so the sink
+    holds exactly the last attempt of each batch. Empty outputs write no file. Parts
+    (``write_part``) are ``batch=b-P.parquet``, numbered 1, 2, ... per query within one attempt;
+    ``write(b, ..., keep_parts=True)`` keeps the parts this sink object wrote for ``b`` since the
+    last ``first`` part and removes any other.
+
+    >>> import tempfile, pyarrow as pa
+    >>> sink = ParquetSink(tempfile.mkdtemp())
+    >>> sink.write(0, {"fire": pa.table({"t": [71.5]}), "stats": pa.table({"n": [3]})})
+    >>> sink.write(1, {"fire": pa.table({"t": [80.0, 90.0]})})
+    >>> sink.write(1, {"fire": pa.table({"t": [80.0, 90.0]})})   # replayed after a crash
+    >>> {q: t.num_rows for q, t in sorted(sink.read().items())}
+    {'fire': 3, 'stats': 1}
+    """
+
+    def __init__(self, path: str | os.PathLike, compression: str = "zstd", fsync: bool = True):
+        self.path = Path(path)
+        self.compression = compression
+        self.fsync = fsync
+        self.path.mkdir(parents=True, exist_ok=True)
+        #: batch id → query → parts written in this attempt (write_part)
+        self._parts: dict[int, dict[str, int]] = {}
+
+    def __getstate__(self) -> dict:  # a copy (Spark Connect's worker) starts with no attempt open
+        return {**self.__dict__, "_parts": {}}
+
+    def __repr__(self) -> str:
+        return f"ParquetSink({str(self.path)!r}, compression={self.compression!r}, fsync={self.fsync})"
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table], keep_parts: bool = False) -> None:
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
+        outputs = check_outputs(outputs)
+        kept = self._parts.pop(batch_id, {}) if keep_parts else {}
+        self._parts.pop(batch_id, None)
+        written = self._write_files(f"batch={batch_id}.parquet", outputs)
+        self._remove_stale(batch_id, written, kept)
+
+    def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
+        """Add a part to batch ``batch_id`` (``first``: the first of this attempt, which removes
+        every file an earlier attempt left for that batch)."""
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
+        outputs = check_outputs(outputs)
+        if first or batch_id not in self._parts:
+            self._remove_stale(batch_id, set(), {})
+            self._parts[batch_id] = {}
+        counts = self._parts[batch_id]
+        for query, table in outputs.items():
+            if table.num_rows == 0:
+                continue
+            counts[query] = counts.get(query, 0) + 1
+            folder = self._write_files(f"batch={batch_id}-{counts[query]}.parquet", {query: table})
+            if self.fsync:
+                for f in folder:
+                    fsync_dir(f)
+
+    def _write_files(self, name: str, outputs: Mapping[str, pa.Table]) -> set[Path]:
+        """Write each non-empty table to ``query=NAME/name`` (atomic rename); the folders written."""
+        written = set()
+        for query, table in outputs.items():
+            if table.num_rows == 0:
+                continue
+            folder = self.path / f"query={query}"
+            folder.mkdir(exist_ok=True)
+            write_atomic(
+                folder / name,
+                lambda f, table=table: pq.write_table(table, f, compression=self.compression),
+                fsync=self.fsync,
+                sync_dir=False,
+            )
+            written.add(folder)
+        return written
+
+    def _remove_stale(self, batch_id: int, written: set[Path], kept: Mapping[str, int]) -> None:
+        """Remove what an earlier attempt left of batch ``batch_id``: the trigger's file in every
+        folder not in ``written``, and every part above ``kept[query]`` (0 when absent)."""
+        changed = set(written)
+        for folder in self.path.glob("query=*"):
+            stale = folder / f"batch={batch_id}.parquet"
+            if folder not in written and stale.exists():
+                stale.unlink()
+                changed.add(folder)
+            if self._drop_parts(folder, batch_id, after=kept.get(folder.name.split("=", 1)[1], 0)):
+                changed.add(folder)
+        if self.fsync:
+            for folder in changed:
+                fsync_dir(folder)
+
+    @staticmethod
+    def _drop_parts(folder: Path, batch_id: int, after: int) -> bool:
+        """Remove the parts of ``batch_id`` in ``folder`` numbered above ``after`` (an attempt
+        numbers them 1, 2, ... without gaps, so the first missing number ends the search)."""
+        dropped = False
+        part = after + 1
+        while True:
+            f = folder / f"batch={batch_id}-{part}.parquet"
+            if not f.exists():
+                return dropped
+            f.unlink()
+            dropped = True
+            part += 1
+
+    def read(self, with_batch_id: bool = False) -> dict[str, pa.Table]:
+        return read_parquet_sink(self.path, with_batch_id=with_batch_id)
+
+
+def read_parquet_sink(path: str | os.PathLike, with_batch_id: bool = False) -> dict[str, pa.Table]:
+    """Load a ``ParquetSink`` directory: ``{query: rows in batch order}``.
+
+    Each batch lives in one file, or in its parts then that file (read in that order), all of
+    one attempt, so there is nothing to deduplicate. ``with_batch_id`` adds an int64 ``batch_id``
+    column. Hidden temp files of an interrupted write are ignored.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise SinkError(f"sink directory {str(root)!r} does not exist")
+    result = {}
+    for folder in sorted(root.glob("query=*")):
+        files = []
+        for entry in os.listdir(folder):
+            m = _BATCH_FILE.match(entry)
+            if m:
+                part = _LAST if m.group(2) is None else int(m.group(2))
+                files.append((int(m.group(1)), part, folder / entry))
+        tables = []
+        for batch_id, _, file in sorted(files):
+            table = pq.read_table(file)
+            if with_batch_id:
+                table = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
+            tables.append(table)
+        if tables:
+            result[folder.name.split("=", 1)[1]] = pa.concat_tables(tables, promote_options="default")
+    return result
+
+
+class MemorySink(Sink):
+    """Arrow tables per query kept in memory (notebooks, tests); a replayed batch replaces its rows.
+
+    >>> import pyarrow as pa
+    >>> sink = MemorySink()
+    >>> sink.write(0, {"anomaly": pa.table({"s": [1, 2]})})
+    >>> sink.write(0, {"anomaly": pa.table({"s": [1, 2]})})
+    >>> sink.table("anomaly").num_rows, sink.queries()
+    (2, ['anomaly'])
+    """
+
+    def __init__(self) -> None:
+        #: query → batch id → the batch's tables (its parts, then the trigger's own)
+        self._batches: dict[str, dict[int, list[pa.Table]]] = {}
+        self._open: set[int] = set()  # batches with parts of the current attempt
+        # the continuous worker writes parts of the next batch while a trigger writes its own
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "MemorySink()"
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table], keep_parts: bool = False) -> None:
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
+        outputs = check_outputs(outputs)
+        with self._lock:
+            if not (keep_parts and batch_id in self._open):
+                self._drop(batch_id)
+            self._open.discard(batch_id)
+            self._add(batch_id, outputs)
+
+    def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
+        batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=SinkError)
+        outputs = check_outputs(outputs)
+        with self._lock:
+            if first or batch_id not in self._open:
+                self._drop(batch_id)
+                self._open.add(batch_id)
+            self._add(batch_id, outputs)
+
+    def _drop(self, batch_id: int) -> None:
+        for per_query in self._batches.values():
+            per_query.pop(batch_id, None)
+
+    def _add(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
+        for query, table in outputs.items():
+            if table.num_rows:
+                self._batches.setdefault(query, {}).setdefault(batch_id, []).append(table)
+
+    def queries(self) -> list[str]:
+        with self._lock:
+            return sorted(q for q, b in self._batches.items() if b)
+
+    def table(self, query: str) -> pa.Table:
+        """All rows of ``query`` in batch order."""
+        with self._lock:
+            batches = dict(self._batches.get(query) or {})
+            tables = [t for b in sorted(batches) for t in batches[b]]
+        if not tables:
+            raise SinkError(f"no rows for query {query!r}; queries with rows: {self.queries()}")
+        return pa.concat_tables(tables, promote_options="default")
+
+    def to_spark(self, spark: Any, query: str, view: str | None = None) -> Any:
+        """The rows of ``query`` as a DataFrame of the SparkSession ``spark``, also registered as temp view
+        ``view`` (default: the query name)."""
+        df = spark.createDataFrame(self.table(query))
+        df.createOrReplaceTempView(view or query.replace(".", "_").replace("-", "_"))
+        return df
+
+
+def union_outputs(batch_id: int, outputs: Mapping[str, pa.Table]) -> pa.Table | None:
+    """One table holding every query's rows: ``batch_id``, ``query``, then the union of columns.
+
+    Columns a query lacks are null; a column with conflicting types across queries is an error.
+    """
+    tables = []
+    for query, table in outputs.items():
+        if table.num_rows == 0:
+            continue
+        n = table.num_rows
+        tagged = pa.table(
+            [pa.array([batch_id] * n, pa.int64()), pa.array([query] * n, pa.string()), *table.columns],
+            names=["batch_id", "query", *table.column_names],
+        )
+        tables.append(tagged)
+    if not tables:
+        return None
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SinkError(f"outputs of batch {batch_id} cannot share one DataFrame: {exc}") from None
