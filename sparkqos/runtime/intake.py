@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 from sparkqos.errors import RunnerError, check_number
+from sparkqos.report.console import catch_up_line
 
 __all__ = ["BacklogTracker", "BacklogWarning", "Intake", "catch_up_line", "warn_backlog"]
 
@@ -66,35 +66,6 @@ class Intake:
         check_number("memory_limit_bytes", self.memory_limit_bytes, low=0, integer=True, none_ok=True, error=RunnerError)
         for name in ("wait_s", "catch_up_lag_s", "warn_every_s"):
             check_number(name, getattr(self, name), low=0, error=RunnerError)
-
-
-def _count(n: float) -> str:
-    """``1.8 M``, ``42 k``, ``950``."""
-    for scale, unit in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f}{unit}"
-    return f"{n:.0f}"
-
-
-def catch_up_line(progress: dict[str, Any]) -> str | None:
-    """``"catching up: 1.8 M rows behind, ETA 40 s"`` (or ``"falling behind: …"``) from a progress
-    record, None when the stream is not behind.
-
-    >>> catch_up_line({"backlogS": 300.0, "backlogRows": 1.8e6, "catchUpEtaS": 40.0})
-    'catching up: 1.8 M rows behind (300 s of stream), ETA 40 s'
-    >>> catch_up_line({"backlogS": 300.0, "backlogRows": 1.8e6, "catchUpEtaS": math.inf})
-    'falling behind: 1.8 M rows behind (300 s of stream) and not catching up'
-    >>> catch_up_line({"backlogS": 0.0, "backlogRows": 0.0, "catchUpEtaS": 0.0}) is None
-    True
-    """
-    lag, eta = progress.get("backlogS", math.nan), progress.get("catchUpEtaS", math.nan)
-    if not lag > 0 or math.isnan(eta):  # not behind, or event times merely old (a recorded trace)
-        return None
-    rows = progress.get("backlogRows", math.nan)
-    behind = f"{_count(rows)} rows behind ({lag:.0f} s of stream)" if math.isfinite(rows) else f"{lag:.0f} s behind"
-    if math.isinf(eta):
-        return f"falling behind: {behind} and not catching up"
-    return f"catching up: {behind}, ETA {eta:.0f} s"
 
 
 class BacklogTracker:

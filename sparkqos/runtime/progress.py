@@ -38,9 +38,10 @@ import numpy as np
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState
 from sparkqos.report import metrics
+from sparkqos.report.console import NO_STRATEGY_YET
 from sparkqos.schedulers.base import Scheduler
 
-__all__ = ["ProgressReporter", "read_progress", "record", "strategy_in_force"]
+__all__ = ["NO_STRATEGY_YET", "ProgressReporter", "read_progress", "record", "strategy_in_force"]
 
 #: Progress records kept in memory (``recentProgress``), like Spark's default.
 KEEP = 100
@@ -48,12 +49,15 @@ KEEP = 100
 
 def strategy_in_force(scheduler: Scheduler) -> tuple[str, dict[str, float]]:
     """The strategy running now and its scores: a selector (one with a ``current`` member name,
-    such as ``adaptive``) reports the member and its last decision's scores (its own name before
-    its first pick); class shares report the strategy inside each class."""
+    such as ``adaptive``) reports the member and its last decision's scores (:data:`NO_STRATEGY_YET`
+    before its first pick: no strategy has run yet); class shares report the strategy inside each
+    class."""
     current = getattr(scheduler, "current", None)
     if isinstance(current, str):
         decisions = getattr(scheduler, "decisions", [])
         return current, dict(decisions[-1]["scores"]) if decisions else {}
+    if "current" in type(scheduler).__dict__ and current is None:  # a selector that has not picked yet
+        return NO_STRATEGY_YET, {}
     inner = getattr(scheduler, "inner", None)  # class shares: the strategy that orders each class's work
     if isinstance(inner, str):
         return inner, {}
