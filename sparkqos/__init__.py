@@ -6,6 +6,20 @@ strategy), ``sparkqos.run`` (a finite one through the executor), the query API (
 depend on each other: docs/ARCHITECTURE.md.
 """
 
+import sys as _sys
+
+try:  # the one clear message when this Python lacks what sparkqos runs on (not a traceback from deep inside)
+    import numpy as _numpy  # noqa: F401
+    import pyarrow as _pyarrow  # noqa: F401
+except ImportError as _exc:
+    _missing = (
+        f"sparkqos needs numpy and pyarrow, which {_sys.executable} cannot import ({_exc}); run it with the Python "
+        "sparkqos is installed in (e.g. .venv/bin/python -m sparkqos), or pip install sparkqos into this one"
+    )
+    if _sys.argv[:1] == ["-m"]:  # python -m sparkqos: one line on stderr, exit status 1
+        raise SystemExit(f"sparkqos: {_missing}") from None
+    raise ImportError(_missing) from None
+
 from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
 from sparkqos.adaptive import QosSpec
 from sparkqos.compile import QuerySet, avg, col, count, lit, max_, min_, sum_
@@ -14,6 +28,7 @@ from sparkqos.errors import (
     ConfigError,
     ExpressionError,
     PlanError,
+    PythonWorkerError,
     QosSpecError,
     RunnerError,
     SchedulerError,
@@ -67,6 +82,7 @@ __all__ = [
     "OperatorPath",
     "Plan",
     "PlanError",
+    "PythonWorkerError",
     "QosSpec",
     "QosSpecError",
     "Query",

@@ -109,6 +109,11 @@ class RunnerError(SparkqosError, ValueError):
     """The streaming runner was configured wrongly."""
 
 
+class PythonWorkerError(SparkqosError, RuntimeError):
+    """Spark's Python workers cannot run sparkqos (another interpreter, or one without sparkqos,
+    pyarrow or numpy): the message says what they run, what they lack and what to set."""
+
+
 class UnsupportedTransform(SparkqosError, ValueError):
     """A query given as PySpark code uses a Spark operation or function sparkqos cannot run
     (yet); raised by ``sparkqos.stream`` / ``sparkqos.run`` before any data moves. ``query``,

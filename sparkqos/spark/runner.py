@@ -30,6 +30,7 @@ from sparkqos.runtime.deadletter import RowChecks
 from sparkqos.runtime.progress import read_progress, strategy_in_force
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark.batch import BatchFunction
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
 
@@ -187,6 +188,7 @@ def stream(
     ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms
     see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
     values, not dead letters."""
+    check_python_workers(df.sparkSession)  # before anything reads: Spark's workers must run sparkqos
     if is_transforms(queries) and kwargs.get("checks") is None:
         kwargs["checks"] = RowChecks(finite=False)
     config = RunConfig(**kwargs)

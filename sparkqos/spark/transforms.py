@@ -34,6 +34,7 @@ from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, ch
 from sparkqos.executor.loop import replay
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark import static_tables, udfs
 
 __all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
@@ -271,6 +272,7 @@ def run(
     check_number("units_between", units_between, integer=True, low=0)
     if df.isStreaming:
         raise RunnerError("sparkqos.run needs a finite DataFrame; give a streaming one to sparkqos.stream")
+    check_python_workers(df.sparkSession)
     compiled = compile_transforms(df, queries, classes, priorities)
     scheduler = strategy if isinstance(strategy, Scheduler) else schedulers.get(strategy, **dict(strategy_params or {}))
     schema = compiled.sources[DEFAULT_STREAM]
