@@ -82,7 +82,12 @@ def classic(spark, trace, tmp_path_factory) -> dict[str, pa.Table]:
         .load()
     )
     handle = sparkqos.stream(
-        df, sensor_queries(work_us=0), strategy="chain", trigger_s="available_now", checkpoint=out / "ckpt", output=out
+        df,
+        sensor_queries(work_us=0),
+        strategy="chain",
+        trigger=sparkqos.Trigger(availableNow=True),
+        checkpoint=out / "ckpt",
+        output=out,
     )
     handle.start().awaitTermination()
     handle.finish()

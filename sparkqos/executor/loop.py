@@ -35,15 +35,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkqos.errors import ArgumentError, SchedulerError, SchemaMismatch, check_number
+from sparkqos.errors import ArgumentError, ExecutorOptionError, SchedulerError, SchemaMismatch, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.operators import PhysicalOperator
+from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.executor.queues import RATIO, THRESHOLD, BatchQueue, stamp, workload
+from sparkqos.executor.queues import BatchQueue, stamp, workload
 from sparkqos.executor.state import ExecutorState
 from sparkqos.model.state import Unit
-from sparkqos.model.stats import DEFAULT_WEIGHT, StatisticsGatherer
-from sparkqos.schedulers.base import Scheduler
+from sparkqos.model.stats import StatisticsGatherer
+from sparkqos.schedulers.base import ClusterScheduler, Scheduler
 
 EMIT = "__emit"
 
@@ -140,17 +141,8 @@ class Executor:
         compiled: CompiledPlan,
         scheduler: Scheduler | str,
         clock: Callable[[], float] = time.monotonic,
-        ratio: float = RATIO,
-        threshold: int = THRESHOLD,
-        w: float = DEFAULT_WEIGHT,
-        tolerance: float = 0.2,
-        stats_period: float = 1.0,
-        starvation_limit: int = 100,
-        whole_batches: bool = False,
-        memory_limit_bytes: int | None = None,
-        spill_dir: str | None = None,
-        shed: bool = False,
-        cluster_threads: int = 0,
+        options: ExecutorOptions | None = None,
+        **option_values: Any,
     ):
         if isinstance(scheduler, str):
             from sparkqos import schedulers  # a registry name: its default parameters
@@ -161,34 +153,25 @@ class Executor:
             raise ArgumentError(
                 f"scheduler must be {expected}, got {scheduler!r}", parameter="scheduler", value=scheduler, expected=expected
             )
-        check_number("memory_limit_bytes", memory_limit_bytes, integer=True, low=0, none_ok=True)
-        if shed and memory_limit_bytes is None:
-            raise ArgumentError(
-                "shed=True needs memory_limit_bytes (what to shed beyond)",
-                parameter="memory_limit_bytes",
-                value=None,
-                expected="an integer >= 0 when shed=True",
-            )
-        check_number("cluster_threads", cluster_threads, integer=True, low=0)
-        if cluster_threads and not hasattr(scheduler, "pick_cluster"):
+        options = ExecutorOptions.of(options, **option_values) if option_values or options is None else options
+        cluster_threads = options.cluster_threads or 0
+        if cluster_threads and not isinstance(scheduler, ClusterScheduler):
             expected = "a strategy with clusters (cos)"
-            raise ArgumentError(
+            raise ExecutorOptionError(
                 f"cluster_threads needs {expected}, got {scheduler!r}", parameter="scheduler", value=scheduler, expected=expected
             )
-        check_number("ratio", ratio, low=0, low_open=True, high=1, where="workload ")
-        check_number("threshold", threshold, integer=True, low=0, where="workload ")
-        check_number("tolerance", tolerance, low=0)
-        check_number("stats_period", stats_period, low=0, low_open=True)
-        check_number("starvation_limit", starvation_limit, integer=True, low=1)
+        self.options = options
         self.compiled = compiled
         self.plan = compiled.plan
         self.scheduler = scheduler
         self.clock = clock
-        self.ratio, self.threshold = ratio, threshold
-        self.whole_batches = bool(whole_batches)
-        self.stats_period = stats_period
-        self.starvation_limit = starvation_limit
-        self.state = ExecutorState(compiled, clock, w, tolerance, memory_limit_bytes, spill_dir, shed)
+        self.ratio, self.threshold = options.ratio, options.threshold
+        self.whole_batches = options.whole_batches
+        self.stats_period = options.stats_period
+        self.starvation_limit = options.starvation_limit
+        self.state = ExecutorState(
+            compiled, clock, options.w, options.tolerance, options.memory_limit_bytes, options.spill_dir, options.shed
+        )
         self.cluster_threads = cluster_threads
         self._deadline: float | None = None  # end of the current run's budget (see _time_cap)
         self._lock = threading.RLock()
@@ -763,19 +746,21 @@ def replay(
     feeds: Iterable[tuple[float, str, pa.RecordBatch]],
     units_between: Iterable[int] | None = None,
     clock: Callable[[], float] | None = None,
-    **executor_args: Any,
+    options: ExecutorOptions | None = None,
+    **option_values: Any,
 ) -> Executor:
     """Run a finite input through a fresh copy of ``compiled`` and finish it.
 
     ``feeds`` is ``[(arrival, stream, batch), ...]`` in arrival order; after each feed the
     executor serves the next count of ``units_between`` units (None: none), so a backlog builds
     up the way the strategy lets it. The default clock ticks 1 ms per reading, which makes the
-    whole run (statistics, priorities, picks) deterministic.
+    whole run (statistics, priorities, picks) deterministic. ``options`` (or its fields as
+    keywords) are the executor's.
     """
     if clock is None:
         ticks = iter(range(1, 1 << 62))
         clock = lambda: next(ticks) * 1e-3  # noqa: E731
-    ex = Executor(compiled.fresh(), scheduler, clock=clock, **executor_args)
+    ex = Executor(compiled.fresh(), scheduler, clock, options, **option_values)
     steps = iter(units_between) if units_between is not None else None
     for arrival, stream, batch in feeds:
         ex.ingest(stream, batch, arrival=arrival)

@@ -24,7 +24,7 @@ import numpy as np
 from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState, Unit
-from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.schedulers.base import ClusterScheduler, LazyHeap
 from sparkqos.schedulers.chain import Chain
 
 Point = tuple[float, float]
@@ -146,7 +146,7 @@ def s_means(points: Sequence[Point], T: float, width: float = 0.25, max_iter: in
     return labels
 
 
-class Cos(Scheduler):
+class Cos(ClusterScheduler):
     """Clusters of similar operators, each served by Chain, taking turns round-robin.
 
     :attr:`clusters` lists the operators of each cluster (plan order); one pick serves the next
@@ -253,19 +253,9 @@ class Cos(Scheduler):
         """The next unit of cluster ``cluster`` alone (its own Chain order), or None when none of
         its operators can run. Not thread-safe: an executor running clusters in threads must
         serialise calls to :meth:`pick` / :meth:`pick_cluster` (they update shared heaps)."""
-        if state is not self._state:
-            self.attach(state)
-        elif state.stats_version != self._stats_seen:
-            self._stats_seen = state.stats_version
-            self._log.clear()
-            self._rebuild(state)
+        self._catch_up(state)
         if not 0 <= cluster < len(self._heaps):
             raise SchedulerError(f"Cos: no cluster {cluster!r}; there are {len(self._heaps)} clusters")
-        log = self._log
-        if log:
-            for op in log:
-                self._on_enqueue(op, state)
-            log.clear()
         op = self._heaps[cluster].top()
         return None if op is None else self._units[op]
 
