@@ -28,7 +28,8 @@ from sparkqos.errors import (
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
-from sparkqos.runtime.config import Continuous, ExecutorOptions, Intake, RunConfig, Storage, StrategyConfig, Trigger
+from sparkqos.runtime.config import Continuous, ExecutorOptions, Input, RunConfig, Storage, StrategyConfig, Trigger
+from sparkqos.runtime.intake import BacklogWarning, Intake
 
 __version__ = "0.1.0"
 
@@ -61,17 +62,19 @@ def run(df, queries, strategy="adaptive", **kwargs):
 
 
 __all__ = [
+    "BacklogWarning",
     "CheckpointError",
     "ConfigError",
     "Continuous",
     "ExecutorOptions",
-    "Intake",
+    "Input",
     "RunConfig",
     "Storage",
     "StrategyConfig",
     "Trigger",
     "TriggerError",
     "ExpressionError",
+    "Intake",
     "Operator",
     "OperatorPath",
     "Plan",

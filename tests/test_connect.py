@@ -110,7 +110,7 @@ def test_the_batch_function_pickles_to_configuration_only(spark, trace, tmp_path
     fn = BatchFunction(handle.loop.compiled, handle.config, handle.loop)
     copy = cloudpickle.loads(cloudpickle.dumps(fn))
     assert copy._loop is None and copy.config.on_progress is None
-    assert copy.config.checkpoint == handle.config.checkpoint and copy.loop is not handle.loop
+    assert copy.config.storage.checkpoint == handle.config.storage.checkpoint and copy.loop is not handle.loop
     assert fn.loop is handle.loop  # classic: the driver feeds the handle's own loop
 
 

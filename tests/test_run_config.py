@@ -11,7 +11,7 @@ from sparkqos import schedulers
 from sparkqos.errors import ConfigError, ExecutorOptionError, RunnerError, TriggerError
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.options import ExecutorOptions
-from sparkqos.runtime.config import Continuous, Intake, RunConfig, Storage, StrategyConfig, Trigger
+from sparkqos.runtime.config import Continuous, Input, RunConfig, Storage, StrategyConfig, Trigger
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, PartedSink, Sink
 from sparkqos.runtime.trigger import TriggerLoop, executor_options
 from sparkqos.schedulers import ClusterScheduler, Cos
@@ -66,7 +66,7 @@ def test_shorthands_and_parts_build_the_same_config(tmp_path):
         trigger=Trigger(processingTime=1.0),
         executor=ExecutorOptions(budget_s=0.5, whole_batches=False),
         continuous=Continuous(top_class_s=0.1),
-        intake=Intake(stream="sensors"),
+        input=Input(stream="sensors"),
     )
     assert short == parts
     assert repr(short.make_scheduler()) == repr(parts.make_scheduler()) == "Cqc(k=0.5, quantum=0.05)"

@@ -9,7 +9,8 @@
 * :class:`~sparkqos.executor.options.ExecutorOptions` — how the executor serves (budget per
   trigger, whole batches, cluster threads, fig 4.1's rule, statistics, overload);
 * :class:`Continuous` — the worker that serves between triggers, and its early writes (None: off);
-* :class:`Intake` — which stream the DataFrame feeds, its event-time column and its row checks.
+* :class:`Input` — which stream the DataFrame feeds, its event-time column and its row checks;
+* :class:`~sparkqos.runtime.intake.Intake` — how much a trigger may take in (back-pressure, spill).
 
 Each part is a parameter of :class:`RunConfig`, and every part checks itself when it is made, so
 a bad option fails before any Spark query starts, naming the key, the value and what was expected
@@ -69,6 +70,7 @@ from sparkqos.errors import (
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.model.plan import Plan
 from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
+from sparkqos.runtime.intake import Intake
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.schedulers.base import Scheduler
 
@@ -81,6 +83,7 @@ __all__ = [
     "SLICE_S",
     "Continuous",
     "ExecutorOptions",
+    "Input",
     "Intake",
     "RunConfig",
     "Storage",
@@ -423,7 +426,7 @@ class Continuous:
 
 # -- the input ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Intake:
+class Input:
     """What comes in: ``stream`` names the stream of the query set this DataFrame feeds (needed
     when it reads several), ``arrival_col`` its event-time column (default ``ts`` when the
     stream has one), ``checks`` which rows are dead letters
@@ -463,9 +466,9 @@ SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
         "slice_s": ("continuous", "slice_s"),
         "top_class_s": ("continuous", "top_class_s"),
         "early_write_s": ("continuous", "early_write_s"),
-        "stream": ("intake", "stream"),
-        "arrival_col": ("intake", "arrival_col"),
-        "checks": ("intake", "checks"),
+        "stream": ("input", "stream"),
+        "arrival_col": ("input", "arrival_col"),
+        "checks": ("input", "checks"),
     }
 )
 #: Shorthands that stay one release, with a DeprecationWarning naming their replacement.
@@ -479,7 +482,7 @@ _DEPRECATED = {
 class RunConfig:
     """Every option of one sparkqos streaming run (see :func:`sparkqos.stream`), in named parts:
     ``storage``, ``strategy``, ``trigger``, ``executor``, ``continuous`` (None: triggers alone
-    serve) and ``intake`` (see the module). ``strategy`` may be a registry name or a Scheduler
+    serve), ``input`` and ``intake`` (see the module). ``strategy`` may be a registry name or a Scheduler
     for short, ``continuous`` True or False. ``name`` names the query and its metrics;
     ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called after
     every trigger; ``fault`` injects crashes (:func:`parse_faults`). The keywords of
@@ -497,6 +500,7 @@ class RunConfig:
     trigger: Trigger
     executor: ExecutorOptions
     continuous: Continuous | None
+    input: Input
     intake: Intake
     name: str
     on_progress: Callable[[dict[str, Any]], None] | None
@@ -512,6 +516,7 @@ class RunConfig:
         trigger: Trigger | None = None,
         executor: ExecutorOptions | None = None,
         continuous: Continuous | bool | None = True,
+        input: Input | None = None,  # noqa: A002 - the part's name
         intake: Intake | None = None,
         name: str = "sparkqos",
         on_progress: Callable[[dict[str, Any]], None] | None = None,
@@ -524,7 +529,7 @@ class RunConfig:
             "strategy": strategy if isinstance(strategy, StrategyConfig) else None,
             "executor": executor,
             "continuous": continuous if isinstance(continuous, Continuous) else None,
-            "intake": intake,
+            "input": input,
         }
         fields = _shorthand_fields(shorthands, parts)
         if not isinstance(strategy, StrategyConfig):
@@ -540,12 +545,17 @@ class RunConfig:
                 f"trigger must be a Trigger, got {trigger!r}", parameter="trigger", value=trigger, expected="a Trigger"
             )
         _set(self, "trigger", trigger if trigger is not None else Trigger(processingTime=DEFAULT_TRIGGER_S))
-        kinds = {"storage": Storage, "strategy": StrategyConfig, "intake": Intake}
+        kinds = {"storage": Storage, "strategy": StrategyConfig, "input": Input}
         for part, cls in kinds.items():
             given = parts[part]
             _set(self, part, dataclasses.replace(given, **fields[part]) if given is not None else cls(**fields[part]))
         _set(self, "executor", ExecutorOptions.of(executor, **fields["executor"]))  # names an unknown option
         _set(self, "continuous", _continuous(continuous, fields["continuous"]))
+        if intake is not None and not isinstance(intake, Intake):
+            raise RunnerError(
+                f"intake must be a sparkqos.Intake, got {intake!r}", parameter="intake", value=intake, expected="an Intake"
+            )
+        _set(self, "intake", intake if intake is not None else Intake())
         if not isinstance(name, str) or not name:
             raise RunnerError(f"name must be a non-empty string, got {name!r}", parameter="name", value=name, expected="a name")
         _set(self, "name", name)

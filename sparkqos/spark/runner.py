@@ -187,8 +187,8 @@ def stream(
     see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
     values, not dead letters."""
     config = RunConfig(**kwargs)
-    if is_transforms(queries) and config.intake.checks is None:
-        config = config.replace(intake=dataclasses.replace(config.intake, checks=RowChecks(finite=False)))
+    if is_transforms(queries) and config.input.checks is None:
+        config = config.replace(input=dataclasses.replace(config.input, checks=RowChecks(finite=False)))
     if is_transforms(queries):
         if not getattr(df, "isStreaming", False):
             raise RunnerError(
