@@ -181,17 +181,15 @@ class Cos(ClusterScheduler):
         self.width = width
         #: S-means runs again only when some operator's normalised (log cost, selectivity) moved
         #: more than this since the last clustering (0: whenever the statistics move). Chain's
-        #: priorities inside the clusters are refreshed on every move either way. On 400
-        #: operators the statistics move on almost every run, and clustering each time took most
-        #: of the time COS spent picking.
+        #: priorities inside the clusters are refreshed on every move either way. On large plans
+        #: the statistics move on almost every run, and clustering is the costly part of a pick.
         self.recluster_tolerance = float(recluster_tolerance)
         #: ... and only when at least this long (``state.now``: seconds in the executor) passed
-        #: since the last clustering (0: no wait). The tolerance alone did not hold S-means back:
-        #: a cost estimate reaches strategies only when it moves by 20%, which is 0.04 on the
-        #: normalised log-cost axis of the cos experiment's plans, so nearly every statistics move
-        #: re-clustered. On its 400 operators with two cluster threads that was 16% of the threads'
-        #: time, all of it under the executor's lock. The default is the statistics window (thesis
-        #: §3.2.5: one second): clusters follow the statistics at the pace they are gathered.
+        #: since the last clustering (0: no wait). The tolerance alone is not enough: a cost
+        #: estimate reaches strategies only when it moves by 20%, a step of about 0.04 on the
+        #: normalised log-cost axis, so nearly every statistics move would re-cluster, under the
+        #: executor's lock that the cluster threads share. The default is the statistics window
+        #: (thesis §3.2.5: one second): clusters follow the statistics at the pace they are gathered.
         self.recluster_period = float(recluster_period)
         self._clustered_on: np.ndarray | None = None  # the features of the last clustering
         self._clustered_at = -math.inf  # state.now at the last clustering
