@@ -33,7 +33,7 @@ def test_every_python_snippet_is_marked_and_has_a_runner():
     text = (ROOT / "README.md").read_text()
     found = snippets()
     assert len(found) == text.count("```python"), "a ```python block in README.md has no <!-- snippet: NAME --> marker"
-    assert set(found) == {"own-script", "builder", "databricks-install", "databricks", "strategies"}
+    assert set(found) == {"own-script", "config", "builder", "databricks-install", "databricks", "strategies"}
 
 
 def test_own_script_runs_with_the_venv_python_and_no_pyspark_python(tmp_path):
@@ -55,6 +55,21 @@ def test_own_script_runs_with_the_venv_python_and_no_pyspark_python(tmp_path):
         q: Counter(zip(t.column("sensor_id").to_pylist(), t.column("ts").to_pylist(), strict=True)) for q, t in outputs.items()
     }
     assert keys["fire"] != keys["anomaly"] and keys["fire"] != keys["extremes"] and keys["anomaly"] != keys["extremes"]
+
+
+def test_config_snippet_continues_the_own_script(spark, tmp_path):
+    """The named parts, on the own-script's stream and queries (its imports, functions and
+    ``queries``; the stream read as there): the handle is built, not started."""
+    script = ast.parse(snippets()["own-script"])
+    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef)
+    defs = [n for n in script.body if isinstance(n, keep) or (isinstance(n, ast.Assign) and n.targets[0].id == "queries")]
+    namespace = {"__name__": "readme", "spark": spark}
+    exec(compile(ast.Module(body=defs, type_ignores=[]), "README own-script", "exec"), namespace)
+    namespace["sources"].register(spark)
+    namespace["df"] = spark.readStream.format("sparkqos.bursty").options(rate=4000, offScale=8, seed=7).load()
+    exec(snippets()["config"].replace("/tmp/", f"{tmp_path}/"), namespace)
+    handle = namespace["handle"]
+    assert handle.query is None and set(handle.loop.compiled.roots) == {"fire", "anomaly", "extremes"}
 
 
 def test_builder_snippet(spark, tmp_path, capsys):
