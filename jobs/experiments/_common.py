@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkqos.model.plan import Operator, Plan
-from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.config import DEFAULT_TRIGGER_S, ExecutorOptions, StrategyConfig
 
 US = 1_000_000
 #: Trace origin (epoch µs); replays retime it to the wall clock.
@@ -295,7 +295,7 @@ def run_sparkqos(
     name: str,
     input_rows: int,
     trace_s: float,
-    trigger_s: float = RunConfig.trigger_s,
+    trigger_s: float = DEFAULT_TRIGGER_S,
     budget_s: float | None = None,
     strategy_params: Mapping[str, Any] | None = None,
     qos: Any = None,
@@ -335,20 +335,16 @@ def run_sparkqos(
         dict(transforms),
         classes=dict(classes),
         priorities=dict(priorities),
-        strategy=strategy,
-        strategy_params=dict(strategy_params or {}),
-        qos=qos,
+        strategy=StrategyConfig(strategy, params=dict(strategy_params or {}), qos=qos, class_shares=False),
         trigger_s=trigger_s,
-        budget_s=budget_s,
         checkpoint=ckpt,
         output=out,
         sink=ParquetSink(out / "outputs" / name),
         name=name,
         on_progress=stats.on_progress,
         on_delays=stats.on_delays,
-        executor_args=executor_args,
+        executor=ExecutorOptions.of(budget_s=budget_s, **dict(executor_args or {})),
         continuous=continuous,
-        class_shares=False,
         top_class_s=serve_s,  # without class shares the strategy in force serves then too
     )
     plan = handle.loop.compiled.plan
@@ -614,7 +610,7 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
     ap.add_argument(
         "--trigger",
         type=float,
-        default=defaults.get("trigger", RunConfig.trigger_s),
+        default=defaults.get("trigger", DEFAULT_TRIGGER_S),
         help="micro-batch interval, s (default: the library's); the trigger sets the floor under every delay",
     )
     ap.add_argument("--budget", type=float, default=defaults.get("budget", 0.0), help="executor s per trigger; 0 = trigger")
