@@ -72,13 +72,17 @@ def class_delays(table: pd.DataFrame) -> pd.DataFrame:
     return g.reset_index()[["run", "klass", "mean delay (s)"]]
 
 
-def _relative_time(table: pd.DataFrame) -> pd.DataFrame:
-    """Spark runs stamp triggers with wall-clock seconds since the epoch; plot them from each
-    run's first trigger instead (simulator windows already start near 0)."""
-    start = table.groupby("run")["time_s"].transform("min")
-    wall = start > 1e8
-    first = table.groupby("run")["durationMs"].transform("first").fillna(0) / 1000.0
-    return table.assign(time_s=table["time_s"].where(~wall, table["time_s"] - start + first))
+def _relative_time(rows: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (of ``table``) with Spark's wall-clock trigger times (seconds since the epoch) moved
+    to seconds since the start of their run's first trigger that read input — a replay begins a
+    while after its query starts; the idle triggers before it are left out — so runs line up.
+    Simulator windows already start near 0 and are kept as they are."""
+    plan = table[table["query"] == metrics.PLAN_ROW]
+    began = (plan["time_s"] - plan["durationMs"].fillna(0) / 1000.0).where(plan["rowsIn"].fillna(0) > 0)
+    origin = began.groupby(plan["run"]).min().combine_first(table.groupby("run")["time_s"].min())
+    wall = rows["run"].map(table.groupby("run")["time_s"].min()) > 1e8
+    moved = rows.assign(time_s=rows["time_s"].where(~wall, rows["time_s"] - rows["run"].map(origin)))
+    return moved[~wall | (moved["time_s"] >= 0)]
 
 
 def human(v: float) -> str:
@@ -99,16 +103,17 @@ def human(v: float) -> str:
 
 def _axes(ax, title: str, ylabel: str) -> None:
     ax.set_title(title, fontsize=11)
-    ax.set_xlabel("time since the run's first trigger (s)")
+    ax.set_xlabel("time since the run's first input (s)")
     ax.set_ylabel(ylabel)
-    ax.yaxis.set_major_formatter(_thousands())
+    ax.yaxis.set_major_formatter(_ticks())
     ax.grid(alpha=0.3)
 
 
-def _thousands():
+def _ticks():
+    """Axis ticks with thousands separators and no trailing zeros (35,000; 2.5; 0.25)."""
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda v, _: human(v))
+    return FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:g}")
 
 
 def _line_figure(plt, plan: pd.DataFrame, column: str, labels: tuple[str, str], path: Path, rate: bool = False) -> None:
@@ -130,7 +135,7 @@ def _line_figure(plt, plan: pd.DataFrame, column: str, labels: tuple[str, str], 
 
 def _class_delay_figure(plt, table: pd.DataFrame, path: Path) -> bool:
     """Mean delay of each class's output per trigger against time, one panel per class."""
-    q = _relative_time(table[(table["query"] != metrics.PLAN_ROW) & table["delayMean_s"].notna() & (table["rowsOut"] > 0)])
+    q = _relative_time(table[(table["query"] != metrics.PLAN_ROW) & table["delayMean_s"].notna() & (table["rowsOut"] > 0)], table)
     if q.empty:
         return False
     q = q.assign(weighted=q["delayMean_s"] * q["rowsOut"])
@@ -185,7 +190,7 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
         return _write_page(folder, title, claims)
     table = metrics.read(output_dir).to_pandas()
     plt = _pyplot()
-    plan = _relative_time(table[table["query"] == metrics.PLAN_ROW])
+    plan = _relative_time(table[table["query"] == metrics.PLAN_ROW], table)
 
     figures: list[tuple[str, str]] = []
     if _class_delay_figure(plt, table, folder / "class_delay.png"):
@@ -217,7 +222,7 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
             )
         ax.set_yticks(range(len(runs)), runs)
         ax.set_title("Strategy in force at each trigger", fontsize=11)
-        ax.set_xlabel("time since the run's first trigger (s)")
+        ax.set_xlabel("time since the run's first input (s)")
         handles = [plt.Line2D([], [], marker="s", linestyle="", color=plt.get_cmap("tab10")(k)) for k in range(len(names))]
         ax.legend(handles, names, fontsize=8, ncol=min(len(names), 6), loc="upper center", bbox_to_anchor=(0.5, -0.35))
         fig.tight_layout()
