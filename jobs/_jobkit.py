@@ -49,6 +49,12 @@ def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
             optional=True,
         ),
         "output": Key(str, f"output/{name}", "outputs, metrics and report"),
+        "sink": Key(
+            str,
+            "parquet",
+            "where outputs go: Parquet files in <output>/outputs, or Delta tables in <output>/delta (needs deltalake)",
+            choices=("parquet", "delta"),
+        ),
         "checkpoint": Key(str, "", "checkpoint folder; empty = <output>/_checkpoint"),
         "report": Key(bool, True, "render the HTML report at the end"),
     }
@@ -151,11 +157,18 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "early_write_s": job["early_write_s"],
         "checkpoint": checkpoint,
         "output": output,
+        "sink": _delta_sink(output) if job["sink"] == "delta" else None,
         "name": job["name"],
         "on_progress": monitor.on_progress,
         "on_delays": monitor.on_delays,
         "fault": args.fault,
     }
+
+
+def _delta_sink(output: Path) -> Any:
+    from sparkqos.runtime.delta import DeltaSink
+
+    return DeltaSink(output / "delta")
 
 
 def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
