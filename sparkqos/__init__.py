@@ -13,6 +13,7 @@ from sparkqos.errors import (
     CheckpointError,
     ConfigError,
     ExpressionError,
+    PlacementError,
     PlanError,
     QosSpecError,
     RunnerError,
@@ -20,6 +21,7 @@ from sparkqos.errors import (
     SchemaMismatch,
     SinkError,
     SourceError,
+    SparkPartError,
     SparkqosError,
     UdfError,
     UnknownStrategy,
@@ -37,6 +39,14 @@ def stream(df, queries, **kwargs):
     from sparkqos.spark.runner import stream as _stream  # Spark-side code loads only when used
 
     return _stream(df, queries, **kwargs)
+
+
+def explain(df, queries, **kwargs):
+    """Where each operator of each query runs (native, Spark, or refused and why), printed like
+    ``DataFrame.explain()`` and returned: :func:`sparkqos.spark.explain.explain`."""
+    from sparkqos.spark.explain import explain as _explain
+
+    return _explain(df, queries, **kwargs)
 
 
 def synthetic(df, selectivity, cost_s=0.0, seed=0, key=""):
@@ -57,12 +67,14 @@ def run(df, queries, strategy="fifo", **kwargs):
 
 
 __all__ = [
+    "explain",
     "CheckpointError",
     "ConfigError",
     "ExpressionError",
     "Operator",
     "OperatorPath",
     "Plan",
+    "PlacementError",
     "PlanError",
     "QosSpec",
     "QosSpecError",
@@ -73,6 +85,7 @@ __all__ = [
     "SchemaMismatch",
     "SinkError",
     "SourceError",
+    "SparkPartError",
     "SparkqosError",
     "UdfError",
     "UnknownStrategy",

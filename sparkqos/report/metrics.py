@@ -56,6 +56,10 @@ SCHEMA = pa.schema(
         ("executorBusyFraction", pa.float64()),
         ("executorCpuS", pa.float64()),
         ("executorCores", pa.float64()),
+        # rows the query's parts evaluated by Spark gave this trigger, and the seconds Spark took
+        # for them (the plan row: all parts); NaN where no part is evaluated by Spark
+        ("sparkRows", pa.float64()),
+        ("sparkS", pa.float64()),
     ]
 )
 

@@ -96,13 +96,16 @@ class ProgressReporter:
         cpu_s: float = math.nan,
         continuous: bool = False,
         strategy: tuple[str, dict[str, float]] | None = None,
+        spark_parts: Mapping[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
         executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, the
         queues left in ``state``, ``busy_s`` seconds the executor worked since the last record
         (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used;
-        ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now)."""
+        ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now);
+        ``spark_parts``: query → (rows, seconds) of its parts Spark evaluated in this trigger."""
+        spark_parts = spark_parts or {}
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
@@ -130,6 +133,7 @@ class ProgressReporter:
                 queuedRows=float(sum(state.queued(op) for op in query.operators)),
                 queuedBytes=float(sum(state.queued_bytes(op) for op in query.operators)),
                 **metrics.delay_summary(delays[qname]),
+                **_spark_columns([spark_parts[qname]] if qname in spark_parts else []),
                 **common,
             )
             for qname, query in self.plan.queries.items()
@@ -148,6 +152,7 @@ class ProgressReporter:
             executorBusyFraction=min(1.0, busy_s / wall) if wall > 0 else math.nan,
             executorCpuS=float(cpu_s),
             executorCores=cpu_s / wall if wall > 0 else math.nan,
+            **_spark_columns(list(spark_parts.values())),
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
@@ -159,6 +164,12 @@ class ProgressReporter:
         if self.on_progress is not None:
             self.on_progress(progress)
         return progress
+
+
+def _spark_columns(parts: list[tuple[int, float]]) -> dict[str, float]:
+    if not parts:
+        return {}
+    return {"sparkRows": float(sum(r for r, _ in parts)), "sparkS": float(sum(s for _, s in parts))}
 
 
 def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict[str, Any]:
@@ -195,6 +206,8 @@ def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict
         "executorBusyFraction": plan_row["executorBusyFraction"],
         "executorCpuS": plan_row["executorCpuS"],
         "executorCores": plan_row["executorCores"],
+        "sparkRows": plan_row.get("sparkRows", math.nan),
+        "sparkS": plan_row.get("sparkS", math.nan),
         "queries": per_query,
     }
 

@@ -80,7 +80,7 @@ __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "e
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
 #: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
-PHASES = ("toArrow", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
+PHASES = ("toArrow", "spark", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
 
 
 def encode_state(obj: Any) -> Any:
@@ -193,7 +193,8 @@ class TriggerLoop:
                 value=queries,
                 expected="a QuerySet or a CompiledPlan",
             )
-        streams = list(compiled.sources)
+        # the streams the DataFrame feeds (the others are fed by parts of queries Spark evaluates)
+        streams = [s for s in compiled.sources if s not in compiled.spark_parts]
         stream = config.stream
         if stream is None:
             if len(streams) != 1:
@@ -249,7 +250,8 @@ class TriggerLoop:
         self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
-        #: (added by the foreachBatch function: Spark reads the source and converts), ``ingest``
+        #: (added by the foreachBatch function: Spark reads the source and converts), ``spark``
+        #: (the parts of queries Spark evaluates in the micro-batch, also added by it), ``ingest``
         #: (checks, dead letters, queueing), ``executor`` (operator work, in the trigger and on the
         #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row); and
         #: ``earlyWrite``, the continuous worker's early writes of the top class.
@@ -319,9 +321,12 @@ class TriggerLoop:
         return self.last_batch
 
     # -- the trigger -----------------------------------------------------------------------------
-    def process(self, table: pa.Table, batch_id: int) -> dict[str, Any] | None:
+    def process(
+        self, table: pa.Table, batch_id: int, parts: dict[str, tuple[pa.Table, float]] | None = None
+    ) -> dict[str, Any] | None:
         """One trigger on an Arrow table; its progress record, or None for a batch already
-        checkpointed (replayed after a crash)."""
+        checkpointed (replayed after a crash). ``parts``: for each stream fed by a part of a query
+        Spark evaluated in this micro-batch, its rows and the seconds Spark took."""
         started = time.time()
         self.restore()
         if batch_id <= self.last_batch:
@@ -334,11 +339,11 @@ class TriggerLoop:
         worker = self.worker
         try:
             if worker is None:
-                return self._trigger(table, batch_id, started)
+                return self._trigger(table, batch_id, started, parts or {})
             self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
             self._paused = True
             worker.pause()  # from here until resume() this thread alone touches the executor
-            progress = self._trigger(table, batch_id, started)
+            progress = self._trigger(table, batch_id, started, parts or {})
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
@@ -356,7 +361,9 @@ class TriggerLoop:
             self._paused = False
             self.worker.resume()
 
-    def _trigger(self, table: pa.Table, batch_id: int, started: float) -> dict[str, Any]:
+    def _trigger(
+        self, table: pa.Table, batch_id: int, started: float, parts: dict[str, tuple[pa.Table, float]]
+    ) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         t0 = time.perf_counter()
         rows_in = table.num_rows
@@ -371,6 +378,7 @@ class TriggerLoop:
                 )
             if good.num_rows:
                 self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
+        spark_parts = self._ingest_parts(parts, started)
         self.phase_s["ingest"] += time.perf_counter() - t0
         self._fault("after_ingest", batch_id)
         served = self.worker.take_counters() if self.worker is not None else RunReport()
@@ -380,7 +388,22 @@ class TriggerLoop:
             report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
         served.add(report)
-        return self._commit(batch_id, started, rows_in, served, dead)
+        return self._commit(batch_id, started, rows_in, served, dead, spark_parts)
+
+    def _ingest_parts(self, parts: dict[str, tuple[pa.Table, float]], started: float) -> dict[str, tuple[int, float]]:
+        """Queue the rows of the parts Spark evaluated (higher classes first, as they came); each
+        row's arrival is the input's event time where the part passes that column on. Returns
+        query → (rows, seconds) for the progress record."""
+        done: dict[str, tuple[int, float]] = {}
+        for stream, (table, seconds) in parts.items():
+            part = self.compiled.spark_parts[stream]
+            if table.num_rows:
+                carried = dict(part.carried).get(self.arrival_col) if self.arrival_col else None
+                arrival = self._arrivals(table, started, carried) if carried else started
+                self.executor.ingest(stream, table, arrival=arrival)
+            rows, secs = done.get(part.query, (0, 0.0))
+            done[part.query] = (rows + table.num_rows, secs + seconds)
+        return done
 
     def _serve_by_class(self, budget_s: float) -> RunReport:
         """In a continuous trigger: serve what is queued, class by class from the highest
@@ -418,7 +441,7 @@ class TriggerLoop:
                 served = self.worker.take_counters()
             started = time.time()
             served.add(self.executor.finish(budget_s))
-            return self._commit(self.last_batch + 1, started, 0, served, None)
+            return self._commit(self.last_batch + 1, started, 0, served, None, {})
         except BaseException:
             self.failed = True
             raise
@@ -436,10 +459,11 @@ class TriggerLoop:
         """After :meth:`close`: triggers hand the executor to the worker again."""
         self.closed = False
 
-    def _arrivals(self, table: pa.Table, started: float) -> np.ndarray | float:
-        if self.arrival_col is None or table.num_rows == 0:
+    def _arrivals(self, table: pa.Table, started: float, column: str | None = None) -> np.ndarray | float:
+        column = column or self.arrival_col
+        if column is None or table.num_rows == 0:
             return started
-        t = epoch_seconds(table.column(self.arrival_col))
+        t = epoch_seconds(table.column(column))
         bad = ~np.isfinite(t)
         if bad.any():
             t = t.copy()
@@ -506,7 +530,13 @@ class TriggerLoop:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _commit(
-        self, batch_id: int, started: float, rows_in: int, served: RunReport, dead: pa.Table | None = None
+        self,
+        batch_id: int,
+        started: float,
+        rows_in: int,
+        served: RunReport,
+        dead: pa.Table | None = None,
+        spark_parts: dict[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """Write what the executor produced since the last trigger (``served``: what it did
         meanwhile), checkpoint, and report batch ``batch_id``."""
@@ -579,6 +609,7 @@ class TriggerLoop:
             state=queued,
             scheduler=self.scheduler,
             strategy=strategy,
+            spark_parts=spark_parts,
         )
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)

@@ -16,6 +16,7 @@ spark_plan rejects naming it — always before any data moves.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from pyspark.sql.connect.plan import CachedRelation
 
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
+from sparkqos.spark.spark_part import RELATION_FIELD
 
 __all__ = ["connect_plans"]
 
@@ -147,6 +149,8 @@ class _Translator:
     def relation(self, rel: proto.Relation) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str, str]]]:
         """The JSON nodes of ``rel`` and its output attributes as (exprId, name, type)."""
         nodes, attrs = self._relation(rel)
+        if nodes and nodes[0]["class"] != "__connect_input__":  # what a part Spark evaluates runs
+            nodes[0][RELATION_FIELD] = base64.b64encode(rel.SerializeToString()).decode("ascii")
         if rel.HasField("common") and rel.common.HasField("plan_id"):
             self.outputs[rel.common.plan_id] = attrs  # what df["x"] of this DataFrame refers to
         return nodes, attrs

@@ -23,6 +23,8 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.compile.builder import QuerySet
+from sparkqos.compile.explain import explain_compiled
+from sparkqos.compile.spark_part import check_placement
 from sparkqos.errors import RunnerError
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import FAULT_POINTS, RunConfig, parse_faults
@@ -95,6 +97,14 @@ class QosStream:
 
     def strategy_in_force(self) -> tuple[str, dict[str, float]]:
         return strategy_in_force(self.loop.scheduler)
+
+    def explain(self, print_: bool = True) -> str:
+        """Each query's operators and where each runs (native, or Spark inside the micro-batch),
+        as :func:`sparkqos.explain` prints them; printed unless ``print_`` is False, and returned."""
+        text = explain_compiled(self.loop.compiled)
+        if print_:
+            print(text)
+        return text
 
     # -- the trigger loop ------------------------------------------------------------------------
     def restore(self) -> int:
@@ -178,24 +188,28 @@ def stream(
     *,
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
+    placement: str = "auto",
     **kwargs: Any,
 ) -> QosStream:
     """``sparkqos.stream(streaming_df, queries, strategy=..., qos=..., budget_s=..., checkpoint=...)``:
     the keywords are :class:`~sparkqos.runtime.config.RunConfig`'s; ``.start()`` gives the
     StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
     → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
-    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms
+    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter, and
+    ``placement`` (``"auto"``, ``"native"``, ``"spark"``: where the row-wise parts over the input
+    run, :mod:`sparkqos.compile.spark_part`). Transforms
     see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
     values, not dead letters."""
     if is_transforms(queries) and kwargs.get("checks") is None:
         kwargs["checks"] = RowChecks(finite=False)
+    check_placement(placement)
     config = RunConfig(**kwargs)
     if is_transforms(queries):
         if not getattr(df, "isStreaming", False):
             raise RunnerError(
                 "sparkqos.stream needs a streaming DataFrame (spark.readStream…); for a static DataFrame use sparkqos.run"
             )
-        queries = compile_transforms(df, queries, classes, priorities)
+        queries = compile_transforms(df, queries, classes, priorities, placement)
     elif classes is not None or priorities is not None:
         raise RunnerError(
             "classes= and priorities= go with queries given as PySpark transforms; a QuerySet declares its own",

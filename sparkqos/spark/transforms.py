@@ -35,6 +35,7 @@ from sparkqos.executor.loop import replay
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark import static_tables, udfs
+from sparkqos.spark.spark_part import ClassicStager, ConnectStager, evaluate_parts, reads_input
 
 __all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
 
@@ -154,10 +155,12 @@ class _ClassicPlans:
         self.source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
         self.plans: dict[str, list[dict[str, Any]]] = {}
         self.context: dict[str, dict[str, Any]] = {}
+        self.stager = ClassicStager(df)
 
     def add(self, name: str, result: DataFrame) -> None:
         analyzed = _analyzed(result)
         self.plans[name] = json.loads(analyzed.toJSON())
+        self.stager.add(name, analyzed, self.plans[name])
         self.context[name] = _context(name, result, analyzed, self.plans[name])
         if '.Cast"' in json.dumps(self.plans[name]) and _may_try_cast(result, analyzed) and "TRY" in _cast_modes(analyzed):
             raise UnsupportedTransform(name, "Spark function 'try_cast'")
@@ -177,6 +180,7 @@ class _ConnectPlans:
         self.df = df
         self.results: dict[str, DataFrame] = {}
         self.context: dict[str, dict[str, Any]] = {}
+        self.stager = ConnectStager(df)
 
     def add(self, name: str, result: DataFrame) -> None:
         self.results[name] = result
@@ -188,7 +192,9 @@ class _ConnectPlans:
     def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
         from sparkqos.spark.connect_plan import connect_plans
 
-        return connect_plans(self.df, self.results, time_zone)
+        plans, source, ids = connect_plans(self.df, self.results, time_zone)
+        self.stager.plans = plans
+        return plans, source, ids
 
 
 def compile_transforms(
@@ -196,9 +202,12 @@ def compile_transforms(
     queries: Mapping[str, Transform],
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
+    placement: str = "auto",
 ) -> CompiledPlan:
-    """One :class:`CompiledPlan` for every transform of ``queries`` over ``df`` (the plan's one
-    stream is ``"input"``); ``classes`` maps query → class, ``priorities`` class → priority.
+    """One :class:`CompiledPlan` for every transform of ``queries`` over ``df`` (the input's
+    stream is ``"input"``; each part Spark evaluates feeds a stream of its own, see
+    :mod:`sparkqos.compile.spark_part`); ``classes`` maps query → class, ``priorities`` class →
+    priority, ``placement`` is ``"auto"``, ``"native"`` or ``"spark"``.
     Raises :class:`~sparkqos.errors.UnsupportedTransform` for what sparkqos cannot run."""
     if not isinstance(df, DataFrame):
         raise ArgumentError(f"expected a pyspark DataFrame, got {type(df).__name__}", parameter="df", value=df)
@@ -241,13 +250,18 @@ def compile_transforms(
         classes=classes,
         priorities=priorities,
         context=plans.contexts(),
+        placement=placement,
+        stager=plans.stager,
     )
 
 
-def _feeds(table: pa.Table, batch_rows: int) -> Iterator[tuple[float, str, pa.RecordBatch]]:
-    for i, batch in enumerate(table.combine_chunks().to_batches(max_chunksize=batch_rows)):
-        if batch.num_rows:
-            yield float(i), DEFAULT_STREAM, batch
+def _feeds(tables: Mapping[str, pa.Table], batch_rows: int) -> Iterator[tuple[float, str, pa.RecordBatch]]:
+    """Each stream's rows in batches of ``batch_rows``, the i-th batch of every stream at time i."""
+    chunks = {s: t.combine_chunks().to_batches(max_chunksize=batch_rows) for s, t in tables.items()}
+    for i in range(max((len(c) for c in chunks.values()), default=0)):
+        for stream, batches in chunks.items():
+            if i < len(batches) and batches[i].num_rows:
+                yield float(i), stream, batches[i]
 
 
 def run(
@@ -260,24 +274,28 @@ def run(
     strategy_params: Mapping[str, Any] | None = None,
     batch_rows: int = 256,
     units_between: int = 3,
+    placement: str = "auto",
     **executor_args: Any,
 ) -> dict[str, pa.Table]:
     """Every query's output (user columns only) on the finite DataFrame ``df``, computed by the
     executor under ``strategy``: the rows arrive in batches of ``batch_rows`` (one a second)
     and the strategy serves ``units_between`` units after each, so a backlog builds up and the
     strategy's picks interleave the queries before :meth:`~sparkqos.executor.Executor.finish`
-    drains it. ``executor_args`` go to the :class:`~sparkqos.executor.Executor`."""
+    drains it. ``placement`` says where the row-wise parts over the input run (``"auto"``,
+    ``"native"``, ``"spark"``: :mod:`sparkqos.compile.spark_part`); the parts Spark evaluates run
+    over ``df`` first. ``executor_args`` go to the :class:`~sparkqos.executor.Executor`."""
     check_number("batch_rows", batch_rows, integer=True, low=1)
     check_number("units_between", units_between, integer=True, low=0)
     if df.isStreaming:
         raise RunnerError("sparkqos.run needs a finite DataFrame; give a streaming one to sparkqos.stream")
-    compiled = compile_transforms(df, queries, classes, priorities)
+    compiled = compile_transforms(df, queries, classes, priorities, placement)
     scheduler = strategy if isinstance(strategy, Scheduler) else schedulers.get(strategy, **dict(strategy_params or {}))
-    schema = compiled.sources[DEFAULT_STREAM]
-    table = df.toArrow()
-    if not table.schema.equals(schema):
-        table = table.cast(schema)
-    ex = replay(compiled, scheduler, _feeds(table, batch_rows), units_between=_forever(units_between), **executor_args)
+    tables, _ = evaluate_parts(compiled.spark_parts, compiled.plan.classes, df)
+    if reads_input(compiled):
+        schema = compiled.sources[DEFAULT_STREAM]
+        table = df.toArrow()
+        tables = {DEFAULT_STREAM: table if table.schema.equals(schema) else table.cast(schema), **tables}
+    ex = replay(compiled, scheduler, _feeds(tables, batch_rows), units_between=_forever(units_between), **executor_args)
     return {q: ex.result(q) for q in compiled.roots}
 
 
