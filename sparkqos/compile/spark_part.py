@@ -128,7 +128,7 @@ def spark_functions(chain: list[Node], native: set[str], names: dict[str, str]) 
     found: list[str] = []
     for node in reversed(chain):
         for e in _expressions(node):
-            if e.cls in native:
+            if e.cls in native and e.cls != "PythonUDF":  # a UDF is named: it is what may raise
                 continue
             name = f"udf {e.fields.get('name')!r}" if e.cls == "PythonUDF" else names.get(e.cls, e.cls)
             if name not in found:

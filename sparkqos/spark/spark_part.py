@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -82,27 +83,29 @@ class ClassicRecipe:
         jvm = batch_df.sparkSession._jvm
         expressions = jvm.org.apache.spark.sql.catalyst.expressions
         logical = jvm.org.apache.spark.sql.catalyst.plans.logical
-        batch = batch_df._jdf.queryExecution().analyzed()
-        out = batch.output()
         src = self.source_output
-        session = batch_df.sparkSession
-        if [out.apply(i).exprId().id() for i in range(out.size())] == [src.apply(i).exprId().id() for i in range(src.size())]:
-            # the input itself (sparkqos.run): the part's own plan
-            return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session._jsparkSession, self.chain[0]), session)
-        if "leaf" not in cache:
+        src_ids = tuple(src.apply(i).exprId().id() for i in range(src.size()))
+        key = f"leaf{src_ids}"  # queries reading the input twice (a union) see renumbered copies
+        if key not in cache:
+            batch = cache.setdefault("batch", batch_df._jdf.queryExecution().analyzed())
+            out = batch.output()
             if out.size() != src.size():
                 raise RunnerError(f"the micro-batch has {out.size()} columns, the input {src.size()}")
-            empty = _seq(jvm, [])
-            aliases = [
-                expressions.Alias(
-                    out.apply(i), src.apply(i).name(), src.apply(i).exprId(), empty, jvm.scala.Option.apply(None), empty
-                )
-                for i in range(src.size())
-            ]
-            cache["leaf"] = logical.Project(_seq(jvm, aliases), batch)
-        plan = cache["leaf"]
+            if tuple(out.apply(i).exprId().id() for i in range(out.size())) == src_ids:
+                cache[key] = batch  # a micro-batch keeps its source's attributes (and run() reads the input itself)
+            else:
+                empty = _seq(jvm, [])
+                aliases = [
+                    expressions.Alias(
+                        out.apply(i), src.apply(i).name(), src.apply(i).exprId(), empty, jvm.scala.Option.apply(None), empty
+                    )
+                    for i in range(src.size())
+                ]
+                cache[key] = logical.Project(_seq(jvm, aliases), batch)
+        plan = cache[key]
         for node in reversed(self.chain):
             plan = node.withNewChildren(_seq(jvm, [plan]))
+        session = batch_df.sparkSession
         return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session._jsparkSession, plan), session)
 
 
@@ -198,6 +201,19 @@ class ConnectStager:
         return _arrow(schema, self.large), ConnectRecipe(raw, self.source_id)
 
 
+def _problem(exc: Exception, functions: tuple[str, ...]) -> str:
+    """What went wrong, briefly: the UDF that raised (from the Python worker's traceback) and its
+    exception, else the first line of Spark's error."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    raised = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:", ln)]
+    where = [ln for ln in lines if ln.startswith("File ") and ", in " in ln]
+    udfs = [f for f in functions if f.startswith("udf ")]
+    named = [u for u in udfs for w in where if w.endswith(f", in {u[5:-1]}")]
+    head = f"{named[-1]} raised " if named else ""
+    detail = raised[-1] if raised else (lines[0] if lines else "")
+    return f"{head}{type(exc).__name__}: {detail[:500]}"
+
+
 def reads_input(compiled: Any) -> bool:
     """Whether a native operator of ``compiled`` reads an input stream itself (else only parts
     Spark evaluates do, and the micro-batch need not be read whole)."""
@@ -224,8 +240,7 @@ def evaluate_parts(
         try:
             table = part.recipe.dataframe(batch_df, cache).toArrow()
         except Exception as exc:  # noqa: BLE001 - Spark's errors (a UDF's Python exception) named below
-            text = str(exc).strip().splitlines()
-            raise SparkPartError(part.query, part.functions, f"{type(exc).__name__}: {' '.join(text[:3])[:600]}") from exc
+            raise SparkPartError(part.query, part.functions, _problem(exc, part.functions)) from exc
         table = table.rename_columns(part.schema.names)
         if not table.schema.equals(part.schema):
             table = table.cast(part.schema)
