@@ -300,6 +300,8 @@ class _QueryCompiler:
         looked at: what a user most needs to hear is which operation, not which function."""
         if node.cls not in _OPERATORS and node.cls not in RELATIONS:
             raise self.unsupported_operation(node)
+        if node.cls == SPARK_PART:  # what is under it Spark evaluates
+            return
         inputs = INPUTS.get(node.cls)
         for child in node.children if inputs is None else inputs(node):
             self.check_operations(child)
@@ -521,7 +523,8 @@ def _split(qc: _QueryCompiler, tree: Node, placement: str, stager: Stager, parts
             klass=qc.klass,
             recipe=recipe,
         )
-        top.cls, top.fields, top.children = SPARK_PART, {"part": part, "attrs": list(zip([a for a, _ in attrs], names))}, []
+        # the nodes below stay (a join handler looks for the input under its sides); nothing maps them
+        top.cls, top.fields = SPARK_PART, {"part": part, "attrs": list(zip([a for a, _ in attrs], names, strict=True))}
         parts[stream] = part
 
 
