@@ -29,6 +29,7 @@ from sparkqos.errors import (
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
+from sparkqos.runtime.intake import BacklogWarning, Intake
 
 __version__ = "0.1.0"
 
@@ -67,10 +68,12 @@ def run(df, queries, strategy="fifo", **kwargs):
 
 
 __all__ = [
+    "BacklogWarning",
     "explain",
     "CheckpointError",
     "ConfigError",
     "ExpressionError",
+    "Intake",
     "Operator",
     "OperatorPath",
     "Plan",
