@@ -64,9 +64,11 @@ def fragile(s):
 
 
 QUERIES = {
-    "json": lambda d: d.select("id", F.from_json("value", JSON).alias("j"), "ts")
-    .where(F.col("j.a") > 0)
-    .select("id", F.col("j.b").alias("b"), F.col("j.x").alias("x"), F.regexp_extract("j.b", r"(\d+)", 1).alias("n"), "ts"),
+    "json": lambda d: (
+        d.select("id", F.from_json("value", JSON).alias("j"), "ts")
+        .where(F.col("j.a") > 0)
+        .select("id", F.col("j.b").alias("b"), F.col("j.x").alias("x"), F.regexp_extract("j.b", r"(\d+)", 1).alias("n"), "ts")
+    ),
     "json_object": lambda d: d.select("id", F.get_json_object("value", "$.b").alias("b")).where(F.col("b").isNotNull()),
     "regex": lambda d: d.select("id", F.regexp_replace("s", "[aeiou]", "_").alias("r"), F.col("s").rlike(r"\d").alias("has")),
     "dates": lambda d: d.select(
@@ -77,7 +79,9 @@ QUERIES = {
         F.date_format("ts", "yyyy-MM-dd HH:mm").alias("f"),
         F.to_timestamp(F.concat_ws(" ", F.lit("2024-01-02"), F.lit("03:04:05"))).alias("t"),
     ),
-    "hash": lambda d: d.select("id", F.concat_ws("|", "s", F.col("id").cast("string")).alias("c"), F.sha2(F.col("s"), 256).alias("h")),
+    "hash": lambda d: d.select(
+        "id", F.concat_ws("|", "s", F.col("id").cast("string")).alias("c"), F.sha2(F.col("s"), 256).alias("h")
+    ),
     "explode": lambda d: d.select("id", F.explode(F.split(F.coalesce("s", F.lit("")), "-")).alias("w")).where(F.col("w") != "x"),
     "udf": lambda d: d.select("id", F.explode_outer(pieces("s")).alias("p")),
     "sql": lambda d: d.where("id > 1").selectExpr("id", "initcap(s) AS s2", "d * 2 AS d2"),
@@ -85,11 +89,13 @@ QUERIES = {
 }
 #: A window aggregate over a part Spark evaluates (JSON parse + regex + filter).
 WINDOW = {
-    "window": lambda d: d.withWatermark("ts", "1 second")
-    .select(F.from_json("value", JSON).alias("j"), F.regexp_extract("s", r"(\d+)", 1).alias("n"), "ts")
-    .where(F.col("j").isNotNull())
-    .groupBy(F.window("ts", "2 seconds"))
-    .agg(F.count("*").alias("rows"), F.max("ts").alias("last")),
+    "window": lambda d: (
+        d.withWatermark("ts", "1 second")
+        .select(F.from_json("value", JSON).alias("j"), F.regexp_extract("s", r"(\d+)", 1).alias("n"), "ts")
+        .where(F.col("j").isNotNull())
+        .groupBy(F.window("ts", "2 seconds"))
+        .agg(F.count("*").alias("rows"), F.max("ts").alias("last"))
+    ),
 }
 
 
@@ -132,9 +138,7 @@ jsons = st.one_of(
 )
 texts = st.one_of(st.none(), st.text(alphabet="ab-1é ", max_size=5))
 doubles = st.one_of(st.none(), st.sampled_from([math.nan, math.inf, -math.inf, -0.0]), st.floats(-1e3, 1e3))
-data = st.lists(
-    st.tuples(st.one_of(st.none(), st.integers(-3, 9)), jsons, texts, doubles, st.integers(0, 20)), max_size=10
-)
+data = st.lists(st.tuples(st.one_of(st.none(), st.integers(-3, 9)), jsons, texts, doubles, st.integers(0, 20)), max_size=10)
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -166,10 +170,12 @@ def test_a_bad_placement_is_a_placement_error(spark, tmp_path):
 
 def test_a_spark_only_function_above_a_window_is_refused_up_front(spark):
     above = {
-        "hashed_counts": lambda d: d.withWatermark("ts", "1 second")
-        .groupBy(F.window("ts", "2 seconds"))
-        .agg(F.count("*").alias("n"))
-        .select(F.sha2(F.col("n").cast("string"), 256).alias("h"))
+        "hashed_counts": lambda d: (
+            d.withWatermark("ts", "1 second")
+            .groupBy(F.window("ts", "2 seconds"))
+            .agg(F.count("*").alias("n"))
+            .select(F.sha2(F.col("n").cast("string"), 256).alias("h"))
+        )
     }
     with pytest.raises(UnsupportedTransform, match=r"query 'hashed_counts'.*'sha2'"):
         sparkqos.run(frame(spark), above)
@@ -190,7 +196,8 @@ def _trace(tmp_path: Path, rows=ROWS) -> Path:
         table = pa.Table.from_pylist(
             [dict(zip(("id", "value", "s", "d", "ts"), r, strict=True)) for r in rows],
             schema=pa.schema(
-                [("id", pa.int32()), ("value", pa.string()), ("s", pa.string()), ("d", pa.float64()), ("ts", pa.timestamp("us", tz="UTC"))]
+                [("id", pa.int32()), ("value", pa.string()), ("s", pa.string()), ("d", pa.float64())]
+                + [("ts", pa.timestamp("us", tz="UTC"))]
             ),
         )
         pq.write_table(table, path)

@@ -88,8 +88,8 @@ def supported_markdown() -> str:
         "when it holds anything without a native mapping — any Spark SQL function, e.g. "
         + ", ".join(f"`{f}`" for f in spark_only)
         + "; UDFs sparkqos does not run itself; SQL strings under Spark Connect. Its rows enter the queue of",
-        "the first native operator above it. `placement=\"spark\"` hands every such part to Spark,",
-        "`placement=\"native\"` none.",
+        'the first native operator above it. `placement="spark"` hands every such part to Spark,',
+        '`placement="native"` none.',
         "",
         "**Refused** (`UnsupportedTransform`, before any data moves): a function without a native mapping",
         "above a stateful operator, and the operations " + ", ".join(f"`{o}`" for o in refused) + ".",

@@ -111,7 +111,8 @@ class ProgressReporter:
         (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used;
         ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now);
         ``backlog``: ``backlogS``, ``backlogRows``, ``catchUpEtaS`` and ``intakeWaitS``
-        (:mod:`sparkqos.runtime.intake`); ``spark_parts``: query → (rows, seconds) of its parts Spark evaluated in this trigger."""
+        (:mod:`sparkqos.runtime.intake`); ``spark_parts``: query → (rows, seconds) of its parts Spark
+        evaluated in this trigger."""
         spark_parts = spark_parts or {}
         now = time.time()
         duration = now - started
