@@ -117,6 +117,7 @@ class UnsupportedTransform(SparkqosError, ValueError):
     def __init__(self, query: str, operation: str, detail: str = ""):
         self.query = query
         self.operation = operation
+        self.detail = detail
         more = f" ({detail})" if detail else ""
         super().__init__(
             f"query {query!r}: {operation}{more} is not supported by sparkqos "

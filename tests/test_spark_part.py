@@ -33,7 +33,7 @@ import sparkqos
 from sparkqos import schedulers
 from sparkqos.errors import PlacementError, SparkPartError, UnsupportedTransform
 from sparkqos.runtime.sinks import MemorySink
-from sparkqos.spark.transforms import compile_transforms
+from sparkqos.spark.transforms import compile_transforms, input_tables, run_compiled
 from sparkqos.testing import assert_same_rows
 from tests.conftest import replay
 
@@ -117,13 +117,22 @@ def test_every_construct_gives_sparks_rows(spark):
     check_all(sparkqos.run(df, queries, batch_rows=2), queries, df)
 
 
-@pytest.mark.parametrize("strategy", schedulers.available())
-def test_under_every_strategy(spark, strategy):
+@pytest.fixture(scope="module")
+def prepared(spark):
+    """Three queries with Spark parts, compiled, their parts evaluated, and Spark's rows: once."""
     df = frame(spark)
     queries = {"json": QUERIES["json"], "explode": QUERIES["explode"], **WINDOW}
     classes = {"json": "H", "explode": "N", "window": "N"}
-    got = sparkqos.run(df, queries, strategy, classes=classes, priorities={"H": 3, "N": 1}, batch_rows=2)
-    check_all(got, queries, df)
+    compiled = compile_transforms(df, queries, classes, {"H": 3, "N": 1})
+    return compiled, input_tables(compiled, df), {q: t(df).toArrow() for q, t in queries.items()}
+
+
+@pytest.mark.parametrize("strategy", schedulers.available())
+def test_under_every_strategy(prepared, strategy):
+    compiled, tables, want = prepared
+    got = run_compiled(compiled, tables, schedulers.get(strategy), batch_rows=2)
+    for name, table in want.items():
+        assert_same_rows(got[name], table, name)
 
 
 jsons = st.one_of(

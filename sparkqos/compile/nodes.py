@@ -17,6 +17,10 @@ from sparkqos.errors import PlanError
 #: Name of the stream the input DataFrame feeds.
 DEFAULT_STREAM = "input"
 
+#: Field of an expression node the session side could not translate (Spark Connect): the
+#: operation and detail :class:`~sparkqos.errors.UnsupportedTransform` names when it must run natively.
+UNMAPPED = "sparkqosUnsupported"
+
 #: Start of the marker literal :func:`sparkqos.spark.synthetic.synthetic` puts in a ``where``
 #: (followed by the operator's parameters as JSON): that Filter runs as the executor's Synthetic.
 SYNTHETIC_MARKER = "sparkqos.synthetic:"

@@ -32,6 +32,7 @@ import pyarrow as pa
 from sparkqos.compile.nodes import (
     DEFAULT_STREAM,
     SYNTHETIC_MARKER,
+    UNMAPPED,
     Node,
     Rel,
     parse_expr,
@@ -367,6 +368,8 @@ class _QueryCompiler:
     def expr(self, node: Node, rel: Rel) -> Expr:
         """The executor expression computing Spark's ``node`` over ``rel``'s columns."""
         cls, f, kids = node.cls, node.fields, node.children
+        if UNMAPPED in f:
+            raise self.unsupported(*f[UNMAPPED])
         handler = EXPRESSIONS.get(cls)
         if handler is not None:
             return handler(self, node, rel)

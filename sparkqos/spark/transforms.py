@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sparkqos import schedulers
+from sparkqos.compile.spark_part import check_placement
 from sparkqos.compile.spark_plan import DEFAULT_STREAM, compile_plans
 from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
 from sparkqos.executor.loop import replay
@@ -37,7 +38,7 @@ from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark import static_tables, udfs
 from sparkqos.spark.spark_part import ClassicStager, ConnectStager, evaluate_parts, reads_input
 
-__all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
+__all__ = ["Transform", "compile_transforms", "input_tables", "is_transforms", "run", "run_compiled"]
 
 #: A continuous query written as PySpark code.
 Transform = Callable[[DataFrame], DataFrame]
@@ -218,6 +219,7 @@ def compile_transforms(
             value=queries,
             expected="{name: transform, ...}",
         )
+    check_placement(placement)
     plans = (_ConnectPlans if type(df).__module__.startswith("pyspark.sql.connect") else _ClassicPlans)(df)
     outputs: dict[str, pa.Schema] = {}
     for name, transform in queries.items():
@@ -286,15 +288,35 @@ def run(
     over ``df`` first. ``executor_args`` go to the :class:`~sparkqos.executor.Executor`."""
     check_number("batch_rows", batch_rows, integer=True, low=1)
     check_number("units_between", units_between, integer=True, low=0)
+    check_placement(placement)
     if df.isStreaming:
         raise RunnerError("sparkqos.run needs a finite DataFrame; give a streaming one to sparkqos.stream")
     compiled = compile_transforms(df, queries, classes, priorities, placement)
     scheduler = strategy if isinstance(strategy, Scheduler) else schedulers.get(strategy, **dict(strategy_params or {}))
+    return run_compiled(compiled, input_tables(compiled, df), scheduler, batch_rows, units_between, **executor_args)
+
+
+def input_tables(compiled: CompiledPlan, df: DataFrame) -> dict[str, pa.Table]:
+    """What each stream of ``compiled`` takes from the finite DataFrame ``df``: the rows of every
+    part Spark evaluates, and ``df``'s own rows when a native operator reads them."""
     tables, _ = evaluate_parts(compiled.spark_parts, compiled.plan.classes, df)
     if reads_input(compiled):
         schema = compiled.sources[DEFAULT_STREAM]
         table = df.toArrow()
         tables = {DEFAULT_STREAM: table if table.schema.equals(schema) else table.cast(schema), **tables}
+    return tables
+
+
+def run_compiled(
+    compiled: CompiledPlan,
+    tables: Mapping[str, pa.Table],
+    scheduler: Scheduler,
+    batch_rows: int = 256,
+    units_between: int = 3,
+    **executor_args: Any,
+) -> dict[str, pa.Table]:
+    """:func:`run` after compiling: each stream's rows (:func:`input_tables`) through the executor
+    under ``scheduler``, every query's output."""
     ex = replay(compiled, scheduler, _feeds(tables, batch_rows), units_between=_forever(units_between), **executor_args)
     return {q: ex.result(q) for q in compiled.roots}
 
