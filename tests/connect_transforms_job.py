@@ -173,7 +173,6 @@ def main(out: str) -> None:
     (base / "compiled.json").write_text(json.dumps(describe(compiled)))
     parts = spark_parts()
     got.update(sparkqos.run(df, parts, strategy="chain", batch_rows=3))
-    spark_streams = sorted(compile_transforms(df, parts).spark_parts)
     for name, transform in {**queries, **parts}.items():
         pq.write_table(got[name], base / f"run_{name}.parquet")
         pq.write_table(transform(df).toArrow(), base / f"spark_{name}.parquet")
@@ -194,6 +193,7 @@ def main(out: str) -> None:
     )
     handle.start().awaitTermination()
     handle.finish()
+    spark_streams = sorted(handle.loop.compiled.spark_parts)
     done = time.monotonic()
     summary = {"errors": errors, "spark_streams": spark_streams, "start_s": started - t0, "run_s": ran - started}
     print(json.dumps({**summary, "stream_s": done - ran}))

@@ -168,7 +168,8 @@ def _replace(msg: Any, source_id: int, leaf: Any) -> bool:
     for field, value in msg.ListFields():
         if field.message_type is None or field.message_type.GetOptions().map_entry:
             continue
-        values = value if field.label == field.LABEL_REPEATED else [value]
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        values = value if repeated else [value]
         for v in values:
             if field.message_type.name == "Relation" and v.HasField("common") and v.common.plan_id == source_id:
                 v.CopyFrom(leaf)
