@@ -170,7 +170,6 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int, queries_name: st
 def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor") -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
-    from sparkqos.runtime.config import AVAILABLE_NOW
     from sparkqos.runtime.sinks import read_parquet_sink
 
     transforms, classes, priorities = query_set(queries_name)
@@ -180,7 +179,7 @@ def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: 
         transforms,
         classes=classes,
         priorities=priorities,
-        trigger_s=AVAILABLE_NOW,
+        trigger=sparkqos.Trigger(availableNow=True),
         checkpoint=out / "_checkpoint",
         output=out,
         name="throughput",
