@@ -109,6 +109,11 @@ class RunnerError(SparkqosError, ValueError):
     """The streaming runner was configured wrongly."""
 
 
+class NotShardable(PlanError):
+    """A query cannot run in the sharded lane: an operator keeps state across rows of different
+    shard keys (a window, join, dedup or lag not keyed by ``shard_by``)."""
+
+
 class UnsupportedTransform(SparkqosError, ValueError):
     """A query given as PySpark code uses a Spark operation or function sparkqos cannot run
     (yet); raised by ``sparkqos.stream`` / ``sparkqos.run`` before any data moves. ``query``,

@@ -75,7 +75,19 @@ from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
 from sparkqos.runtime.sinks import MemorySink, ParquetSink
 from sparkqos.schedulers.base import Scheduler
 
-__all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
+__all__ = [
+    "DEFAULT_ARRIVAL_COLUMN",
+    "PHASES",
+    "QueuedSizes",
+    "TriggerLoop",
+    "arrivals",
+    "conform",
+    "decode_state",
+    "encode_state",
+    "epoch_seconds",
+    "ingest",
+    "top_class",
+]
 
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
@@ -120,15 +132,67 @@ def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
 
 
-class _QueuedSnapshot:
-    """What the progress record reads of the executor's queues, taken while the executor is
-    still (the record is written after the worker went on)."""
+def arrivals(table: pa.Table, arrival_col: str | None, started: float) -> np.ndarray | float:
+    """Each row's arrival: its event time in ``arrival_col`` (a missing one is stamped
+    ``started``), or ``started`` for every row without an arrival column."""
+    if arrival_col is None or table.num_rows == 0:
+        return started
+    t = epoch_seconds(table.column(arrival_col))
+    bad = ~np.isfinite(t)
+    if bad.any():
+        t = t.copy()
+        t[bad] = started  # a missing event time is stamped at ingestion
+    return t
 
-    def __init__(self, state: Any, plan: Any):
-        self._rows = {op: state.queued(op) for op in plan.names}
-        self._bytes = {op: state.queued_bytes(op) for op in plan.names}
-        self.total_queued = state.total_queued
-        self.total_queued_bytes = state.total_queued_bytes
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Timestamps become float seconds where ``schema`` declares numbers (the executor's
+    windows run on numeric seconds). Other columns stay as they came: the checks cast them,
+    and a dead letter keeps the whole original row."""
+    for field in schema:
+        if field.name in table.column_names:
+            i = table.column_names.index(field.name)
+            col = table.column(i)
+            if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
+                table = table.set_column(i, field.name, pa.array(epoch_seconds(col), pa.float64()))
+    return table
+
+
+def ingest(
+    executor: Executor,
+    compiled: CompiledPlan,
+    stream: str,
+    checks: RowChecks,
+    table: pa.Table,
+    batch_id: int,
+    arrival_col: str | None,
+    started: float,
+) -> pa.Table:
+    """Queue ``table``'s rows that pass ``checks`` at the leaves of every query reading ``stream``;
+    returns the rejected rows as a dead-letter table (the caller decides where they go)."""
+    good, dead = checks.split(conform(table, compiled.sources[stream]), compiled.sources[stream], batch_id)
+    if good.num_rows:
+        executor.ingest(stream, good, arrival=arrivals(good, arrival_col, started))
+    return dead
+
+
+class QueuedSizes:
+    """What the progress record reads of the executor's queues: rows and bytes per operator,
+    taken while the executor is still (the record is written after the worker went on), or
+    summed over the shards of the sharded lane."""
+
+    def __init__(self, rows: dict[str, float], nbytes: dict[str, float]):
+        self._rows = rows
+        self._bytes = nbytes
+        self.total_queued = float(sum(rows.values()))
+        self.total_queued_bytes = float(sum(nbytes.values()))
+
+    @classmethod
+    def of(cls, state: Any, plan: Any) -> QueuedSizes:
+        """The sizes of ``state``'s queues now, for every operator of ``plan``."""
+        sizes = cls({op: state.queued(op) for op in plan.names}, {op: state.queued_bytes(op) for op in plan.names})
+        sizes.total_queued, sizes.total_queued_bytes = state.total_queued, state.total_queued_bytes
+        return sizes
 
     def queued(self, op: str) -> float:
         return self._rows[op]
@@ -362,15 +426,12 @@ class TriggerLoop:
         rows_in = table.num_rows
         dead = None
         if rows_in:
-            schema = self.compiled.sources[self.stream]
-            good, dead = self.checks.split(self._conform(table), schema, batch_id)
+            dead = ingest(self.executor, self.compiled, self.stream, self.checks, table, batch_id, self.arrival_col, started)
             if dead.num_rows and self.dead_letter is None:
                 raise SchemaMismatch(
                     f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
                     f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)"
                 )
-            if good.num_rows:
-                self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
         self.phase_s["ingest"] += time.perf_counter() - t0
         self._fault("after_ingest", batch_id)
         served = self.worker.take_counters() if self.worker is not None else RunReport()
@@ -435,29 +496,6 @@ class TriggerLoop:
     def reopen(self) -> None:
         """After :meth:`close`: triggers hand the executor to the worker again."""
         self.closed = False
-
-    def _arrivals(self, table: pa.Table, started: float) -> np.ndarray | float:
-        if self.arrival_col is None or table.num_rows == 0:
-            return started
-        t = epoch_seconds(table.column(self.arrival_col))
-        bad = ~np.isfinite(t)
-        if bad.any():
-            t = t.copy()
-            t[bad] = started  # a missing event time is stamped at ingestion
-        return t
-
-    def _conform(self, table: pa.Table) -> pa.Table:
-        """Timestamps become float seconds where the plan declares numbers (the executor's
-        windows run on numeric seconds). Other columns stay as they came: the checks cast them,
-        and a dead letter keeps the whole original row."""
-        schema = self.compiled.sources[self.stream]
-        for field in schema:
-            if field.name in table.column_names:
-                i = table.column_names.index(field.name)
-                col = table.column(i)
-                if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
-                    table = table.set_column(i, field.name, pa.array(epoch_seconds(col), pa.float64()))
-        return table
 
     def _fault(self, point: str, batch_id: int) -> None:
         if batch_id in self.config.faults.get(point, ()):
@@ -531,7 +569,7 @@ class TriggerLoop:
                 "dead_lettered_total": self.dead_lettered_total + dead_rows,
             },
         )
-        queued = _QueuedSnapshot(self.executor.state, self.compiled.plan)
+        queued = QueuedSizes.of(self.executor.state, self.compiled.plan)
         strategy = strategy_in_force(self.scheduler)
         t_snap = time.perf_counter()
         self._parts_batch = batch_id + 1  # the worker's early parts now belong to the next batch

@@ -31,9 +31,10 @@ from sparkqos.runtime.progress import read_progress, strategy_in_force
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.spark.batch import BatchFunction
+from sparkqos.spark.sharded import ShardedStream
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
 
-__all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "parse_faults", "stream"]
+__all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "ShardedStream", "parse_faults", "stream"]
 
 
 class QosStream:
@@ -178,15 +179,30 @@ def stream(
     *,
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
+    shards: int | None = None,
+    shard_by: str | None = None,
     **kwargs: Any,
-) -> QosStream:
+) -> QosStream | ShardedStream:
     """``sparkqos.stream(streaming_df, queries, strategy=..., qos=..., budget_s=..., checkpoint=...)``:
     the keywords are :class:`~sparkqos.runtime.config.RunConfig`'s; ``.start()`` gives the
     StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
     → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
     ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms
     see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
-    values, not dead letters."""
+    values, not dead letters.
+
+    ``shards=K, shard_by="column"`` runs the sharded lane instead
+    (:class:`~sparkqos.spark.sharded.ShardedStream`): K executors inside Spark tasks, each serving
+    the rows of its values of ``shard_by``, their state in Spark's state store; every query must
+    keep its state per ``shard_by`` (:mod:`sparkqos.compile.shardable`), else ``NotShardable``."""
+    if (shards is None) != (shard_by is None):
+        missing = "shard_by" if shard_by is None else "shards"
+        raise RunnerError(
+            f"the sharded lane needs both shards= and shard_by=; {missing} is missing",
+            parameter=missing,
+            value=None,
+            expected="shards=K with shard_by='column'",
+        )
     if is_transforms(queries) and kwargs.get("checks") is None:
         kwargs["checks"] = RowChecks(finite=False)
     config = RunConfig(**kwargs)
@@ -203,4 +219,7 @@ def stream(
             value=classes if classes is not None else priorities,
             expected="None with a QuerySet",
         )
+    if shards is not None:
+        compiled = queries.build() if isinstance(queries, QuerySet) else queries
+        return ShardedStream(df, compiled, config, shards, shard_by)
     return QosStream(df, queries, config)
