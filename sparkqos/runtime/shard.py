@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -103,7 +104,11 @@ class ShardWork:
         shard's step count and the rows its checks rejected so far."""
         scheduler = self.config.make_scheduler(self.compiled.plan)
         executor = Executor(
-            self.compiled.fresh(), scheduler, clock=time.time, whole_batches=self.config.whole_batches, **self.config.executor_args
+            self.compiled.fresh(),
+            scheduler,
+            clock=time.time,
+            whole_batches=self.config.whole_batches,
+            **self.config.executor_args,
         )
         step, dead_total = 0, 0
         if blob is not None:
@@ -135,7 +140,7 @@ class ShardWork:
     def finish(self, shard: int, blob: bytes) -> ShardStep:
         """End of a finite input for ``shard``: drain every queue and flush windows and joins."""
         executor, step, dead_total = self._executor(shard, blob)
-        report = executor.finish(self.config.effective_budget_s)
+        report = executor.finish()  # no budget: the answer on the finite input needs every row served
         return self._snapshot(executor, shard, step, dead_total, report, 0, None)
 
     def _snapshot(
@@ -170,6 +175,9 @@ class ShardWork:
             "strategy": strategy,
             "scores": scores,
             "stateBytes": len(blob),
+            # the Python worker that served, and its parent (the daemon of its executor JVM)
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
         }
         backlog = sum(queued_rows.values()) > 0
         return ShardStep(blob, outputs, dead, json.loads(json.dumps(metrics, default=float)), backlog)

@@ -107,6 +107,7 @@ class Scheduler(ABC):
         """Restart the strategy's random generator from ``seed`` (the sharded lane derives one per
         shard and micro-batch, so a replayed batch makes the same draws). Deterministic
         strategies have none: nothing to do."""
+        del seed
 
     # -- engine protocol --------------------------------------------------------------------
     def attach(self, state: SchedulerState) -> None:

@@ -57,7 +57,7 @@ from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.deadletter import DeadLetterSink
-from sparkqos.runtime.progress import ProgressReporter
+from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.runtime.trigger import QueuedSizes
@@ -187,6 +187,15 @@ class ShardedStream:
                 value=shard_by,
                 expected=f"one of {df.columns}",
             )
+        if config.interval_s is None:
+            raise RunnerError(
+                "the sharded lane runs on a processing-time trigger: its shards keep serving their backlog in "
+                "micro-batches without input, so an available-now query would never end; give trigger_s=SECONDS "
+                "and stop() it (then finish() at the end of a finite input)",
+                parameter="trigger_s",
+                value=config.trigger_s,
+                expected="a number of seconds",
+            )
         check_shardable(compiled, shard_by)
         self.df = df
         self.compiled = compiled
@@ -197,10 +206,16 @@ class ShardedStream:
         remote = dataclasses.replace(config, on_progress=None, on_delays=None, sink=None, dead_letter=None, fault=None)
         self.work = ShardWork(compiled, remote, self.shards)
         output = config.output
-        self.sink: Sink = config.sink if config.sink is not None else (ParquetSink(output / "outputs") if output else MemorySink())
+        self.sink: Sink = (
+            config.sink if config.sink is not None else (ParquetSink(output / "outputs") if output else MemorySink())
+        )
         dead_letter = config.dead_letter if config.dead_letter is not None else (output / "deadletter" if output else None)
-        self.dead_letter = dead_letter if dead_letter is None or isinstance(dead_letter, DeadLetterSink) else DeadLetterSink(dead_letter)
+        self.dead_letter = (
+            dead_letter if dead_letter is None or isinstance(dead_letter, DeadLetterSink) else DeadLetterSink(dead_letter)
+        )
         self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
+        #: reported for a trigger in which no shard ran (no input, no backlog)
+        self._idle_strategy = strategy_in_force(config.make_scheduler(compiled.plan))
         self.phase_s: dict[str, float] = dict.fromkeys(("stateful", "sink", "progress"), 0.0)
         self.last_batch = -1
         self.query = None
@@ -260,8 +275,7 @@ class ShardedStream:
             .option("checkpointLocation", str(self._spark_checkpoint))
             .queryName(self.config.name)
         )
-        interval = self.config.interval_s
-        writer = writer.trigger(processingTime=f"{interval} seconds") if interval is not None else writer.trigger(availableNow=True)
+        writer = writer.trigger(processingTime=f"{self.config.interval_s} seconds")
         previous = spark.conf.get("spark.sql.shuffle.partitions")
         spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))  # the state partitions: one per shard
         try:
@@ -336,9 +350,14 @@ class ShardedStream:
                 )
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        self.sink.write(batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()})
+        self.sink.write(
+            batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
+        )
         written = time.time()
-        delays = {q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0) for q, t in outputs.items()}
+        delays = {
+            q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
+            for q, t in outputs.items()
+        }
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
         t1 = time.perf_counter()
@@ -363,10 +382,10 @@ class ShardedStream:
         rows = {op: sum(m["queuedRows"][op] for m in shards) for op in plan.names}
         nbytes = {op: sum(m["queuedBytes"][op] for m in shards) for op in plan.names}
         ran = Counter(m["strategy"] for m in shards)
-        strategy = ran.most_common(1)[0][0] if ran else "-"
+        strategy = ran.most_common(1)[0][0] if ran else self._idle_strategy[0]
         scored = [m["scores"] for m in shards if m["strategy"] == strategy and m["scores"]]
         scores = {k: float(np.mean([s[k] for s in scored if k in s])) for k in scored[0]} if scored else {}
-        return self.progress.report(
+        progress = self.progress.report(
             batch_id,
             started,
             rows_in=sum(m["rowsIn"] for m in shards),
@@ -380,6 +399,10 @@ class ShardedStream:
             scheduler=None,
             strategy=(strategy, scores),
         )
+        # each shard that ran: where, which of its micro-batches, its work and state size
+        keep = ("shard", "step", "rowsIn", "consumed", "busyS", "strategy", "stateBytes", "pid", "ppid")
+        progress["shards"] = [{k: m[k] for k in keep} | {"queuedRows": sum(m["queuedRows"].values())} for m in shards]
+        return progress
 
     def _fault(self, point: str, batch_id: int) -> None:
         if batch_id in self.config.faults.get(point, ()):
