@@ -39,7 +39,7 @@ from sparkqos.runtime.checkpoint import checkpoint_bytes, read_checkpoint_bytes
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.deadletter import RowChecks
 from sparkqos.runtime.progress import strategy_in_force
-from sparkqos.runtime.trigger import DEFAULT_ARRIVAL_COLUMN, decode_state, encode_state, ingest
+from sparkqos.runtime.trigger import decode_state, encode_state, ingest, stream_of
 
 __all__ = ["ShardStep", "ShardWork", "shard_seed"]
 
@@ -74,23 +74,9 @@ class ShardWork:
     executors once when the stream starts. :meth:`step` serves one shard's micro-batch,
     :meth:`finish` drains a shard at the end of a finite input."""
 
-    def __init__(self, compiled: CompiledPlan, config: RunConfig, shards: int, stream: str | None = None):
+    def __init__(self, compiled: CompiledPlan, config: RunConfig, shards: int):
         check_number("shards", shards, low=1, integer=True, error=RunnerError)
-        streams = list(compiled.sources)
-        stream = stream if stream is not None else config.stream
-        if stream is None and len(streams) == 1:
-            stream = streams[0]
-        if stream not in compiled.sources:
-            raise RunnerError(
-                f"stream {stream!r} is not one the query set reads ({streams})",
-                parameter="stream",
-                value=stream,
-                expected=f"one of {streams}",
-            )
-        schema = compiled.sources[stream]
-        arrival_col = config.arrival_col
-        if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
-            arrival_col = DEFAULT_ARRIVAL_COLUMN
+        stream, arrival_col = stream_of(compiled, config)
         self.compiled = compiled
         self.config = config
         self.shards = int(shards)

@@ -86,6 +86,7 @@ __all__ = [
     "encode_state",
     "epoch_seconds",
     "ingest",
+    "stream_of",
     "top_class",
 ]
 
@@ -236,6 +237,41 @@ def executor_args(config: RunConfig, scheduler: Scheduler) -> dict[str, Any]:
     return args
 
 
+def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | None]:
+    """The stream the run's DataFrame feeds (``config.stream``, or the plan's only one) and its
+    arrival column (``config.arrival_col``, else ``ts`` when the stream has it, else None)."""
+    streams = list(compiled.sources)
+    stream = config.stream
+    if stream is None:
+        if len(streams) != 1:
+            raise RunnerError(
+                f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
+                parameter="stream",
+                value=None,
+                expected=f"one of {streams}",
+            )
+        stream = streams[0]
+    elif stream not in compiled.sources:
+        raise RunnerError(
+            f"stream {stream!r} is not read by the query set; it reads {streams}",
+            parameter="stream",
+            value=stream,
+            expected=f"one of {streams}",
+        )
+    schema = compiled.sources[stream]
+    arrival_col = config.arrival_col
+    if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
+        arrival_col = DEFAULT_ARRIVAL_COLUMN
+    elif arrival_col is not None and arrival_col not in schema.names:
+        raise RunnerError(
+            f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
+            parameter="arrival_col",
+            value=arrival_col,
+            expected=f"one of {schema.names}",
+        )
+    return stream, arrival_col
+
+
 class TriggerLoop:
     """The work of every trigger of one query set on one stream, on Arrow tables.
 
@@ -257,35 +293,7 @@ class TriggerLoop:
                 value=queries,
                 expected="a QuerySet or a CompiledPlan",
             )
-        streams = list(compiled.sources)
-        stream = config.stream
-        if stream is None:
-            if len(streams) != 1:
-                raise RunnerError(
-                    f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
-                    parameter="stream",
-                    value=None,
-                    expected=f"one of {streams}",
-                )
-            stream = streams[0]
-        elif stream not in compiled.sources:
-            raise RunnerError(
-                f"stream {stream!r} is not read by the query set; it reads {streams}",
-                parameter="stream",
-                value=stream,
-                expected=f"one of {streams}",
-            )
-        schema = compiled.sources[stream]
-        arrival_col = config.arrival_col
-        if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
-            arrival_col = DEFAULT_ARRIVAL_COLUMN
-        elif arrival_col is not None and arrival_col not in schema.names:
-            raise RunnerError(
-                f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
-                parameter="arrival_col",
-                value=arrival_col,
-                expected=f"one of {schema.names}",
-            )
+        stream, arrival_col = stream_of(compiled, config)
         self.config = config
         self.compiled = compiled
         self.stream = stream

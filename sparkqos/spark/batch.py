@@ -52,3 +52,16 @@ class BatchFunction:
         table = batch_df.toArrow()  # Spark reads the source here
         loop.phase_s["toArrow"] += time.perf_counter() - t0
         loop.process(table, batch_id)
+
+
+def stop_between_triggers(query, wait_s: float) -> None:
+    """Stop a streaming query between triggers: wait up to ``wait_s`` for the running trigger to
+    end first. Stopping inside a trigger that is reading a Python data source made Spark's stream
+    thread die of a StackOverflowError in its own error handling (harmless — the trigger is
+    replayed on restart — but a page of stack trace)."""
+    if query is None:
+        return
+    by = time.time() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
+        time.sleep(0.05)
+    query.stop()

@@ -30,7 +30,7 @@ from sparkqos.runtime.deadletter import RowChecks
 from sparkqos.runtime.progress import read_progress, strategy_in_force
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
-from sparkqos.spark.batch import BatchFunction
+from sparkqos.spark.batch import BatchFunction, stop_between_triggers
 from sparkqos.spark.sharded import ShardedStream
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
 
@@ -159,17 +159,9 @@ class QosStream:
         return self.query
 
     def stop(self, wait_s: float = 5.0) -> None:
-        """Stop the streaming query between triggers: wait up to ``wait_s`` for the running
-        trigger to end first. Stopping inside a trigger that is reading a Python data source made
-        Spark's stream thread die of a StackOverflowError in its own error handling (harmless —
-        the trigger is replayed on restart — but a page of stack trace). Then the continuous
-        worker, if any, is stopped and joined."""
-        query = self.query
-        if query is not None:
-            by = time.time() + wait_s
-            while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
-                time.sleep(0.05)
-            query.stop()
+        """Stop the streaming query between triggers (:func:`~sparkqos.spark.batch.stop_between_triggers`),
+        then the continuous worker, if any, and join it."""
+        stop_between_triggers(self.query, wait_s)
         self.loop.close()
 
 

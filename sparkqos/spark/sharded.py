@@ -61,6 +61,7 @@ from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.runtime.trigger import QueuedSizes
+from sparkqos.spark.batch import stop_between_triggers
 
 __all__ = ["ShardedStream"]
 
@@ -222,10 +223,6 @@ class ShardedStream:
         self._keys: list[int] | None = None
 
     @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
     def output(self) -> Path | None:
         return self.config.output
 
@@ -286,12 +283,7 @@ class ShardedStream:
 
     def stop(self, wait_s: float = 5.0) -> None:
         """Stop the streaming query between triggers (waiting up to ``wait_s`` for the running one)."""
-        query = self.query
-        if query is not None:
-            by = time.time() + wait_s
-            while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
-                time.sleep(0.05)
-            query.stop()
+        stop_between_triggers(self.query, wait_s)
 
     def _batch(self, batch_df, batch_id: int) -> None:
         started = time.time()
