@@ -15,7 +15,6 @@ Fault injection for crash tests is an option like any other (``fault="after_sink
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
