@@ -22,6 +22,7 @@ the lane exactly-once. What runs inside the task is here, testable on Arrow tabl
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -82,20 +83,17 @@ class ShardWork:
         self.shards = int(shards)
         self.stream = stream
         self.arrival_col = arrival_col
-        self.checks = config.checks if config.checks is not None else RowChecks()
-        self.seed = config.strategy_params.get("seed", 0)
+        self.checks = config.input.checks if config.input.checks is not None else RowChecks()
+        self.seed = config.strategy.params.get("seed", 0)
+        # a shard is one Spark task on one core: no cluster threads unless asked for
+        options = config.executor
+        self.options = options if options.cluster_threads is not None else dataclasses.replace(options, cluster_threads=0)
 
     def _executor(self, shard: int, blob: bytes | None) -> tuple[Executor, int, int]:
         """A fresh executor of the plan with the run's strategy, restored from ``blob``; with the
         shard's step count and the rows its checks rejected so far."""
         scheduler = self.config.make_scheduler(self.compiled.plan)
-        executor = Executor(
-            self.compiled.fresh(),
-            scheduler,
-            clock=time.time,
-            whole_batches=self.config.whole_batches,
-            **self.config.executor_args,
-        )
+        executor = Executor(self.compiled.fresh(), scheduler, clock=time.time, options=self.options)
         step, dead_total = 0, 0
         if blob is not None:
             ckpt = read_checkpoint_bytes(blob, where=f"of shard {shard}")

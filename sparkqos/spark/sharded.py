@@ -56,10 +56,9 @@ from sparkqos.executor.loop import EMIT
 from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import RunConfig
-from sparkqos.runtime.deadletter import DeadLetterSink
 from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
+from sparkqos.runtime.sinks import Sink
 from sparkqos.runtime.trigger import QueuedSizes
 from sparkqos.spark.batch import stop_between_triggers
 
@@ -194,8 +193,8 @@ class ShardedStream:
                 "micro-batches without input, so an available-now query would never end; give trigger_s=SECONDS "
                 "and stop() it (then finish() at the end of a finite input)",
                 parameter="trigger_s",
-                value=config.trigger_s,
-                expected="a number of seconds",
+                value=config.trigger,
+                expected="Trigger(processingTime=...)",
             )
         check_shardable(compiled, shard_by)
         self.df = df
@@ -204,17 +203,14 @@ class ShardedStream:
         self.shards = int(shards)
         self.shard_by = shard_by
         # Pickled to the executors: no callbacks, sinks or progress (they stay on the driver).
-        remote = dataclasses.replace(config, on_progress=None, on_delays=None, sink=None, dead_letter=None, fault=None)
+        storage = config.storage
+        remote = config.replace(
+            on_progress=None, on_delays=None, fault=None, storage=dataclasses.replace(storage, sink=None, dead_letter=None)
+        )
         self.work = ShardWork(compiled, remote, self.shards)
-        output = config.output
-        self.sink: Sink = (
-            config.sink if config.sink is not None else (ParquetSink(output / "outputs") if output else MemorySink())
-        )
-        dead_letter = config.dead_letter if config.dead_letter is not None else (output / "deadletter" if output else None)
-        self.dead_letter = (
-            dead_letter if dead_letter is None or isinstance(dead_letter, DeadLetterSink) else DeadLetterSink(dead_letter)
-        )
-        self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
+        self.sink: Sink = storage.make_sink()
+        self.dead_letter = storage.make_dead_letter()
+        self.progress = ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress)
         #: reported for a trigger in which no shard ran (no input, no backlog)
         self._idle_strategy = strategy_in_force(config.make_scheduler(compiled.plan))
         self.phase_s: dict[str, float] = dict.fromkeys(("stateful", "sink", "progress"), 0.0)
@@ -224,7 +220,7 @@ class ShardedStream:
 
     @property
     def output(self) -> Path | None:
-        return self.config.output
+        return self.config.storage.output
 
     @property
     def recentProgress(self) -> list[dict[str, Any]]:
@@ -236,11 +232,11 @@ class ShardedStream:
 
     @property
     def _spark_checkpoint(self) -> Path:
-        return self.config.checkpoint / "spark"
+        return self.config.storage.checkpoint / "spark"
 
     @property
     def _finished_marker(self) -> Path:
-        return self.config.checkpoint / "sparkqos-sharded-finished"
+        return self.config.storage.checkpoint / "sparkqos-sharded-finished"
 
     # -- Spark -----------------------------------------------------------------------------------
     def _shard_fault(self) -> tuple[int, str] | None:
@@ -248,7 +244,7 @@ class ShardedStream:
         if not steps:
             return None
         step = min(steps)
-        return step, str(self.config.checkpoint / "faults" / f"in_shard-{step}")
+        return step, str(self.config.storage.checkpoint / "faults" / f"in_shard-{step}")
 
     def start(self):
         """Start the streaming query (Spark restores its state and replays an uncommitted batch)."""
