@@ -113,9 +113,8 @@ class ShardWork:
         for table in inputs:
             rows_in += table.num_rows
             if table.num_rows:
-                dead_parts.append(
-                    ingest(executor, self.compiled, self.stream, self.checks, table, step, self.arrival_col, started)
-                )
+                dead, _ = ingest(executor, self.compiled, self.stream, self.checks, table, step, self.arrival_col, started)
+                dead_parts.append(dead)
         report = executor.run(self.config.effective_budget_s)
         dead = pa.concat_tables(dead_parts) if dead_parts else None
         dead_rows = 0 if dead is None else dead.num_rows
