@@ -668,6 +668,7 @@ class TriggerLoop:
         self.phase_s["sink"] += t1 - t_snap
         self._fault("after_sink", batch_id)
         self.store.save(batch_id, queues, state)
+        self.sink.checkpointed(batch_id)  # final now: the sink may compact it
         t2 = time.perf_counter()
         self.phase_s["checkpoint"] += t2 - t1 + (t_snap - t0)
         self._fault("after_checkpoint", batch_id)

@@ -20,6 +20,27 @@ from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
 
 
+def describe_jobs(spark: Any, name: str, batch_id: int, last: dict[str, Any] | None) -> None:
+    """Name the Spark jobs of this trigger after sparkqos's figures of the one before — queued
+    rows, p99 delay per query class, the strategy in force — so Spark's UI (Jobs, and the
+    streaming query's batches) shows them beside Spark's own. Under Spark Connect the client has
+    no SparkContext to name jobs with: nothing is set."""
+    try:
+        sc = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect
+        return
+    text = f"sparkqos {name} batch {batch_id}"
+    if last is not None:
+        p99: dict[str, float] = {}
+        for q in last["queries"]:
+            d = q["delayP99_s"]
+            if d == d:  # not NaN: the class wrote rows
+                p99[q["klass"]] = max(p99.get(q["klass"], 0.0), d)
+        classes = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(p99.items())) or "-"
+        text += f" | before it: queued {last['queuedRows']:.0f} rows, p99 {classes}, strategy {last['strategy']}"
+    sc.setJobDescription(text)
+
+
 class BatchFunction:
     """``foreachBatch(BatchFunction(compiled, config, loop))``: one trigger per call."""
 
@@ -47,6 +68,7 @@ class BatchFunction:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         loop = self.loop
+        describe_jobs(batch_df.sparkSession, self.config.name, batch_id, loop.progress.last)
         t0 = time.perf_counter()
         table = batch_df.toArrow()  # Spark reads the source here
         loop.phase_s["toArrow"] += time.perf_counter() - t0
