@@ -128,6 +128,11 @@ class PythonWorkerError(SparkqosError, RuntimeError):
     pyarrow or numpy): the message says what they run, what they lack and what to set."""
 
 
+class NotShardable(PlanError):
+    """A query cannot run in the sharded lane: an operator keeps state across rows of different
+    shard keys (a window, join, dedup or lag not keyed by ``shard_by``)."""
+
+
 class UnsupportedTransform(SparkqosError, ValueError):
     """A query given as PySpark code uses a Spark operation or function sparkqos cannot run
     (yet); raised by ``sparkqos.stream`` / ``sparkqos.run`` before any data moves. ``query``,
