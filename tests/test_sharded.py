@@ -17,6 +17,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -194,10 +197,13 @@ def test_the_sharded_stream_gives_sparks_rows(spark_sql, tmp_path):
         handle.start()
 
 
-@pytest.mark.skipif(
+CLUSTER_TESTS = pytest.mark.skipif(
     os.environ.get("SPARKQOS_CLUSTER_TESTS") != "1",
-    reason="starts a local-cluster of two executor JVMs (5 minutes on 2 loaded cores): SPARKQOS_CLUSTER_TESTS=1",
+    reason="starts JVMs of its own (minutes on 2 loaded cores): SPARKQOS_CLUSTER_TESTS=1",
 )
+
+
+@CLUSTER_TESTS
 def test_on_two_executor_jvms_a_killed_shard_worker_loses_and_duplicates_nothing(tmp_path):
     """local-cluster[2,1,1024]: two executor JVMs; the shards' Python workers run in both. The
     worker serving a shard is SIGKILLed in its second micro-batch; Spark retries the task from
@@ -205,4 +211,20 @@ def test_on_two_executor_jvms_a_killed_shard_worker_loses_and_duplicates_nothing
     summary = run_connect_job("sharded_cluster_job.py", str(tmp_path), cwd=ROOT, timeout=600)
     assert summary["executor_pids"] >= 2, summary
     assert summary["killed"], summary
+    assert summary["mismatches"] == [], summary
+
+
+@CLUSTER_TESTS
+def test_a_driver_killed_between_state_commit_and_sink_write_or_after_it_loses_and_duplicates_nothing(tmp_path):
+    """The driver SIGKILLed after Spark committed the shards' state of batch 2 but before its
+    outputs were written (``after_run:2``), then after the sink write of batch 4 but before Spark
+    marked it done (``after_sink:4``); each restart replays the batch from the state before it and
+    the sink replaces its files. After draining, every query's rows are Spark's, each once."""
+    job = [sys.executable, str(ROOT / "tests" / "sharded_cluster_job.py"), str(tmp_path), "driver"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for fault in ("after_run:2", "after_sink:4"):
+        done = subprocess.run([*job, fault], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == -signal.SIGKILL, (fault, done.returncode, done.stderr[-3000:])
+        assert f"SIGKILL at {fault.split(':')[0]} of batch {fault.split(':')[1]}" in done.stderr
+    summary = run_connect_job("sharded_cluster_job.py", str(tmp_path), "driver", "-", cwd=ROOT, timeout=600)
     assert summary["mismatches"] == [], summary
