@@ -194,7 +194,8 @@ def main() -> None:
             print(
                 f"{r['label']:>12} per batch (median ms): trigger {f['trigger_ms']:.0f} = planning {f['planning_ms']:.0f}, "
                 f"logs {f['logs_ms']:.0f}, state commit {f['state_commit_ms']:.0f}, "
-                f"busiest shard's Python {f['python_ms']:.0f}, rest; "
+                f"busiest shard's Python {f['python_ms']:.0f}, rest "
+                f"{f['trigger_ms'] - f['planning_ms'] - f['logs_ms'] - f['state_commit_ms'] - f['python_ms']:.0f}; "
                 f"{f['rows_per_exec_s']:.0f} rows per executor second"
             )
         one = next(r for r in results if r["label"] == "sharded K=1")
