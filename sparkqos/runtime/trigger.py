@@ -96,7 +96,7 @@ __all__ = [
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
 #: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
-PHASES = ("toArrow", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
+PHASES = ("toArrow", "spark", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
 
 
 def encode_state(obj: Any) -> Any:
@@ -252,7 +252,8 @@ def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions
 def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | None]:
     """The stream the run's DataFrame feeds (``config.input.stream``, or the plan's only one) and
     its arrival column (``config.input.arrival_col``, else ``ts`` when the stream has it, else None)."""
-    streams = list(compiled.sources)
+    # the streams the DataFrame feeds (the others are fed by parts of queries Spark evaluates)
+    streams = [s for s in compiled.sources if s not in compiled.spark_parts]
     stream = config.input.stream
     if stream is None:
         if len(streams) != 1:
@@ -325,7 +326,8 @@ class TriggerLoop:
         self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
-        #: (added by the foreachBatch function: Spark reads the source and converts), ``ingest``
+        #: (added by the foreachBatch function: Spark reads the source and converts), ``spark``
+        #: (the parts of queries Spark evaluates in the micro-batch, also added by it), ``ingest``
         #: (checks, dead letters, queueing), ``executor`` (operator work, in the trigger and on the
         #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row); and
         #: ``earlyWrite``, the continuous worker's early writes of the top class.
@@ -396,9 +398,12 @@ class TriggerLoop:
         return self.last_batch
 
     # -- the trigger -----------------------------------------------------------------------------
-    def process(self, table: pa.Table, batch_id: int) -> dict[str, Any] | None:
+    def process(
+        self, table: pa.Table, batch_id: int, parts: dict[str, tuple[pa.Table, float]] | None = None
+    ) -> dict[str, Any] | None:
         """One trigger on an Arrow table; its progress record, or None for a batch already
-        checkpointed (replayed after a crash)."""
+        checkpointed (replayed after a crash). ``parts``: for each stream fed by a part of a query
+        Spark evaluated in this micro-batch, its rows and the seconds Spark took."""
         started = time.time()
         self.restore()
         if batch_id <= self.last_batch:
@@ -412,11 +417,11 @@ class TriggerLoop:
         try:
             admitted = self._admit()
             if worker is None:
-                return self._trigger(table, batch_id, started, admitted)
+                return self._trigger(table, batch_id, started, admitted, parts or {})
             self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
             self._paused = True
             worker.pause()  # from here until resume() this thread alone touches the executor
-            progress = self._trigger(table, batch_id, started, admitted)
+            progress = self._trigger(table, batch_id, started, admitted, parts or {})
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
@@ -476,7 +481,14 @@ class TriggerLoop:
             self._warned_at = now
             warn_backlog(f"sparkqos {self.config.name!r}: {message}")
 
-    def _trigger(self, table: pa.Table, batch_id: int, started: float, admitted: tuple[float, RunReport]) -> dict[str, Any]:
+    def _trigger(
+        self,
+        table: pa.Table,
+        batch_id: int,
+        started: float,
+        admitted: tuple[float, RunReport],
+        parts: dict[str, tuple[pa.Table, float]],
+    ) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         t0 = time.perf_counter()
         rows_in = table.num_rows
@@ -491,6 +503,7 @@ class TriggerLoop:
                     f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
                     f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)"
                 )
+        spark_parts = self._ingest_parts(parts, started)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
         backlog = {**self.backlog.observe(started, rows_in, newest), "intakeWaitS": waited}
@@ -505,7 +518,22 @@ class TriggerLoop:
             report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
         served.add(report)
-        return self._commit(batch_id, started, rows_in, served, dead, backlog)
+        return self._commit(batch_id, started, rows_in, served, dead, backlog, spark_parts)
+
+    def _ingest_parts(self, parts: dict[str, tuple[pa.Table, float]], started: float) -> dict[str, tuple[int, float]]:
+        """Queue the rows of the parts Spark evaluated (higher classes first, as they came); each
+        row's arrival is the input's event time where the part passes that column on. Returns
+        query → (rows, seconds) for the progress record."""
+        done: dict[str, tuple[int, float]] = {}
+        for stream, (table, seconds) in parts.items():
+            part = self.compiled.spark_parts[stream]
+            if table.num_rows:
+                carried = dict(part.carried).get(self.arrival_col) if self.arrival_col else None
+                arrival = arrivals(table, carried, started) if carried else started
+                self.executor.ingest(stream, table, arrival=arrival)
+            rows, secs = done.get(part.query, (0, 0.0))
+            done[part.query] = (rows + table.num_rows, secs + seconds)
+        return done
 
     def _serve_by_class(self, budget_s: float) -> RunReport:
         """In a continuous trigger: serve what is queued, class by class from the highest
@@ -615,6 +643,7 @@ class TriggerLoop:
         served: RunReport,
         dead: pa.Table | None = None,
         backlog: dict[str, float] | None = None,
+        spark_parts: dict[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """Write what the executor produced since the last trigger (``served``: what it did
         meanwhile), checkpoint, and report batch ``batch_id``."""
@@ -689,6 +718,7 @@ class TriggerLoop:
             scheduler=self.scheduler,
             strategy=strategy,
             backlog=backlog,
+            spark_parts=spark_parts,
         )
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)

@@ -23,7 +23,9 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.compile.builder import QuerySet
-from sparkqos.errors import RunnerError
+from sparkqos.compile.explain import explain_compiled
+from sparkqos.compile.spark_part import check_placement
+from sparkqos.errors import NotShardable, RunnerError
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import FAULT_POINTS, RunConfig, parse_faults
 from sparkqos.runtime.deadletter import RowChecks
@@ -99,6 +101,14 @@ class QosStream:
     def strategy_in_force(self) -> tuple[str, dict[str, float]]:
         return strategy_in_force(self.loop.scheduler)
 
+    def explain(self, print_: bool = True) -> str:
+        """Each query's operators and where each runs (native, or Spark inside the micro-batch),
+        as :func:`sparkqos.explain` prints them; printed unless ``print_`` is False, and returned."""
+        text = explain_compiled(self.loop.compiled)
+        if print_:
+            print(text)
+        return text
+
     # -- the trigger loop ------------------------------------------------------------------------
     def restore(self) -> int:
         """Load the newest checkpoint (if any); returns its batch id or -1. A torn or corrupt
@@ -169,6 +179,7 @@ def stream(
     *,
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
+    placement: str = "auto",
     shards: int | None = None,
     shard_by: str | None = None,
     **kwargs: Any,
@@ -178,7 +189,9 @@ def stream(
     (:data:`~sparkqos.runtime.config.SHORTHANDS`); ``.start()`` gives the
     StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
     → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
-    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms
+    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter, and
+    ``placement`` (``"auto"``, ``"native"``, ``"spark"``: where the row-wise parts over the input
+    run, :mod:`sparkqos.compile.spark_part`). Transforms
     see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
     values, not dead letters.
 
@@ -195,6 +208,7 @@ def stream(
             expected="shards=K with shard_by='column'",
         )
     check_python_workers(df.sparkSession)  # before anything reads: Spark's workers must run sparkqos
+    check_placement(placement)
     config = RunConfig(**kwargs)
     if is_transforms(queries) and config.input.checks is None:
         config = config.replace(input=dataclasses.replace(config.input, checks=RowChecks(finite=False)))
@@ -203,7 +217,7 @@ def stream(
             raise RunnerError(
                 "sparkqos.stream needs a streaming DataFrame (spark.readStream…); for a static DataFrame use sparkqos.run"
             )
-        queries = compile_transforms(df, queries, classes, priorities)
+        queries = compile_transforms(df, queries, classes, priorities, placement)
     elif classes is not None or priorities is not None:
         raise RunnerError(
             "classes= and priorities= go with queries given as PySpark transforms; a QuerySet declares its own",
@@ -213,5 +227,11 @@ def stream(
         )
     if shards is not None:
         compiled = queries.build() if isinstance(queries, QuerySet) else queries
+        if compiled.spark_parts:
+            spark_queries = sorted({p.query for p in compiled.spark_parts.values()})
+            raise NotShardable(
+                f"queries {spark_queries} have parts Spark evaluates in each micro-batch, which the sharded lane "
+                "does not run; give placement='native' (if sparkqos compiles them) or leave out shards="
+            )
         return ShardedStream(df, compiled, config, shards, shard_by)
     return QosStream(df, queries, config)
