@@ -24,6 +24,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: Test files whose tests wait on processes of their own (a notebook kernel, a Spark Connect
+#: server, a fresh virtualenv), longest first: they run first, so that with ``-n 2`` (pytest-xdist)
+#: they overlap the rest of the suite instead of ending it.
+FIRST = ("test_notebooks.py", "test_connect.py", "test_connect_transforms.py", "test_wheel.py", "test_experiments.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that takes the ``spark`` fixture ``spark`` (``-m "not spark"`` is the quick
+    subset); keep the tests of a module that share a module-scoped fixture on one xdist worker
+    (``--dist loadgroup``), so the fixture is built once; and order the files of :data:`FIRST`
+    first (whole files: a module's fixtures are built once either way)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope == "module" for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    first = {name: rank for rank, name in enumerate(FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))
+
 
 def run_connect_job(script: str, *args: str, cwd: Path, timeout: float) -> dict:
     """Run ``tests/<script>`` (one ``remote("local[2]")`` session) in its own process, its Spark

@@ -10,6 +10,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.spark  # each test starts a kernel with a Spark session of its own
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
