@@ -20,7 +20,7 @@ from typing import Any
 from sparkqos import schedulers
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import RunnerError, SparkqosError
-from sparkqos.runtime.config import parse_faults
+from sparkqos.runtime.config import StrategyConfig, parse_faults
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,15 +123,17 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
     job, sched = cfg["job"], cfg["scheduler"]
     adaptive = sched["strategy"] == "adaptive"
     return {
-        "strategy": sched["strategy"],
-        "strategy_params": {"candidates": sched["candidates"], "seed": sched["seed"]} if adaptive else {},
-        "qos": sched["qos"] if adaptive else None,
+        "strategy": StrategyConfig(
+            sched["strategy"],
+            params={"candidates": sched["candidates"], "seed": sched["seed"]} if adaptive else {},
+            qos=sched["qos"] if adaptive else None,
+            class_shares=sched["class_shares"],
+        ),
         "trigger_s": job["trigger_s"],
         "budget_s": job["budget_s"] or None,
         "continuous": job["continuous"],
         "top_class_s": job["top_class_s"],
         "early_write_s": job["early_write_s"],
-        "class_shares": sched["class_shares"],
         "checkpoint": checkpoint,
         "output": output,
         "name": job["name"],
@@ -149,7 +151,7 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
     try:
         resumed = handle.restore()
     except SparkqosError as exc:  # e.g. CheckpointCorrupt: say so, never start empty
-        print(f"{name}: cannot resume from {handle.config.checkpoint}: {exc}", file=sys.stderr)
+        print(f"{name}: cannot resume from {handle.config.storage.checkpoint}: {exc}", file=sys.stderr)
         spark.stop()
         return 1
     duration = job["duration_s"]

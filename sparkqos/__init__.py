@@ -21,19 +21,24 @@ from sparkqos.errors import (
     SinkError,
     SourceError,
     SparkqosError,
+    TriggerError,
     UdfError,
     UnknownStrategy,
     UnsupportedTransform,
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
+from sparkqos.runtime.config import Continuous, ExecutorOptions, Input, RunConfig, Storage, StrategyConfig, Trigger
+from sparkqos.runtime.intake import BacklogWarning, Intake
 
 __version__ = "0.1.0"
 
 
 def stream(df, queries, **kwargs):
     """Serve ``queries`` over the streaming DataFrame ``df`` with a sparkqos strategy; ``.start()``
-    gives the StreamingQuery. The options are :class:`sparkqos.runtime.config.RunConfig`'s fields."""
+    gives the StreamingQuery. The options are :class:`sparkqos.runtime.config.RunConfig`'s parts
+    (``storage=``, ``strategy=``, ``trigger=``, ``executor=``, ``continuous=``, ``intake=``...) and
+    their shorthands (``checkpoint=``, ``output=``, ``trigger_s=``, ``budget_s=``...)."""
     from sparkqos.spark.runner import stream as _stream  # Spark-side code loads only when used
 
     return _stream(df, queries, **kwargs)
@@ -47,7 +52,7 @@ def synthetic(df, selectivity, cost_s=0.0, seed=0, key=""):
     return _synthetic(df, selectivity, cost_s, seed, key)
 
 
-def run(df, queries, strategy="fifo", **kwargs):
+def run(df, queries, strategy="adaptive", **kwargs):
     """Every query's output (a dict of pyarrow Tables) on the finite DataFrame ``df``, computed
     by the executor under ``strategy``; ``queries`` maps query name → PySpark transform. The
     options are :func:`sparkqos.spark.transforms.run`'s."""
@@ -57,9 +62,19 @@ def run(df, queries, strategy="fifo", **kwargs):
 
 
 __all__ = [
+    "BacklogWarning",
     "CheckpointError",
     "ConfigError",
+    "Continuous",
+    "ExecutorOptions",
+    "Input",
+    "RunConfig",
+    "Storage",
+    "StrategyConfig",
+    "Trigger",
+    "TriggerError",
     "ExpressionError",
+    "Intake",
     "Operator",
     "OperatorPath",
     "Plan",

@@ -1,13 +1,12 @@
 """The Spark data sources (Python Data Source API): ``sparkqos.bursty``, ``sparkqos.poisson``,
 ``sparkqos.replay``. The generators behind them (``sparkqos.sources.generators``) are Spark-free.
 
-Sources start at the query's start (issue 13): with no ``start`` option, a finite speed and a
-processing-time trigger, stream time does not run while Spark starts the query. Without this, the
-first batch that reads rows pays for Spark's start-up (its job, its Python workers, the
-foreachBatch callback: 6-10 s on a loaded 2-core machine, pyspark 4.3, local[2]), and the stream
-time it covered lands in the next trigger: measured with bursty at 4,000 rows/s and 2 s triggers,
-the first data trigger got 21,850 rows up to 6.3 s old (68,626 rows, 9.5 s old in another run);
-with the warm-up, 3,248 rows at most 1.4 s old. So such an offset carries a ``phase``:
+Sources start at the query's start: with no ``start`` option, a finite speed and a
+processing-time trigger, stream time does not run while Spark starts the query. Otherwise the
+first batch that reads rows would pay for Spark's start-up (its job, its Python workers, the
+foreachBatch callback: seconds), and the stream time it covered would land in the next trigger
+as one large, old batch (the README's measured section has the figures). So such an offset
+carries a ``phase``:
 ``warmup`` (from ``initialOffset``) → ``ready`` (batch 0: one read task with no rows; Spark starts
 up on it) → ``started`` (batch 1, no rows: the origin is re-anchored at the wall clock of that
 ``latestOffset`` call, keeping the stream time reached) → normal batches. The phases live in the
@@ -17,10 +16,9 @@ after it continues as before. ``warmup=false`` keeps the stream anchored at ``in
 Reading on the driver (``numPartitions`` 1, the default): a micro-batch's rows are read when Spark
 plans its offset, by the source's own Python process, and reach the JVM as Arrow with that offset
 (Spark's path for a ``SimpleDataSourceStreamReader``): no read task and no Python worker per
-micro-batch. Measured on the 2-core machine replaying 600 rows/s with a 0.25 s trigger (pyspark
-4.3, local[2]): ``toArrow()`` of a batch took 39 ms against 102 ms with a read task, and Spark's
-part of a trigger 140 ms against 204 ms. A batch replayed after a restart, whose rows are no longer held,
-is read by a task as before. With ``numPartitions`` > 1 the rows are read by that many tasks.
+micro-batch, which makes ``toArrow()`` of a batch and Spark's part of a trigger cheaper (figures
+in docs/ARCHITECTURE.md). A batch replayed after a restart, whose rows are no longer held,
+is read by a task. With ``numPartitions`` > 1 the rows are read by that many tasks.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition, SimpleDataSourceStreamReader
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sparkqos.errors import SourceError
 from sparkqos.sim.arrivals import flow_on_rate
@@ -64,6 +62,11 @@ def register(spark) -> None:
 #: Offset phases while the query starts (see the module docstring), in order.
 WARMUP, READY, STARTED = "warmup", "ready", "started"
 
+#: Rows one micro-batch takes at most unless ``maxRowsPerTrigger`` says otherwise (0: no limit).
+#: After downtime the stream time missed is read in batches of at most this many rows, so a
+#: resumed query catches up at a bounded rate instead of taking the whole gap at once.
+MAX_ROWS_PER_TRIGGER = 100_000
+
 
 class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets ``{"origin_us", "t_us", "seed"}`` (plus ``phase`` while warming up, see the module
@@ -78,13 +81,23 @@ class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.duration_us = None if duration is None else int(round(duration * US))
         cap = opts.number("maxSecondsPerTrigger", None)
         self.cap_us = None if cap is None else max(1, int(round(cap * US)))
+        self.max_rows = opts.integer("maxRowsPerTrigger", MAX_ROWS_PER_TRIGGER, low=0) or None
+        self.clock_offset_us = int(round((opts.number("clockOffset", 0.0, low=None)) * US))
         self.partitions_n = opts.integer("numPartitions", 1)
         seed = opts.integer("seed", None, low=0)
         self.seed = seed
         self._target_wall_us: int | None = None
 
+    def _now_us(self) -> int:
+        """The wall clock as this source sees it (``clockOffset`` seconds added: simulated downtime in tests)."""
+        return _now_us() + self.clock_offset_us
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRowsPerTrigger`` (default :data:`MAX_ROWS_PER_TRIGGER`) as Spark's admission control spells it."""
+        return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
+
     def initialOffset(self) -> dict:
-        origin = self.start_us if self.start_us is not None else _now_us()
+        origin = self.start_us if self.start_us is not None else self._now_us()
         seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
         offset = {"origin_us": origin, "t_us": 0, "seed": seed}
         if self.warmup and self.start_us is None:
@@ -92,23 +105,24 @@ class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target_wall_us = _now_us()
+        self._target_wall_us = self._now_us()
 
     def _end_us(self, start: dict) -> int | None:
         """Stream time where the stream ends (None: endless)."""
         return self.duration_us
 
-    def latestOffset(self, start: dict, limit=None) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit | None = None) -> dict:
         # The engine may pass ReadAllAvailable; maxSecondsPerTrigger is the user's explicit cap and
         # still applies (under availableNow the query then takes several batches to the target).
+        # ``limit`` None (the simple reader's own call) means this reader's default read limit.
         phase = start.get("phase", STARTED)
         if phase != STARTED and self._target_wall_us is None and not math.isinf(self.speed):
             if phase == WARMUP:  # an empty batch: Spark starts its job, workers and callback on it
                 return {**start, "phase": READY}
             # Spark is up: stream time runs from now on, from where it stands (an empty batch).
-            origin = _now_us() - int(start["t_us"] / self.speed)
+            origin = self._now_us() - int(start["t_us"] / self.speed)
             return {**start, "origin_us": origin, "phase": STARTED}
-        wall = _now_us() if self._target_wall_us is None else self._target_wall_us
+        wall = self._now_us() if self._target_wall_us is None else self._target_wall_us
         end = self._end_us(start)
         if math.isinf(self.speed):
             t = end
@@ -118,7 +132,34 @@ class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 t = min(t, end)
         if self.cap_us is not None:
             t = min(t, start["t_us"] + self.cap_us)
+        max_rows = self.max_rows if limit is None else getattr(limit, "max_rows", None)
+        if max_rows is not None and t > start["t_us"]:
+            t = self._row_cut(start, t, max_rows)
         return {**start, "t_us": max(start["t_us"], t)}
+
+    def _row_cut(self, start: dict, t_us: int, max_rows: int) -> int:
+        """The end of the longest range [start, end) up to ``t_us`` with at most ``max_rows`` rows.
+        Rows are counted on their timestamps only (:meth:`_arrival_us`), over a window of about
+        twice the stream time ``max_rows`` rows take at the mean rate, so planning costs the same
+        however far behind the stream is."""
+        t0 = start["t_us"]
+        window = self._window_us(max_rows)
+        end = t_us if window is None else min(t_us, t0 + window)
+        ts = self._arrival_us(start, t0, end)
+        return end if len(ts) <= max_rows else int(ts[max_rows])
+
+    def _window_us(self, max_rows: int) -> int | None:
+        """Stream time that holds about ``2 * max_rows`` rows at the mean rate (None: no bound)."""
+        rate = self.mean_rate()
+        return None if rate is None else max(US, int(2 * max_rows / rate * US))
+
+    def mean_rate(self) -> float | None:
+        """Mean rows per second of stream time, when the source has one (a recorded trace has none)."""
+        return None
+
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        """Stream times (µs, sorted) of the rows in [t0, t1)."""
+        raise NotImplementedError
 
     def _slices(self, start: dict, end: dict) -> list[tuple[int, int]]:
         t0, t1 = start["t_us"], end["t_us"]
@@ -215,6 +256,12 @@ class _BurstyReader(_TimeReader):
         if end["seed"] in self._generators:
             self._generators[end["seed"]].prune(end["t_us"] // US - 1)
 
+    def mean_rate(self) -> float | None:
+        return self.rate
+
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        return self._generator(start["seed"]).arrivals(t0, t1)[1]
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value
         on_rate = flow_on_rate(self.rate, self.flows, self.on_scale, self.off_scale)
@@ -243,6 +290,12 @@ class _PoissonReader(_TimeReader):
             InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"], "seed": start["seed"]})
             for t0, t1 in self._slices(start, end)
         ]
+
+    def mean_rate(self) -> float | None:
+        return self.params["rate"]
+
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        return PoissonGenerator(**self.params, seed=start["seed"]).arrivals(t0, t1)[1]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value
@@ -310,6 +363,9 @@ class _ReplayReader(_TimeReader):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"]}) for t0, t1 in self._slices(start, end)]
 
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        return np.sort(self.trace.range(t0, t1)[1])
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value
         rows, offsets = self.trace.range(p["t0"], p["t1"])
@@ -326,7 +382,19 @@ class _ReplayReader(_TimeReader):
 class ReplaySource(_TimeSource):
     """``spark.readStream.format("sparkqos.replay").option("path", ...)``: a recorded trace at its own pace or scaled."""
 
-    _known = {"path", "format", "timestampColumn", "speed", "retime", "start", "maxSecondsPerTrigger", "numPartitions", "warmup"}
+    _known = {
+        "path",
+        "format",
+        "timestampColumn",
+        "speed",
+        "retime",
+        "start",
+        "maxSecondsPerTrigger",
+        "maxRowsPerTrigger",
+        "clockOffset",
+        "numPartitions",
+        "warmup",
+    }
 
     @classmethod
     def name(cls) -> str:

@@ -12,7 +12,6 @@ One code path for both: nothing here asks which kind of session it runs under.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -32,7 +31,7 @@ class BatchFunction:
     def __getstate__(self) -> dict[str, Any]:
         # Client-side callbacks cannot run where the copy runs (and may not pickle): the client
         # follows the run through the metrics table instead.
-        return {"compiled": self.compiled, "config": dataclasses.replace(self.config, on_progress=None, on_delays=None)}
+        return {"compiled": self.compiled, "config": self.config.replace(on_progress=None, on_delays=None)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.compiled = state["compiled"]
