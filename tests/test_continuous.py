@@ -180,7 +180,7 @@ def test_the_worker_serves_between_triggers(tmp_path):
 
 def test_the_top_class_is_served_at_once(tmp_path):
     """Whatever the strategy (here FIFO, with a costly plan), the trigger writes every fire row of
-    its own batch within its top_class_s of a second, far less than the lower classes need (the
+    its own batch within top_class_s (1 s), far less than the lower classes need (the
     anomaly and archive paths 2 s each); the rest waits for the worker. (The top class's round
     is capped by the time left too, on cost estimates that start at 1 µs a row: with 1 ms, half
     the runs wrote only 152–155 of the 185 fire rows. That cap is deliberate — serving more inside
