@@ -29,20 +29,44 @@ ROOT = Path(__file__).resolve().parent.parent
 #: they overlap the rest of the suite instead of ending it.
 FIRST = ("test_notebooks.py", "test_connect.py", "test_connect_transforms.py", "test_wheel.py", "test_experiments.py")
 
+#: The tests that start a local Spark Connect server (``remote("local[2]")``): it always listens
+#: on port 15002, so two of them at once fail to bind. They run one after another on one worker.
+CONNECT = (
+    "tests/test_connect.py",
+    "tests/test_connect_transforms.py",
+    "tests/test_notebooks.py::test_quickstart_runs_top_to_bottom[connect]",
+)
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work one xdist worker takes whole: the test's file (its module-scoped fixtures
+    are built once), or ``spark-connect`` for the tests of :data:`CONNECT`, or for the notebooks
+    each test alone (each starts its own kernel)."""
+    if nodeid.startswith(CONNECT):
+        return "spark-connect"
+    path = nodeid.split("::")[0]
+    return nodeid if path == "tests/test_notebooks.py" else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduling with the units of :func:`xdist_scope`, handed out in
+    collection order (``--no-loadscope-reorder`` in pyproject.toml's addopts)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ScopeScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that takes the ``spark`` fixture ``spark`` (``-m "not spark"`` is the quick
-    subset); keep the tests of a module that share a module-scoped fixture on one xdist worker
-    (``--dist loadgroup``), so the fixture is built once; and order the files of :data:`FIRST`
-    first (whole files: a module's fixtures are built once either way)."""
+    subset), and order the files of :data:`FIRST` first (whole files, in their own order)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d[-1].scope == "module" for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     first = {name: rank for rank, name in enumerate(FIRST)}
     items.sort(key=lambda item: first.get(item.path.name, len(first)))
 
