@@ -84,11 +84,13 @@ __all__ = [
     "QueuedSizes",
     "TriggerLoop",
     "arrivals",
+    "class_levels",
     "conform",
     "decode_state",
     "encode_state",
     "epoch_seconds",
     "ingest",
+    "serve_by_class",
     "stream_of",
     "top_class",
 ]
@@ -234,6 +236,31 @@ def classes_by_priority(compiled: CompiledPlan) -> list[tuple[str, ...]]:
     return [tuple(sorted(levels[p])) for p in sorted(levels, reverse=True)]
 
 
+def class_levels(compiled: CompiledPlan) -> list[tuple[str, ...]]:
+    """The operators of each priority level's queries, highest level first (empty: one level)."""
+    plan = compiled.plan
+    return [
+        tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
+        for level in classes_by_priority(compiled)
+    ]
+
+
+def serve_by_class(executor: Executor, levels: list[tuple[str, ...]], budget_s: float) -> RunReport:
+    """Serve what is queued class by class from the highest priority level (``levels``:
+    :func:`class_levels`) for up to ``budget_s`` in all: the top level always gets its round
+    (:meth:`Executor.serve` makes progress on every call), a lower one only while time is left.
+    Without levels the strategy in force serves for ``budget_s``."""
+    total = RunReport()
+    if not levels:
+        return executor.run(budget_s) if budget_s > 0 else total
+    for i, operators in enumerate(levels):
+        left = budget_s - total.seconds  # on the executor's clock
+        if budget_s <= 0 or (i > 0 and left <= 0):
+            break
+        total.add(executor.serve(operators, max(left, 0.0)))
+    return total
+
+
 def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:
     """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
     unless the executor's own is given, and with one cluster thread per core for a
@@ -371,10 +398,7 @@ class TriggerLoop:
             )
             self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
             if config.strategy.class_shares:  # class priority above the strategy: the trigger honours it too
-                self._levels = [
-                    tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
-                    for level in classes_by_priority(compiled)
-                ]
+                self._levels = class_levels(compiled)
 
     # -- checkpoint ------------------------------------------------------------------------------
     @property
@@ -542,15 +566,7 @@ class TriggerLoop:
         class always gets its round (:meth:`Executor.serve` makes progress on every call); a
         lower class only while time is left. Without levels (class shares off: the strategy alone
         decides; or a single priority level) the strategy in force serves for ``budget_s``."""
-        total = RunReport()
-        if not self._levels:
-            return self.executor.run(budget_s) if budget_s > 0 else total
-        for i, operators in enumerate(self._levels):
-            left = budget_s - total.seconds  # on the executor's clock
-            if budget_s <= 0 or (i > 0 and left <= 0):
-                break
-            total.add(self.executor.serve(operators, max(left, 0.0)))
-        return total
+        return serve_by_class(self.executor, self._levels, budget_s)
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
         """End of a finite input: stop the continuous worker, drain every queue, flush windows
