@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from sparkqos.executor.report import RunReport
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState
 from sparkqos.report import metrics
@@ -92,25 +93,24 @@ class ProgressReporter:
         *,
         rows_in: int,
         dead_rows: int,
-        consumed: int,
+        served: RunReport,
         rows_out: Mapping[str, int],
         delays: Mapping[str, np.ndarray],
         state: SchedulerState,
         scheduler: Scheduler,
-        busy_s: float = 0.0,
-        cpu_s: float = math.nan,
         continuous: bool = False,
         strategy: tuple[str, dict[str, float]] | None = None,
         backlog: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
-        ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
-        executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, the
-        queues left in ``state``, ``busy_s`` seconds the executor worked since the last record
-        (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used;
+        ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``served``: what the
+        executor did since the last record (``continuous``: also between triggers; the rows it
+        consumed, its busy seconds and the CPU seconds its threads used), ``rows_out`` and
+        ``delays`` (seconds per output row) per query, the queues left in ``state``;
         ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now);
         ``backlog``: ``backlogS``, ``backlogRows``, ``catchUpEtaS`` and ``intakeWaitS``
         (:mod:`sparkqos.runtime.intake`)."""
+        consumed, busy_s, cpu_s = served.rows_consumed, served.seconds, served.cpu_s
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
