@@ -142,3 +142,29 @@ class PhysicalOperator:
 
     def state_rows(self) -> int:
         return 0
+
+
+class TableStateOperator(PhysicalOperator):
+    """An operator whose state is one Arrow table (``_state``, None when empty) and a few plain
+    values: checkpointed as the table's IPC bytes under :attr:`STATE_TABLE` and each attribute
+    of :attr:`STATE_VALUES` under its name without the leading underscore."""
+
+    #: The checkpoint key of the state table.
+    STATE_TABLE: str = "state"
+    #: Attributes saved beside it.
+    STATE_VALUES: tuple[str, ...] = ()
+    _state: pa.Table | None = None
+
+    def state_rows(self) -> int:
+        return 0 if self._state is None else self._state.num_rows
+
+    def to_state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {self.STATE_TABLE: None if self._state is None else table_to_ipc(self._state)}
+        out.update({a.lstrip("_"): getattr(self, a) for a in self.STATE_VALUES})
+        return out
+
+    def from_state(self, state: dict[str, Any]) -> None:
+        blob = state[self.STATE_TABLE]
+        self._state = None if blob is None else ipc_to_table(blob)
+        for a in self.STATE_VALUES:
+            setattr(self, a, state[a.lstrip("_")])
