@@ -54,6 +54,7 @@ import pyarrow.parquet as pq
 
 from sparkqos.atomic import write_atomic
 from sparkqos.errors import SourceError, check_number
+from sparkqos.runtime.deadletter import DEAD_LETTER_SCHEMA
 
 __all__ = [
     "AIS_FILES",
@@ -80,17 +81,6 @@ TRACE_SCHEMA = pa.schema(
         ("lat", pa.float64()),
         ("track", pa.string()),
         ("point", pa.int32()),
-    ]
-)
-#: The columns of sparkqos.runtime.deadletter.DEAD_LETTER_SCHEMA, repeated here to keep this module
-#: free of the spark package (tests check that the two agree).
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        ("batch_id", pa.int64()),
-        ("row", pa.int64()),
-        ("reason", pa.string()),
-        ("column", pa.string()),
-        ("record", pa.string()),
     ]
 )
 #: The AIS files of tracktable-data (name → what they hold).

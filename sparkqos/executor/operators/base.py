@@ -168,3 +168,32 @@ class TableStateOperator(PhysicalOperator):
         self._state = None if blob is None else ipc_to_table(blob)
         for a in self.STATE_VALUES:
             setattr(self, a, state[a.lstrip("_")])
+
+
+class SidedStateOperator(PhysicalOperator):
+    """A two-input operator whose state is one Arrow table per input (``_state``, None when
+    empty) and the newest event time seen on each (``_max_time``): checkpointed as IPC bytes under
+    ``state`` and the times under ``max_time``, with each attribute of :attr:`STATE_VALUES` under
+    its own name."""
+
+    #: Attributes saved beside the tables and times.
+    STATE_VALUES: tuple[str, ...] = ()
+    _state: list[pa.Table | None]
+    _max_time: list[float]
+
+    def state_rows(self) -> int:
+        return sum(0 if s is None else s.num_rows for s in self._state)
+
+    def to_state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "state": [None if s is None else table_to_ipc(s) for s in self._state],
+            "max_time": list(self._max_time),
+        }
+        out.update({a: getattr(self, a) for a in self.STATE_VALUES})
+        return out
+
+    def from_state(self, state: dict[str, Any]) -> None:
+        self._state = [None if s is None else ipc_to_table(s) for s in state["state"]]
+        self._max_time = list(state["max_time"])
+        for a in self.STATE_VALUES:
+            setattr(self, a, state[a])
