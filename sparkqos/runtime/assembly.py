@@ -61,12 +61,9 @@ def assemble(queries: QuerySet | CompiledPlan, config: RunConfig) -> Parts:
     :class:`~sparkqos.errors.RunnerError` naming what does not fit the plan."""
     compiled = queries.build() if isinstance(queries, QuerySet) else queries
     if not isinstance(compiled, CompiledPlan):
-        raise RunnerError(
-            f"queries must be a QuerySet or a CompiledPlan, got {type(queries).__name__}",
-            parameter="queries",
-            value=queries,
-            expected="a QuerySet or a CompiledPlan",
-        )
+        expected = "a QuerySet or a CompiledPlan"
+        got = type(queries).__name__
+        raise RunnerError(f"queries must be {expected}, got {got}", parameter="queries", value=queries, expected=expected)
     stream = _stream(compiled, config.input.stream)
     schema = compiled.sources[stream]
     arrival_col = config.input.arrival_col

@@ -170,6 +170,16 @@ class TableStateOperator(PhysicalOperator):
             setattr(self, a, state[a.lstrip("_")])
 
 
+class WindowStateOperator(TableStateOperator):
+    """A window aggregation: the partial aggregates of its open windows are the state table, kept
+    with the watermark's inputs (the newest event time, windows closed until) and the late rows."""
+
+    STATE_TABLE = "partials"
+    STATE_VALUES = ("_max_time", "_closed_until", "late_rows")
+    kind = "aggregate"
+    selectivity = 0.1
+
+
 class SidedStateOperator(PhysicalOperator):
     """A two-input operator whose state is one Arrow table per input (``_state``, None when
     empty) and the newest event time seen on each (``_max_time``): checkpointed as IPC bytes under

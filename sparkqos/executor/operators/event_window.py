@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
-from sparkqos.executor.operators.base import TableStateOperator, normal_key
+from sparkqos.executor.operators.base import WindowStateOperator, normal_key
 
 #: Aggregate functions: ``count_all`` (rows), ``count`` (non-null values) and the rest over a column.
 FUNCTIONS = ("count_all", "count", "sum", "avg", "min", "max", "first", "last")
@@ -57,7 +57,7 @@ def _as_type(x: pa.Array, t: pa.DataType) -> pa.Array:
     return x if x.type == t else pc.cast(x, t)
 
 
-class EventWindowAggregate(TableStateOperator):
+class EventWindowAggregate(WindowStateOperator):
     """Aggregates of ``aggs`` by ``keys`` over event-time windows of ``size_us`` microseconds,
     sliding every ``slide_us`` (tumbling when equal), offset ``start_us``, on the timestamp column
     ``time_col``; ``delay_us`` is the watermark delay (None: no watermark, emit at the end).
@@ -72,12 +72,6 @@ class EventWindowAggregate(TableStateOperator):
     >>> out.column("n").to_pylist(), [w["end"].timestamp() for w in out.column("window").to_pylist()]
     ([2], [10.0])
     """
-
-    STATE_TABLE = "partials"
-    STATE_VALUES = ("_max_time", "_closed_until", "late_rows")
-
-    kind = "aggregate"
-    selectivity = 0.1
 
     def __init__(
         self,

@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Agg, as_expr
-from sparkqos.executor.operators.base import TableStateOperator
+from sparkqos.executor.operators.base import WindowStateOperator
 
 
-class WindowAggregate(TableStateOperator):
+class WindowAggregate(WindowStateOperator):
     """count/sum/avg/min/max by key over tumbling (``slide`` None) or sliding windows of the
     numeric event-time column ``time_col``; windows are [start, start + size) with start a
     multiple of ``slide``. Output columns: ``window_start``, ``window_end``, the keys, the
@@ -38,12 +38,6 @@ class WindowAggregate(TableStateOperator):
     >>> op.flush()[0].column("window_start").to_pylist()
     [10.0]
     """
-
-    STATE_TABLE = "partials"
-    STATE_VALUES = ("_max_time", "_closed_until", "late_rows")
-
-    kind = "aggregate"
-    selectivity = 0.1
 
     def __init__(
         self,
