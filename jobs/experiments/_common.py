@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -729,14 +730,40 @@ def run_experiment(
     return results, rows
 
 
-def verdict_line(claim: str, held: bool, detail: str) -> str:
-    """``[HELD] claim: detail`` or ``[NOT HELD] claim: detail``."""
-    return f"[{'HELD' if held else 'NOT HELD'}] {claim}: {detail}"
+@dataclass(frozen=True)
+class Verdict:
+    """One claim's outcome in one run: ``status`` HELD, NOT HELD or INCONCLUSIVE, the measured
+    ``detail``, the one number it rests on (``measure``, e.g. a ratio) and the paper's figure."""
+
+    claim: str
+    status: str
+    detail: str
+    measure: float | None = None
+    paper: str = ""
+
+    @property
+    def line(self) -> str:
+        return f"[{self.status}] {self.claim}: {self.detail}"
 
 
-def verdict(claim: str, held: bool, detail: str) -> str:
+#: Every verdict made in this process, in order: jobs/experiments/claims.py reads them after each
+#: experiment's ``main`` instead of parsing printed lines.
+RECORDED: list[Verdict] = []
+
+
+def verdict_line(
+    claim: str, held: bool, detail: str, *, measure: float | None = None, paper: str = "", status: str | None = None
+) -> str:
+    """``[HELD] claim: detail`` or ``[NOT HELD] claim: detail`` (``status`` INCONCLUSIVE overrides
+    ``held``); recorded in :data:`RECORDED` with its ``measure`` and the ``paper``'s figure."""
+    v = Verdict(claim, status or ("HELD" if held else "NOT HELD"), detail, measure, paper)
+    RECORDED.append(v)
+    return v.line
+
+
+def verdict(claim: str, held: bool, detail: str, **kw: Any) -> str:
     """:func:`verdict_line`, printed."""
-    line = verdict_line(claim, held, detail)
+    line = verdict_line(claim, held, detail, **kw)
     print(line, flush=True)
     return line
 

@@ -35,6 +35,7 @@ __all__ = [
     "classes_by_priority",
     "executor_options",
     "priority_levels",
+    "stream_of",
     "top_class",
 ]
 
@@ -64,7 +65,46 @@ def assemble(queries: QuerySet | CompiledPlan, config: RunConfig) -> Parts:
         expected = "a QuerySet or a CompiledPlan"
         got = type(queries).__name__
         raise RunnerError(f"queries must be {expected}, got {got}", parameter="queries", value=queries, expected=expected)
-    stream = _stream(compiled, config.input.stream)
+    stream, arrival_col = stream_of(compiled, config)
+    scheduler = config.make_scheduler(compiled.plan)
+    executor = Executor(compiled.fresh(), scheduler, clock=time.time, options=executor_options(config, scheduler))
+    storage = config.storage
+    dead_letter = storage.make_dead_letter()
+    checks = config.input.checks if config.input.checks is not None else RowChecks()
+    return Parts(
+        compiled=compiled,
+        scheduler=scheduler,
+        executor=executor,
+        ingest=Ingest(executor, compiled, stream, arrival_col, checks, keep_dead=dead_letter is not None),
+        store=CheckpointStore(storage.checkpoint / "sparkqos", keep=storage.keep_checkpoints),
+        sink=storage.make_sink(),
+        dead_letter=dead_letter,
+        progress=ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress),
+    )
+
+
+def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | None]:
+    """The stream the run's DataFrame feeds (``config.input.stream``, or the plan's only one) and
+    its arrival column (``config.input.arrival_col``, else ``ts`` when the stream has it, else None)."""
+    # the streams the DataFrame feeds (the others are fed by parts of queries Spark evaluates)
+    streams = [s for s in compiled.sources if s not in compiled.spark_parts]
+    stream = config.input.stream
+    if stream is None:
+        if len(streams) != 1:
+            raise RunnerError(
+                f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
+                parameter="stream",
+                value=None,
+                expected=f"one of {streams}",
+            )
+        stream = streams[0]
+    elif stream not in compiled.sources:
+        raise RunnerError(
+            f"stream {stream!r} is not read by the query set; it reads {streams}",
+            parameter="stream",
+            value=stream,
+            expected=f"one of {streams}",
+        )
     schema = compiled.sources[stream]
     arrival_col = config.input.arrival_col
     if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
@@ -76,43 +116,7 @@ def assemble(queries: QuerySet | CompiledPlan, config: RunConfig) -> Parts:
             value=arrival_col,
             expected=f"one of {schema.names}",
         )
-    scheduler = config.make_scheduler(compiled.plan)
-    executor = Executor(compiled.fresh(), scheduler, clock=time.time, options=executor_options(config, scheduler))
-    storage = config.storage
-    dead_letter = storage.make_dead_letter()
-    checks = config.input.checks if config.input.checks is not None else RowChecks()
-    return Parts(
-        compiled=compiled,
-        scheduler=scheduler,
-        executor=executor,
-        ingest=Ingest(executor, stream, schema, arrival_col, checks, keep_dead=dead_letter is not None),
-        store=CheckpointStore(storage.checkpoint / "sparkqos", keep=storage.keep_checkpoints),
-        sink=storage.make_sink(),
-        dead_letter=dead_letter,
-        progress=ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress),
-    )
-
-
-def _stream(compiled: CompiledPlan, stream: str | None) -> str:
-    """The stream this DataFrame feeds: ``stream``, or the plan's only one."""
-    streams = list(compiled.sources)
-    if stream is None:
-        if len(streams) != 1:
-            raise RunnerError(
-                f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
-                parameter="stream",
-                value=None,
-                expected=f"one of {streams}",
-            )
-        return streams[0]
-    if stream not in compiled.sources:
-        raise RunnerError(
-            f"stream {stream!r} is not read by the query set; it reads {streams}",
-            parameter="stream",
-            value=stream,
-            expected=f"one of {streams}",
-        )
-    return stream
+    return stream, arrival_col
 
 
 def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:

@@ -66,14 +66,14 @@ from sparkqos.runtime.assembly import DEFAULT_ARRIVAL_COLUMN, assemble, priority
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.early import EarlyParts, EarlyWriter, sink_tables
-from sparkqos.runtime.ingest import epoch_seconds
+from sparkqos.runtime.ingest import arrivals, epoch_seconds
 from sparkqos.runtime.intake import BacklogTracker, catch_up_line, warn_backlog
-from sparkqos.runtime.progress import strategy_in_force
+from sparkqos.runtime.progress import QueuedSizes, strategy_in_force
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "Commit", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
 
 #: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
-PHASES = ("toArrow", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
+PHASES = ("toArrow", "spark", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
 
 
 def encode_state(obj: Any) -> Any:
@@ -104,23 +104,6 @@ def decode_state(obj: Any) -> Any:
     return obj
 
 
-class _QueuedSnapshot:
-    """What the progress record reads of the executor's queues, taken while the executor is
-    still (the record is written after the worker went on)."""
-
-    def __init__(self, state: Any, plan: Any):
-        self._rows = {op: state.queued(op) for op in plan.names}
-        self._bytes = {op: state.queued_bytes(op) for op in plan.names}
-        self.total_queued = state.total_queued
-        self.total_queued_bytes = state.total_queued_bytes
-
-    def queued(self, op: str) -> float:
-        return self._rows[op]
-
-    def queued_bytes(self, op: str) -> float:
-        return self._bytes[op]
-
-
 @dataclass
 class Commit:
     """What a trigger commits, taken while the executor is still: the outputs since the last
@@ -132,7 +115,7 @@ class Commit:
     early: EarlyParts | None
     queues: dict[str, pa.Table]
     state: bytes
-    queued: _QueuedSnapshot
+    queued: QueuedSizes
     strategy: tuple[str, dict[str, float]]
 
 
@@ -165,7 +148,8 @@ class TriggerLoop:
         self.dead_lettered_total = 0
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
-        #: (added by the foreachBatch function: Spark reads the source and converts), ``ingest``
+        #: (added by the foreachBatch function: Spark reads the source and converts), ``spark``
+        #: (the parts of queries Spark evaluates in the micro-batch, also added by it), ``ingest``
         #: (checks, dead letters, queueing), ``executor`` (operator work, in the trigger and on the
         #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row); and
         #: ``earlyWrite``, the continuous worker's early writes of the top class.
@@ -230,9 +214,12 @@ class TriggerLoop:
         return self.last_batch
 
     # -- the trigger -----------------------------------------------------------------------------
-    def process(self, table: pa.Table, batch_id: int) -> dict[str, Any] | None:
+    def process(
+        self, table: pa.Table, batch_id: int, parts: dict[str, tuple[pa.Table, float]] | None = None
+    ) -> dict[str, Any] | None:
         """One trigger on an Arrow table; its progress record, or None for a batch already
-        checkpointed (replayed after a crash)."""
+        checkpointed (replayed after a crash). ``parts``: for each stream fed by a part of a query
+        Spark evaluated in this micro-batch, its rows and the seconds Spark took."""
         started = time.time()
         self.restore()
         if batch_id <= self.last_batch:
@@ -246,11 +233,11 @@ class TriggerLoop:
         try:
             admitted = self._admit()
             if worker is None:
-                return self._trigger(table, batch_id, started, admitted)
+                return self._trigger(table, batch_id, started, admitted, parts or {})
             self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
             self._paused = True
             worker.pause()  # from here until resume() this thread alone touches the executor
-            progress = self._trigger(table, batch_id, started, admitted)
+            progress = self._trigger(table, batch_id, started, admitted, parts or {})
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
@@ -310,10 +297,18 @@ class TriggerLoop:
             self._warned_at = now
             warn_backlog(f"sparkqos {self.config.name!r}: {message}")
 
-    def _trigger(self, table: pa.Table, batch_id: int, started: float, admitted: tuple[float, RunReport]) -> dict[str, Any]:
+    def _trigger(
+        self,
+        table: pa.Table,
+        batch_id: int,
+        started: float,
+        admitted: tuple[float, RunReport],
+        parts: dict[str, tuple[pa.Table, float]],
+    ) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         t0 = time.perf_counter()
         came = self.ingest(table, batch_id, started)
+        spark_parts = self._ingest_parts(parts, started)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
         backlog = {**self.backlog.observe(started, came.rows_in, came.newest), "intakeWaitS": waited}
@@ -328,7 +323,22 @@ class TriggerLoop:
             report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
         served.add(report)
-        return self._commit(batch_id, started, came.rows_in, served, came.dead, backlog)
+        return self._commit(batch_id, started, came.rows_in, served, came.dead, backlog, spark_parts)
+
+    def _ingest_parts(self, parts: dict[str, tuple[pa.Table, float]], started: float) -> dict[str, tuple[int, float]]:
+        """Queue the rows of the parts Spark evaluated (higher classes first, as they came); each
+        row's arrival is the input's event time where the part passes that column on. Returns
+        query → (rows, seconds) for the progress record."""
+        done: dict[str, tuple[int, float]] = {}
+        for stream, (table, seconds) in parts.items():
+            part = self.compiled.spark_parts[stream]
+            if table.num_rows:
+                carried = dict(part.carried).get(self.ingest.arrival_col) if self.ingest.arrival_col else None
+                arrival = arrivals(table, carried, started) if carried else started
+                self.executor.ingest(stream, table, arrival=arrival)
+            rows, secs = done.get(part.query, (0, 0.0))
+            done[part.query] = (rows + table.num_rows, secs + seconds)
+        return done
 
     def _serve_by_class(self, budget_s: float) -> RunReport:
         """In a continuous trigger: serve what is queued, class by class from the highest
@@ -409,6 +419,7 @@ class TriggerLoop:
         served: RunReport,
         dead: pa.Table | None = None,
         backlog: dict[str, float] | None = None,
+        spark_parts: dict[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """Write what the executor produced since the last trigger (``served``: what it did
         meanwhile), checkpoint, and report batch ``batch_id``: the :class:`Commit` is taken while
@@ -427,6 +438,7 @@ class TriggerLoop:
         self.phase_s["sink"] += t1 - t_snap
         self._fault("after_sink", batch_id)
         self.store.save(batch_id, commit.queues, commit.state)
+        self.sink.checkpointed(batch_id)  # final now: the sink may compact it
         t2 = time.perf_counter()
         self.phase_s["checkpoint"] += t2 - t1 + (t_snap - t0)
         self._fault("after_checkpoint", batch_id)
@@ -442,9 +454,9 @@ class TriggerLoop:
             delays=delays,
             continuous=self.worker is not None,
             state=commit.queued,
-            scheduler=self.scheduler,
             strategy=commit.strategy,
             backlog=backlog,
+            spark_parts=spark_parts,
         )
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)
@@ -463,7 +475,7 @@ class TriggerLoop:
             early=self.early.commit(batch_id) if self.early is not None else None,
             queues=queues,
             state=self.store.state_bytes(batch_id, state),
-            queued=_QueuedSnapshot(self.executor.state, self.compiled.plan),
+            queued=QueuedSizes.of(self.executor.state, self.compiled.plan),
             strategy=strategy_in_force(self.scheduler),
         )
 
