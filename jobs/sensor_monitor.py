@@ -40,6 +40,9 @@ SCHEMA = {
         "speed": Key(str, "1.0", "replay pace (a number or 'max')"),
         "retime": Key(bool, True, "replay: stamp rows with the replay time (false: keep recorded timestamps)"),
         "max_seconds_per_trigger": Key(float, 0.0, "cap on stream time per batch; 0 = none", low=0),
+        "max_rows_per_trigger": Key(
+            int, 100_000, "cap on rows per batch (how fast a resumed run catches up a backlog); 0 = none", low=0
+        ),
     },
     "scheduler": kit.scheduler_section(),
     "queries": {
@@ -60,6 +63,7 @@ def source_options(cfg: dict) -> dict[str, str]:
             opts.update(flows=str(src["flows"]), offScale=str(src["off_scale"]))
     if src["max_seconds_per_trigger"] > 0:
         opts["maxSecondsPerTrigger"] = str(src["max_seconds_per_trigger"])
+    opts["maxRowsPerTrigger"] = str(src["max_rows_per_trigger"])
     return opts
 
 

@@ -27,6 +27,7 @@ from sparkqos.errors import (
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
+from sparkqos.runtime.intake import BacklogWarning, Intake
 
 __version__ = "0.1.0"
 
@@ -57,9 +58,11 @@ def run(df, queries, strategy="fifo", **kwargs):
 
 
 __all__ = [
+    "BacklogWarning",
     "CheckpointError",
     "ConfigError",
     "ExpressionError",
+    "Intake",
     "Operator",
     "OperatorPath",
     "Plan",

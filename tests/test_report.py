@@ -119,3 +119,24 @@ def test_delay_digest_is_bounded_and_close():
     assert digest.count == everything.size and digest.max == everything.max()
     assert digest.mean == pytest.approx(everything.mean())
     assert digest.percentile(99) == pytest.approx(np.percentile(everything, 99), rel=0.03)
+
+
+def test_console_lines_show_a_dash_not_nan_and_the_mix_lists_strategies_only():
+    """A trigger before any output (NaN delays) prints a dash; a record taken before adaptive
+    picked its first strategy ("-") is not a strategy in the mix; a stream behind its event time
+    says it is catching up."""
+    from sparkqos.report.console import ClassMonitor
+
+    lines: list[str] = []
+    m = ClassMonitor({"fire": "H", "archive": "N"}, watch="fire", print_fn=lambda s, **_: lines.append(s), clock=lambda: 0.0)
+    nan = float("nan")
+    query = {"klass": "H", "query": "fire", "queuedRows": 0.0, "queuedBytes": 0.0, "delayP99_s": nan}
+    base = {"batchId": 0, "numInputRows": 0, "numOutputRows": 0, "queuedRows": 0.0, "queuedBytes": 0.0}
+    m.on_progress({**base, "delayMsP99": nan, "strategy": "-", "queries": [query]})
+    behind = {"backlogS": 300.0, "backlogRows": 1.8e6, "catchUpEtaS": 40.0}
+    m.on_progress({**base, "batchId": 1, "delayMsP99": 12.0, "strategy": "fifo", "queries": [query], **behind})
+    text = "\n".join(lines) + m.summary(elapsed_s=1.0)
+    assert "nan" not in text.lower()
+    assert "delay p99        - ms (fire       - ms)" in lines[0]
+    assert lines[1].endswith("| catching up: 1.8 M rows behind (300 s of stream), ETA 40 s")
+    assert "strategy mix: fifo 100%" in text

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sparkqos.report import metrics
+from sparkqos.report.console import NO_STRATEGY_YET
 
 FIGURES = ("queue", "delay", "output_rate", "strategy", "classes")
 
@@ -43,7 +44,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         w = g["rowsOut"].to_numpy()
         d = g["delayMean_s"].to_numpy()
         ok = np.isfinite(d) & (w > 0)
-        mix = g["strategy"].value_counts(normalize=True)
+        mix = g["strategy"][g["strategy"] != NO_STRATEGY_YET].value_counts(normalize=True)
         out.append(
             {
                 "run": run,

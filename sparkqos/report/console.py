@@ -17,7 +17,51 @@ import numpy as np
 
 from sparkqos.report.metrics import DelayDigest
 
-__all__ = ["ClassMonitor"]
+__all__ = ["NO_STRATEGY_YET", "ClassMonitor", "catch_up_line", "ms"]
+
+#: The ``strategy`` of a progress record taken before a selector (``adaptive``) picked its first
+#: strategy: not a strategy, so not in the mix.
+NO_STRATEGY_YET = "-"
+
+
+def ms(seconds: float, width: int = 0) -> str:
+    """Seconds as milliseconds with one decimal, right-aligned in ``width``; a dash when there is
+    no figure yet (NaN: no rows).
+
+    >>> ms(0.0123, 8), ms(float("nan"), 8)
+    ('    12.3', '       -')
+    """
+    text = "-" if math.isnan(seconds) else f"{seconds * 1000:.1f}"
+    return text.rjust(width)
+
+
+def _count(n: float) -> str:
+    """``1.8 M``, ``42 k``, ``950``."""
+    for scale, unit in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def catch_up_line(progress: dict[str, Any]) -> str | None:
+    """``"catching up: 1.8 M rows behind, ETA 40 s"`` (or ``"falling behind: …"``) from a progress
+    record, None when the stream is not behind.
+
+    >>> catch_up_line({"backlogS": 300.0, "backlogRows": 1.8e6, "catchUpEtaS": 40.0})
+    'catching up: 1.8 M rows behind (300 s of stream), ETA 40 s'
+    >>> catch_up_line({"backlogS": 300.0, "backlogRows": 1.8e6, "catchUpEtaS": math.inf})
+    'falling behind: 1.8 M rows behind (300 s of stream) and not catching up'
+    >>> catch_up_line({"backlogS": 0.0, "backlogRows": 0.0, "catchUpEtaS": 0.0}) is None
+    True
+    """
+    lag, eta = progress.get("backlogS", math.nan), progress.get("catchUpEtaS", math.nan)
+    if not lag > 0 or math.isnan(eta):  # not behind, or event times merely old (a recorded trace)
+        return None
+    rows = progress.get("backlogRows", math.nan)
+    behind = f"{_count(rows)} rows behind ({lag:.0f} s of stream)" if math.isfinite(rows) else f"{lag:.0f} s behind"
+    if math.isinf(eta):
+        return f"falling behind: {behind} and not catching up"
+    return f"catching up: {behind}, ETA {eta:.0f} s"
 
 
 class ClassMonitor:
@@ -59,7 +103,8 @@ class ClassMonitor:
     def on_progress(self, p: Mapping[str, Any]) -> None:
         self.peak_queued["rows"] = max(self.peak_queued["rows"], p["queuedRows"])
         self.peak_queued["bytes"] = max(self.peak_queued["bytes"], p["queuedBytes"])
-        self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
+        if p["strategy"] != NO_STRATEGY_YET:
+            self.strategies[p["strategy"]] = self.strategies.get(p["strategy"], 0) + 1
         by_class: dict[str, list[float]] = {}
         for q in p["queries"]:
             acc = by_class.setdefault(q["klass"], [0.0, 0.0])
@@ -72,12 +117,13 @@ class ClassMonitor:
         if self.print_fn is None:
             return
         w = next((q for q in p["queries"] if q["query"] == self.watch), None)
-        w_p99 = w["delayP99_s"] * 1000 if w and not math.isnan(w["delayP99_s"]) else float("nan")
-        watched = f" ({self.watch} {w_p99:>7.1f} ms)" if self.watch else ""
+        watched = f" ({self.watch} {ms(w['delayP99_s'] if w else math.nan, 7)} ms)" if self.watch else ""
+        behind = catch_up_line(p)
         self.print_fn(
             f"[{self.clock() - self.started:6.1f}s] batch {p['batchId']:>4}  in {p['numInputRows']:>6}  "
             f"out {p['numOutputRows']:>6}  queued {p['queuedRows']:>8.0f} rows / {p['queuedBytes'] / 1e6:6.2f} MB  "
-            f"delay p99 {p['delayMsP99']:>8.1f} ms{watched}  strategy {p['strategy']}",
+            f"delay p99 {ms(p['delayMsP99'] / 1000, 8)} ms{watched}  strategy {p['strategy']}"
+            + (f"  | {behind}" if behind else ""),
             flush=True,
         )
 
@@ -100,7 +146,7 @@ class ClassMonitor:
             d = self.delays[klass]
             peak = self.peak_class.get(klass, [0.0, 0.0])
             lines.append(
-                f"{klass:<6} {d.count:>10} {d.mean * 1000:>14.1f} {d.percentile(99) * 1000:>13.1f} {d.max * 1000:>13.1f} "
+                f"{klass:<6} {d.count:>10} {ms(d.mean, 14)} {ms(d.percentile(99), 13)} {ms(d.max, 13)} "
                 f"{peak[0]:>17.0f} {peak[1] / 1e6:>15.2f}"
             )
         return "\n".join(lines)

@@ -56,6 +56,13 @@ SCHEMA = pa.schema(
         ("executorBusyFraction", pa.float64()),
         ("executorCpuS", pa.float64()),
         ("executorCores", pa.float64()),
+        # runner only: how far behind the stream is (sparkqos.runtime.intake): seconds of event
+        # time, rows, the catch-up ETA in seconds (inf: falling behind), and seconds the trigger
+        # waited for the executor before it took the batch in
+        ("backlogS", pa.float64()),
+        ("backlogRows", pa.float64()),
+        ("catchUpEtaS", pa.float64()),
+        ("intakeWaitS", pa.float64()),
     ]
 )
 

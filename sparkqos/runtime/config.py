@@ -35,6 +35,7 @@ from sparkqos import schedulers
 from sparkqos.errors import RunnerError, SparkqosError, UnknownStrategy, check_choice, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
+from sparkqos.runtime.intake import Intake
 from sparkqos.runtime.sinks import Sink
 from sparkqos.schedulers.base import Scheduler
 
@@ -113,6 +114,9 @@ class RunConfig:
     has one). ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called
     after every trigger; ``executor_args`` go to the :class:`~sparkqos.executor.loop.Executor`;
     ``checks`` decide which rows are dead letters; ``fault`` injects crashes (:func:`parse_faults`).
+    ``intake`` (:class:`~sparkqos.runtime.intake.Intake`) bounds what the queues hold: a trigger
+    waits for the executor while too many rows are queued, queued bytes beyond a limit spill to
+    disk, and the progress reports how far behind the stream is.
 
     ``continuous`` (issue 13; on by default) serves the queues on a worker thread
     between triggers too, in slices of ``slice_s`` seconds (default :data:`SLICE_S`), instead of
@@ -173,6 +177,7 @@ class RunConfig:
     top_class_s: float | None = None
     early_write_s: float | None = None
     class_shares: bool | None = None
+    intake: Intake = field(default_factory=Intake)
     #: ``fault`` parsed: injection point → batch ids.
     faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
     _strategy_class: type[Scheduler] = field(init=False, repr=False, compare=False)
@@ -200,6 +205,13 @@ class RunConfig:
         check_choice("whole_batches", self.whole_batches, (True, False), error=RunnerError)
         check_choice("continuous", self.continuous, (True, False), error=RunnerError)
         check_choice("class_shares", self.class_shares, (True, False, None), error=RunnerError)
+        if not isinstance(self.intake, Intake):
+            raise RunnerError(
+                f"intake must be a sparkqos.Intake, got {self.intake!r}",
+                parameter="intake",
+                value=self.intake,
+                expected="an Intake",
+            )
         if self.class_shares is None:
             set_("class_shares", not isinstance(self.strategy, Scheduler))
         check_number("slice_s", self.slice_s, low=0, low_open=True, none_ok=True, error=RunnerError)

@@ -119,6 +119,18 @@ class ContinuousWorker:
             self._resumed_at = time.monotonic()
             self._cond.notify_all()
 
+    def wait_while(self, busy: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait, at most ``timeout_s``, while ``busy()`` holds and the worker has work it can run
+        (checked after each slice); True if ``busy()`` still holds at the end."""
+        by = time.monotonic() + timeout_s
+        with self._cond:
+            while busy() and self._work and not self._paused and self._error is None:
+                left = by - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 1.0))
+        return busy()
+
     def take_counters(self) -> RunReport:
         """What the slices did since the last call (units, operator runs, rows consumed, busy and
         CPU seconds), and reset it."""

@@ -11,8 +11,9 @@ A trigger's record has one shape, built in one place (:meth:`ProgressReporter.re
   (seconds it served units since the last record: inside the trigger, and between triggers with
   the continuous worker), ``executorBusyFraction`` (that over the wall time since the last
   record — the first: since the trigger started), ``executorCpuS`` (CPU seconds the executor's
-  threads used meanwhile: with COS's cluster threads, more than one per second) and
-  ``executorCores`` (that over the same wall time). With the continuous worker
+  threads used meanwhile: with COS's cluster threads, more than one per second),
+  ``executorCores`` (that over the same wall time), and how far behind the stream is:
+  ``backlogS``, ``backlogRows``, ``catchUpEtaS``, ``intakeWaitS`` (:mod:`sparkqos.runtime.intake`). With the continuous worker
   ``processedRowsPerSecond`` is ``executorRows`` over that wall time too (the rows were not all
   served inside the trigger);
 * ``queries``: one row per query, exactly the row the metrics table stores
@@ -37,9 +38,10 @@ import numpy as np
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState
 from sparkqos.report import metrics
+from sparkqos.report.console import NO_STRATEGY_YET
 from sparkqos.schedulers.base import Scheduler
 
-__all__ = ["ProgressReporter", "read_progress", "record", "strategy_in_force"]
+__all__ = ["NO_STRATEGY_YET", "ProgressReporter", "read_progress", "record", "strategy_in_force"]
 
 #: Progress records kept in memory (``recentProgress``), like Spark's default.
 KEEP = 100
@@ -47,12 +49,15 @@ KEEP = 100
 
 def strategy_in_force(scheduler: Scheduler) -> tuple[str, dict[str, float]]:
     """The strategy running now and its scores: a selector (one with a ``current`` member name,
-    such as ``adaptive``) reports the member and its last decision's scores (its own name before
-    its first pick); class shares report the strategy inside each class."""
+    such as ``adaptive``) reports the member and its last decision's scores (:data:`NO_STRATEGY_YET`
+    before its first pick: no strategy has run yet); class shares report the strategy inside each
+    class."""
     current = getattr(scheduler, "current", None)
     if isinstance(current, str):
         decisions = getattr(scheduler, "decisions", [])
         return current, dict(decisions[-1]["scores"]) if decisions else {}
+    if "current" in type(scheduler).__dict__ and current is None:  # a selector that has not picked yet
+        return NO_STRATEGY_YET, {}
     inner = getattr(scheduler, "inner", None)  # class shares: the strategy that orders each class's work
     if isinstance(inner, str):
         return inner, {}
@@ -96,13 +101,16 @@ class ProgressReporter:
         cpu_s: float = math.nan,
         continuous: bool = False,
         strategy: tuple[str, dict[str, float]] | None = None,
+        backlog: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
         executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, the
         queues left in ``state``, ``busy_s`` seconds the executor worked since the last record
         (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used;
-        ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now)."""
+        ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now);
+        ``backlog``: ``backlogS``, ``backlogRows``, ``catchUpEtaS`` and ``intakeWaitS``
+        (:mod:`sparkqos.runtime.intake`)."""
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
@@ -148,6 +156,7 @@ class ProgressReporter:
             executorBusyFraction=min(1.0, busy_s / wall) if wall > 0 else math.nan,
             executorCpuS=float(cpu_s),
             executorCores=cpu_s / wall if wall > 0 else math.nan,
+            **dict(backlog or {}),
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
@@ -195,6 +204,10 @@ def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict
         "executorBusyFraction": plan_row["executorBusyFraction"],
         "executorCpuS": plan_row["executorCpuS"],
         "executorCores": plan_row["executorCores"],
+        "backlogS": plan_row["backlogS"],
+        "backlogRows": plan_row["backlogRows"],
+        "catchUpEtaS": plan_row["catchUpEtaS"],
+        "intakeWaitS": plan_row["intakeWaitS"],
         "queries": per_query,
     }
 

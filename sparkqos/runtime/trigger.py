@@ -52,6 +52,7 @@ This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` f
 from __future__ import annotations
 
 import base64
+import math
 import os
 import signal
 import sys
@@ -71,6 +72,7 @@ from sparkqos.runtime.checkpoint import CheckpointStore
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
+from sparkqos.runtime.intake import BacklogTracker, catch_up_line, warn_backlog
 from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
 from sparkqos.runtime.sinks import MemorySink, ParquetSink
 from sparkqos.schedulers.base import Scheduler
@@ -166,6 +168,8 @@ def executor_args(config: RunConfig, scheduler: Scheduler) -> dict[str, Any]:
     (``cos``: COS §4.2) one thread per core unless ``cluster_threads`` is given — its operators'
     pyarrow and numpy kernels release the GIL, so clusters really run side by side."""
     args = dict(config.executor_args)
+    if "memory_limit_bytes" not in args and config.intake.memory_limit_bytes is not None:
+        args["memory_limit_bytes"] = config.intake.memory_limit_bytes  # spill, never run out of memory
     cores = os.cpu_count() or 1
     if "cluster_threads" not in args and hasattr(scheduler, "pick_cluster") and cores > 1:
         args["cluster_threads"] = cores
@@ -247,6 +251,8 @@ class TriggerLoop:
             **executor_args(config, self.scheduler),
         )
         self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
+        self.backlog = BacklogTracker(config.intake.catch_up_lag_s)
+        self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
         #: (added by the foreachBatch function: Spark reads the source and converts), ``ingest``
@@ -333,12 +339,13 @@ class TriggerLoop:
             )
         worker = self.worker
         try:
+            admitted = self._admit()
             if worker is None:
-                return self._trigger(table, batch_id, started)
+                return self._trigger(table, batch_id, started, admitted)
             self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
             self._paused = True
             worker.pause()  # from here until resume() this thread alone touches the executor
-            progress = self._trigger(table, batch_id, started)
+            progress = self._trigger(table, batch_id, started, admitted)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
@@ -356,11 +363,54 @@ class TriggerLoop:
             self._paused = False
             self.worker.resume()
 
-    def _trigger(self, table: pa.Table, batch_id: int, started: float) -> dict[str, Any]:
+    def _admit(self) -> tuple[float, RunReport]:
+        """Back-pressure (:class:`~sparkqos.runtime.intake.Intake`): before a batch is taken in,
+        wait while more than ``max_queued_rows`` rows are queued and the executor can serve them
+        — for the continuous worker, or serving them here — for at most ``wait_s``. Returns the
+        seconds waited and what was served here. Warns when the wait ran out."""
+        intake = self.config.intake
+        served = RunReport()
+        state = self.executor.state
+        if intake.max_queued_rows is None or state.total_queued <= intake.max_queued_rows:
+            return 0.0, served
+        t0 = time.monotonic()
+
+        def over() -> bool:
+            return state.total_queued > intake.max_queued_rows
+
+        if self.worker is not None and self.worker.alive:
+            still = self.worker.wait_while(over, intake.wait_s)
+        else:
+            still = over()
+            while still and time.monotonic() - t0 < intake.wait_s:
+                report = self.executor.run(self.budget_s)
+                served.add(report)
+                still = over()
+                if report.idle:
+                    break
+        waited = time.monotonic() - t0
+        if still and waited >= intake.wait_s:
+            self._warn(
+                f"{state.total_queued:.0f} rows still queued after waiting {waited:.0f} s for the executor "
+                f"(Intake.max_queued_rows = {intake.max_queued_rows}); taking the next batch in anyway, bytes beyond "
+                "Intake.memory_limit_bytes spill to disk. Lower the source's rate or its per-trigger limit "
+                "(maxRowsPerTrigger), or give the executor more time."
+            )
+        return waited, served
+
+    def _warn(self, message: str) -> None:
+        """A :class:`~sparkqos.runtime.intake.BacklogWarning`, at most every ``Intake.warn_every_s``."""
+        now = time.monotonic()
+        if now - self._warned_at >= self.config.intake.warn_every_s:
+            self._warned_at = now
+            warn_backlog(f"sparkqos {self.config.name!r}: {message}")
+
+    def _trigger(self, table: pa.Table, batch_id: int, started: float, admitted: tuple[float, RunReport]) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         t0 = time.perf_counter()
         rows_in = table.num_rows
         dead = None
+        newest = math.nan
         if rows_in:
             schema = self.compiled.sources[self.stream]
             good, dead = self.checks.split(self._conform(table), schema, batch_id)
@@ -370,17 +420,25 @@ class TriggerLoop:
                     f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)"
                 )
             if good.num_rows:
-                self.executor.ingest(self.stream, good, arrival=self._arrivals(good, started))
+                arrivals = self._arrivals(good, started)
+                self.executor.ingest(self.stream, good, arrival=arrivals)
+                if self.arrival_col is not None:
+                    newest = float(np.max(arrivals))
         self.phase_s["ingest"] += time.perf_counter() - t0
+        waited, admit_report = admitted
+        backlog = {**self.backlog.observe(started, rows_in, newest), "intakeWaitS": waited}
+        if math.isinf(backlog["catchUpEtaS"]):
+            self._warn(f"{catch_up_line(backlog)}: the executor does not keep up with the stream")
         self._fault("after_ingest", batch_id)
         served = self.worker.take_counters() if self.worker is not None else RunReport()
+        served.add(admit_report)
         if self.worker is None:
             report = self.executor.run(self.budget_s)
         else:
             report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
         served.add(report)
-        return self._commit(batch_id, started, rows_in, served, dead)
+        return self._commit(batch_id, started, rows_in, served, dead, backlog)
 
     def _serve_by_class(self, budget_s: float) -> RunReport:
         """In a continuous trigger: serve what is queued, class by class from the highest
@@ -506,7 +564,13 @@ class TriggerLoop:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _commit(
-        self, batch_id: int, started: float, rows_in: int, served: RunReport, dead: pa.Table | None = None
+        self,
+        batch_id: int,
+        started: float,
+        rows_in: int,
+        served: RunReport,
+        dead: pa.Table | None = None,
+        backlog: dict[str, float] | None = None,
     ) -> dict[str, Any]:
         """Write what the executor produced since the last trigger (``served``: what it did
         meanwhile), checkpoint, and report batch ``batch_id``."""
@@ -579,6 +643,7 @@ class TriggerLoop:
             state=queued,
             scheduler=self.scheduler,
             strategy=strategy,
+            backlog=backlog,
         )
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)

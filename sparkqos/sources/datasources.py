@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition, SimpleDataSourceStreamReader
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sparkqos.errors import SourceError
 from sparkqos.sim.arrivals import flow_on_rate
@@ -64,6 +64,11 @@ def register(spark) -> None:
 #: Offset phases while the query starts (see the module docstring), in order.
 WARMUP, READY, STARTED = "warmup", "ready", "started"
 
+#: Rows one micro-batch takes at most unless ``maxRowsPerTrigger`` says otherwise (0: no limit).
+#: After downtime the stream time missed is read in batches of at most this many rows, so a
+#: resumed query catches up at a bounded rate instead of taking the whole gap at once.
+MAX_ROWS_PER_TRIGGER = 100_000
+
 
 class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets ``{"origin_us", "t_us", "seed"}`` (plus ``phase`` while warming up, see the module
@@ -78,13 +83,23 @@ class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.duration_us = None if duration is None else int(round(duration * US))
         cap = opts.number("maxSecondsPerTrigger", None)
         self.cap_us = None if cap is None else max(1, int(round(cap * US)))
+        self.max_rows = opts.integer("maxRowsPerTrigger", MAX_ROWS_PER_TRIGGER, low=0) or None
+        self.clock_offset_us = int(round((opts.number("clockOffset", 0.0, low=None)) * US))
         self.partitions_n = opts.integer("numPartitions", 1)
         seed = opts.integer("seed", None, low=0)
         self.seed = seed
         self._target_wall_us: int | None = None
 
+    def _now_us(self) -> int:
+        """The wall clock as this source sees it (``clockOffset`` seconds added: simulated downtime in tests)."""
+        return _now_us() + self.clock_offset_us
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRowsPerTrigger`` (default :data:`MAX_ROWS_PER_TRIGGER`) as Spark's admission control spells it."""
+        return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
+
     def initialOffset(self) -> dict:
-        origin = self.start_us if self.start_us is not None else _now_us()
+        origin = self.start_us if self.start_us is not None else self._now_us()
         seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
         offset = {"origin_us": origin, "t_us": 0, "seed": seed}
         if self.warmup and self.start_us is None:
@@ -92,23 +107,24 @@ class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target_wall_us = _now_us()
+        self._target_wall_us = self._now_us()
 
     def _end_us(self, start: dict) -> int | None:
         """Stream time where the stream ends (None: endless)."""
         return self.duration_us
 
-    def latestOffset(self, start: dict, limit=None) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit | None = None) -> dict:
         # The engine may pass ReadAllAvailable; maxSecondsPerTrigger is the user's explicit cap and
         # still applies (under availableNow the query then takes several batches to the target).
+        # ``limit`` None (the simple reader's own call) means this reader's default read limit.
         phase = start.get("phase", STARTED)
         if phase != STARTED and self._target_wall_us is None and not math.isinf(self.speed):
             if phase == WARMUP:  # an empty batch: Spark starts its job, workers and callback on it
                 return {**start, "phase": READY}
             # Spark is up: stream time runs from now on, from where it stands (an empty batch).
-            origin = _now_us() - int(start["t_us"] / self.speed)
+            origin = self._now_us() - int(start["t_us"] / self.speed)
             return {**start, "origin_us": origin, "phase": STARTED}
-        wall = _now_us() if self._target_wall_us is None else self._target_wall_us
+        wall = self._now_us() if self._target_wall_us is None else self._target_wall_us
         end = self._end_us(start)
         if math.isinf(self.speed):
             t = end
@@ -118,7 +134,34 @@ class _TimeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 t = min(t, end)
         if self.cap_us is not None:
             t = min(t, start["t_us"] + self.cap_us)
+        max_rows = self.max_rows if limit is None else getattr(limit, "max_rows", None)
+        if max_rows is not None and t > start["t_us"]:
+            t = self._row_cut(start, t, max_rows)
         return {**start, "t_us": max(start["t_us"], t)}
+
+    def _row_cut(self, start: dict, t_us: int, max_rows: int) -> int:
+        """The end of the longest range [start, end) up to ``t_us`` with at most ``max_rows`` rows.
+        Rows are counted on their timestamps only (:meth:`_arrival_us`), over a window of about
+        twice the stream time ``max_rows`` rows take at the mean rate, so planning costs the same
+        however far behind the stream is."""
+        t0 = start["t_us"]
+        window = self._window_us(max_rows)
+        end = t_us if window is None else min(t_us, t0 + window)
+        ts = self._arrival_us(start, t0, end)
+        return end if len(ts) <= max_rows else int(ts[max_rows])
+
+    def _window_us(self, max_rows: int) -> int | None:
+        """Stream time that holds about ``2 * max_rows`` rows at the mean rate (None: no bound)."""
+        rate = self.mean_rate()
+        return None if rate is None else max(US, int(2 * max_rows / rate * US))
+
+    def mean_rate(self) -> float | None:
+        """Mean rows per second of stream time, when the source has one (a recorded trace has none)."""
+        return None
+
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        """Stream times (µs, sorted) of the rows in [t0, t1)."""
+        raise NotImplementedError
 
     def _slices(self, start: dict, end: dict) -> list[tuple[int, int]]:
         t0, t1 = start["t_us"], end["t_us"]
@@ -215,6 +258,12 @@ class _BurstyReader(_TimeReader):
         if end["seed"] in self._generators:
             self._generators[end["seed"]].prune(end["t_us"] // US - 1)
 
+    def mean_rate(self) -> float | None:
+        return self.rate
+
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        return self._generator(start["seed"]).arrivals(t0, t1)[1]
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value
         on_rate = flow_on_rate(self.rate, self.flows, self.on_scale, self.off_scale)
@@ -243,6 +292,12 @@ class _PoissonReader(_TimeReader):
             InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"], "seed": start["seed"]})
             for t0, t1 in self._slices(start, end)
         ]
+
+    def mean_rate(self) -> float | None:
+        return self.params["rate"]
+
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        return PoissonGenerator(**self.params, seed=start["seed"]).arrivals(t0, t1)[1]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value
@@ -310,6 +365,9 @@ class _ReplayReader(_TimeReader):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [InputPartition({"t0": t0, "t1": t1, "origin": start["origin_us"]}) for t0, t1 in self._slices(start, end)]
 
+    def _arrival_us(self, start: dict, t0: int, t1: int) -> np.ndarray:
+        return np.sort(self.trace.range(t0, t1)[1])
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         p = partition.value
         rows, offsets = self.trace.range(p["t0"], p["t1"])
@@ -326,7 +384,19 @@ class _ReplayReader(_TimeReader):
 class ReplaySource(_TimeSource):
     """``spark.readStream.format("sparkqos.replay").option("path", ...)``: a recorded trace at its own pace or scaled."""
 
-    _known = {"path", "format", "timestampColumn", "speed", "retime", "start", "maxSecondsPerTrigger", "numPartitions", "warmup"}
+    _known = {
+        "path",
+        "format",
+        "timestampColumn",
+        "speed",
+        "retime",
+        "start",
+        "maxSecondsPerTrigger",
+        "maxRowsPerTrigger",
+        "clockOffset",
+        "numPartitions",
+        "warmup",
+    }
 
     @classmethod
     def name(cls) -> str:

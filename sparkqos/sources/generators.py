@@ -104,7 +104,7 @@ class _Options:
         v = self.values.get(key.lower())
         return None if v is None else str(v).strip()
 
-    def number(self, key: str, default: float | None, low: float = 0.0, strict: bool = True) -> float | None:
+    def number(self, key: str, default: float | None, low: float | None = 0.0, strict: bool = True) -> float | None:
         raw = self._raw(key)
         if raw is None:
             return default
@@ -159,7 +159,19 @@ class _Options:
         return default if raw is None else raw
 
 
-_COMMON = {"rate", "seed", "payload", "zones", "start", "duration", "maxSecondsPerTrigger", "numPartitions", "warmup"}
+_COMMON = {
+    "rate",
+    "seed",
+    "payload",
+    "zones",
+    "start",
+    "duration",
+    "maxSecondsPerTrigger",
+    "maxRowsPerTrigger",
+    "clockOffset",
+    "numPartitions",
+    "warmup",
+}
 
 
 def _now_us() -> int:

@@ -13,10 +13,13 @@ executor never calls it. Use it for experiments; real queries are real code.
 
 from __future__ import annotations
 
+import functools
 import json
+from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
 
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import ArgumentError, PlanError, check_number
@@ -25,26 +28,34 @@ from sparkqos.executor.operators import Synthetic
 __all__ = ["synthetic"]
 
 
-def _keep(key: Column, op: Synthetic) -> Column:
-    p = F.lit(op.MODULUS)
-    seed = F.lit(op.seed % op.MODULUS)
-    h = F.pmod(F.pmod(F.abs(key.cast("long")), p) * F.lit(op.A1) + seed, p)
-    h = F.pmod(h * h + F.lit(op.A2), p)
-    h = F.pmod(h * h + seed, p)
-    return key.isNotNull() & (h < F.lit(op.threshold))
+def _keep(key: str, op: Synthetic, is_long: bool = False) -> Column:
+    """The executor's keep/drop hash over column ``key`` as one SQL expression: one call into
+    the JVM, where the same hash built from Column functions took about 25 per operator (a second
+    of start-up per hundred operators). ``is_long``: the column is a bigint already (no cast)."""
+    p, seed = op.MODULUS, op.seed % op.MODULUS
+    name = "`" + key.replace("`", "``") + "`"
+    x = name if is_long else f"CAST({name} AS BIGINT)"
+    h = f"pmod(pmod(abs({x}), {p}) * {op.A1} + {seed}, {p})"
+    h = f"pmod({h} * {h} + {op.A2}, {p})"
+    h = f"pmod({h} * {h} + {seed}, {p})"
+    return F.expr(f"{name} IS NOT NULL AND {h} < {op.threshold}")
 
 
-def _spend(cost_s: float):
-    """A pandas UDF that spends ``cost_s`` seconds of CPU per row and keeps every row."""
+def _burn_rows(key, cost_s):  # pandas Series in (the key, the cost per row), Series out
+    from sparkqos.executor.operators.synthetic import _burn
+
+    if len(key):
+        _burn(float(cost_s.iloc[0]) * len(key))
+    return key.notna() | key.isna()
+
+
+@functools.lru_cache(maxsize=4)
+def _spend(session: SparkSession) -> Any:
+    """A pandas UDF spending its second argument's seconds of CPU per row, keeping every row: one
+    per session for every operator (a UDF per operator sent its function to the JVM once each)."""
     from pyspark.sql.functions import pandas_udf
 
-    def spend(key):  # pandas Series in, Series out
-        from sparkqos.executor.operators.synthetic import _burn
-
-        _burn(cost_s * len(key))
-        return key.notna() | key.isna()
-
-    return pandas_udf(spend, "boolean")
+    return pandas_udf(_burn_rows, "boolean")
 
 
 def synthetic(df: DataFrame, selectivity: float, cost_s: float = 0.0, seed: int = 0, key: str = "") -> DataFrame:
@@ -60,15 +71,16 @@ def synthetic(df: DataFrame, selectivity: float, cost_s: float = 0.0, seed: int 
     check_number("selectivity", selectivity, low=0, high=1, error=PlanError, where="synthetic ")
     check_number("cost_s", cost_s, low=0, error=PlanError, where="synthetic ")
     check_number("seed", seed, integer=True, low=0, error=PlanError, where="synthetic ")
-    if not isinstance(key, str) or key not in df.columns:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if not isinstance(key, str) or key not in fields:
         raise ArgumentError(
-            f"synthetic needs key= naming an integer column of the DataFrame, got {key!r}; columns are {df.columns}",
+            f"synthetic needs key= naming an integer column of the DataFrame, got {key!r}; columns are {list(fields)}",
             parameter="key",
             value=key,
         )
     op = Synthetic(selectivity, cost_s, seed, key)
     marker = SYNTHETIC_MARKER + json.dumps({"selectivity": selectivity, "cost_s": cost_s, "seed": seed, "key": key})
-    keep = _keep(F.col(key), op)
+    keep = _keep(key, op, isinstance(fields[key], LongType))
     if cost_s > 0:
-        keep = keep & _spend(cost_s)(F.col(key))
+        keep = keep & _spend(df.sparkSession)(F.col(key), F.lit(float(cost_s)))
     return df.where(keep & F.lit(marker).isNotNull())

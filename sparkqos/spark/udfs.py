@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from sparkqos.compile.nodes import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
 
 __all__ = ["PickledFunction", "read_udfs"]
@@ -71,6 +72,32 @@ def _command_bytes(func: Any) -> bytes:
     return bytes(command.unsafeArray())  # ArraySeq.ofByte (Spark 4)
 
 
+def _subtree_end(exprs: list[dict[str, Any]], start: int) -> int:
+    """Where the expression starting at ``start`` of a pre-order list ends."""
+    need, i = 1, start
+    while need and i < len(exprs):
+        need += int(exprs[i].get("num-children", 0)) - 1
+        i += 1
+    return i
+
+
+def _is_synthetic(entry: dict[str, Any]) -> bool:
+    """Whether a plan entry is a ``sparkqos.synthetic`` filter (``hash AND marker IS NOT NULL``),
+    which the compiler runs as its own operator: the UDF in its hash spends CPU for Spark's own
+    run of the transform only, so sparkqos never calls it and need not read it."""
+    cond = entry.get("condition")
+    if not str(entry.get("class", "")).endswith(".Filter") or not isinstance(cond, list) or len(cond) < 4:
+        return False
+    if not str(cond[0].get("class", "")).endswith(".And") or _subtree_end(cond, 1) != len(cond) - 2:
+        return False
+    test, literal = cond[-2], cond[-1]
+    return (
+        str(test.get("class", "")).endswith(".IsNotNull")
+        and str(literal.get("class", "")).endswith(".Literal")
+        and str(literal.get("value", "")).startswith(SYNTHETIC_MARKER)
+    )
+
+
 def read_udfs(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``{"udfs": {result expression id: PickledFunction}}`` for every PythonUDF of ``jvm_plan``
     (nothing under Spark Connect, where ``jvm_plan`` is None); ``plan_json`` is that plan's JSON
@@ -84,9 +111,10 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[
     # Walking every expression over Py4J costs a round trip each (seconds per query on the
     # experiments' plans). The plan's JSON, one call, lists its nodes in pre-order, each with its
     # own expressions (children are separate entries): only the nodes whose entry names a
-    # PythonUDF are walked. An entry that does not match its node (class name) is walked anyway.
+    # PythonUDF are walked, but for synthetic operators' filters. An entry that does not match its
+    # node (class name) is walked anyway.
     entries = plan_json if plan_json is not None else json.loads(jvm_plan.toJSON())
-    has_udf = ["PythonUDF" in json.dumps(e) for e in entries]
+    has_udf = ["PythonUDF" in json.dumps(e) and not _is_synthetic(e) for e in entries]
     if not any(has_udf):
         return {}
     found: dict[int, PickledFunction] = {}

@@ -1,0 +1,136 @@
+"""Bounded intake: how much a trigger takes in, and how far behind the stream is.
+
+A source bounds what one micro-batch reads (the built-in sources' ``maxRowsPerTrigger``, Kafka's
+``maxOffsetsPerTrigger``, a file source's ``maxFilesPerTrigger``). Whatever the source, the trigger
+loop bounds what sits in the executor's queues (:class:`Intake`):
+
+* **back-pressure**: a trigger does not ingest while more than ``max_queued_rows`` rows are queued;
+  it waits (at most ``wait_s``) for the executor to serve them. Spark starts no new micro-batch
+  while ``foreachBatch`` runs, so what is not yet taken in stays in the source (stream time not yet
+  read, Kafka offsets not yet consumed) instead of in memory;
+* **spill**: queued bytes in memory above ``memory_limit_bytes`` spill to Arrow IPC files
+  (:class:`~sparkqos.executor.state.ExecutorState`), so one oversized batch costs disk, not an
+  out-of-memory error;
+* **a warning** (:class:`BacklogWarning`, at most every ``warn_every_s``) when the executor cannot
+  keep up: the wait ran out with the queues still over the bound, or the stream falls further
+  behind trigger after trigger.
+
+:class:`BacklogTracker` reads how far behind the stream is from the event times of the batches
+(any source with an event-time column): the lag is the wall clock minus the newest event time
+taken in; while it exceeds ``catch_up_lag_s`` the stream is catching up, at the speed event time
+advances per wall second minus one, so the ETA is lag / (speed − 1), and the rows behind are the
+lag times the rows per second of event time the recent batches carried.
+
+This module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+from sparkqos.errors import RunnerError, check_number
+from sparkqos.report.console import catch_up_line
+
+__all__ = ["BacklogTracker", "BacklogWarning", "Intake", "catch_up_line", "warn_backlog"]
+
+
+class BacklogWarning(UserWarning):
+    """The executor does not keep up with what the stream delivers (see :mod:`sparkqos.runtime.intake`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Intake:
+    """What a trigger may take in (see the module docstring).
+
+    ``max_queued_rows``: a trigger waits, up to ``wait_s`` seconds, for the executor to bring the
+    rows queued over all queries' queues under this before it ingests (None: never waits); so the
+    peak queued is at most this plus one batch times the queries reading the stream.
+    ``memory_limit_bytes``: queued bytes in memory beyond it spill to disk (None: never; an
+    ``executor_args`` value wins). ``catch_up_lag_s``: an event-time lag beyond it is reported as
+    catching up. ``warn_every_s``: least seconds between two :class:`BacklogWarning`.
+
+    >>> Intake().max_queued_rows, Intake(max_queued_rows=None).max_queued_rows
+    (200000, None)
+    """
+
+    max_queued_rows: int | None = 200_000
+    wait_s: float = 30.0
+    memory_limit_bytes: int | None = 1 << 30
+    catch_up_lag_s: float = 5.0
+    warn_every_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        check_number("max_queued_rows", self.max_queued_rows, low=1, integer=True, none_ok=True, error=RunnerError)
+        check_number("memory_limit_bytes", self.memory_limit_bytes, low=0, integer=True, none_ok=True, error=RunnerError)
+        for name in ("wait_s", "catch_up_lag_s", "warn_every_s"):
+            check_number(name, getattr(self, name), low=0, error=RunnerError)
+
+
+class BacklogTracker:
+    """How far behind the stream is, trigger after trigger (module docstring).
+
+    :meth:`observe` takes each batch's wall time, row count and newest event time (epoch seconds;
+    NaN when the stream has no event time) and returns ``backlogS`` (0 when the lag is under
+    ``catch_up_lag_s``), ``backlogRows`` and ``catchUpEtaS``: finite while the lag shrinks, inf once
+    it has grown for :attr:`GROWING` batches in a row, NaN otherwise (a constant lag: event times
+    that are merely old, as a trace replayed with its recorded timestamps). Batches without rows
+    say nothing about the lag (a quiet source is not behind).
+
+    >>> t = BacklogTracker(catch_up_lag_s=5.0)
+    >>> t.observe(1000.0, 500, 700.0)["backlogS"]  # 300 s behind
+    300.0
+    >>> b = t.observe(1001.0, 500, 710.0)  # 10 s of stream per wall second: 9 s of lag gone
+    >>> b["backlogS"], round(b["catchUpEtaS"]), b["backlogRows"]
+    (291.0, 32, 14550.0)
+    """
+
+    #: Consecutive batches of growing lag after which the stream is falling behind.
+    GROWING = 8
+    #: Event seconds per wall second above which the lag counts as shrinking.
+    CATCHING_UP = 1.05
+    #: Smoothing weight of the speed and row-rate estimates (old · w + new · (1 − w), eq 3.1).
+    W = 0.75
+
+    def __init__(self, catch_up_lag_s: float = 5.0):
+        self.catch_up_lag_s = catch_up_lag_s
+        self._last: tuple[float, float] | None = None  # (wall, newest event time)
+        self._speed = math.nan  # event seconds per wall second
+        self._rate = math.nan  # rows per event second
+        self.growing = 0  # consecutive batches after which the lag grew
+
+    def _smooth(self, old: float, new: float) -> float:
+        return new if math.isnan(old) else old * self.W + new * (1 - self.W)
+
+    def observe(self, wall: float, rows: int, newest_event: float) -> dict[str, float]:
+        if not rows or not math.isfinite(newest_event):
+            return {"backlogS": 0.0, "backlogRows": 0.0, "catchUpEtaS": 0.0}
+        last = self._last
+        if last is not None and newest_event > last[1] and wall > last[0]:
+            span = newest_event - last[1]
+            self._speed = self._smooth(self._speed, span / (wall - last[0]))
+            self._rate = self._smooth(self._rate, rows / span)
+            lag_before = last[0] - last[1]
+            self.growing = self.growing + 1 if wall - newest_event > lag_before + 1e-9 else 0
+        self._last = (wall, max(newest_event, last[1]) if last is not None else newest_event)
+        return self._behind(wall)
+
+    def _behind(self, wall: float) -> dict[str, float]:
+        assert self._last is not None
+        lag = wall - self._last[1]
+        if lag < self.catch_up_lag_s:
+            return {"backlogS": 0.0, "backlogRows": 0.0, "catchUpEtaS": 0.0}
+        rows = lag * self._rate if math.isfinite(self._rate) else math.nan
+        if self.growing >= self.GROWING:
+            eta = math.inf
+        elif self._speed > self.CATCHING_UP:
+            eta = lag / (self._speed - 1)
+        else:
+            eta = math.nan
+        return {"backlogS": lag, "backlogRows": rows, "catchUpEtaS": eta}
+
+
+def warn_backlog(message: str) -> None:
+    """Issue a :class:`BacklogWarning` (the caller throttles)."""
+    warnings.warn(message, BacklogWarning, stacklevel=3)
