@@ -71,7 +71,7 @@ def cast(qc: Any, node: Node, rel: Rel) -> Expr:
     child = qc.expr(node.children[0], rel)
     src = child.check(rel.schema, qc.query)
     if not (pa.types.is_decimal(src) or (to is not None and pa.types.is_decimal(to))):
-        return qc.cast(node, rel)
+        return qc.cast(node, rel, child)
     if to is None or not decimal_cast_supported(src, to):
         raise qc.unsupported(
             f"Spark function 'cast' from {src} to {node.fields['dataType']}",

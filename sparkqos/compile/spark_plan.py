@@ -378,9 +378,10 @@ class _QueryCompiler:
         name = _FUNCTION_NAMES.get(cls, cls)
         raise self.unsupported(f"Spark function {name!r}")
 
-    def cast(self, node: Node, rel: Rel) -> Expr:
-        """Spark's ``cast`` of ``node``'s child (:func:`cast_supported` says which)."""
-        child = self.expr(node.children[0], rel)
+    def cast(self, node: Node, rel: Rel, child: Expr | None = None) -> Expr:
+        """Spark's ``cast`` of ``node``'s child (:func:`cast_supported` says which); ``child``: that
+        child already compiled."""
+        child = self.expr(node.children[0], rel) if child is None else child
         to = spark_type(node.fields["dataType"])
         src = child.check(rel.schema, self.query)
         if to is None or not cast_supported(src, to):
