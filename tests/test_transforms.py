@@ -486,8 +486,8 @@ def test_stream_equals_spark_on_the_static_data(spark_sql, sensor_trace, tmp_pat
 def test_stream_checks_transforms_before_starting(spark_sql, sensor_trace, tmp_path):
     sources.register(spark_sql)
     streaming = spark_sql.readStream.format("sparkqos.replay").option("path", str(sensor_trace)).load()
-    with pytest.raises(UnsupportedTransform, match="Aggregate"):
-        sparkqos.stream(streaming, {"counts": lambda d: d.groupBy("zone").count()}, checkpoint=tmp_path)
+    with pytest.raises(UnsupportedTransform, match="collect_list"):  # groupBy("zone").count() runs (update mode)
+        sparkqos.stream(streaming, {"lists": lambda d: d.groupBy("zone").agg(F.collect_list("ts"))}, checkpoint=tmp_path)
     with pytest.raises(UnsupportedTransform, match="Sort.*orderBy"):
         sparkqos.stream(streaming, {"sorted": lambda d: d.where("sensor_id > 1").orderBy("ts")}, checkpoint=tmp_path)
     assert not spark_sql.streams.active

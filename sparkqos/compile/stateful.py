@@ -25,6 +25,7 @@ distinct aggregates, expressions over aggregates and other aggregate functions r
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
@@ -139,10 +140,15 @@ def _window_params(qc: Any, child: Node) -> tuple[int, int, int]:
     return size, slide, start
 
 
+def _text(node: Node) -> str:
+    """The JSON of ``node``'s fields and its children's, as one string."""
+    return json.dumps(node.fields, default=str) + "".join(_text(k) for k in node.children)
+
+
 def _window_input(qc: Any, child: Node) -> tuple[Node, Node]:
     found = _rewrite(child)
     if found is None:
-        if _find(child, "TimestampAddInterval") is not None:  # session_window's rewrite: end = ts + gap
+        if "TimestampAddInterval" in _text(child):  # session_window's rewrite: end = ts + gap
             raise qc.unsupported(
                 "Spark function 'session_window'", "sparkqos runs tumbling and sliding windows, window(ts, ...), natively"
             )
@@ -175,14 +181,15 @@ def aggregate(qc: Any, node: Node) -> Rel:
     else:
         base = qc.relation(node.children[0])
     names = dict(base.attrs)
+    is_window = [g.cls == "AttributeReference" and _eid(g) == window_id for g in grouping]
     keys: list[str] = []
-    for g in grouping:
-        if windows and g is windows[0]:
+    for g, w in zip(grouping, is_window, strict=True):
+        if w:
             continue
         if g.cls != "AttributeReference" or _eid(g) not in names:
             raise qc.unsupported("a groupBy key that is an expression", "add it with withColumn and group by its name")
         keys.append(names[_eid(g)])
-    key_ids = {_eid(g): names[_eid(g)] for g in grouping if not (windows and g is windows[0])}
+    key_ids = {_eid(g): names[_eid(g)] for g, w in zip(grouping, is_window, strict=True) if not w}
     aggs, out_attrs, order, extra = _aggregates(qc, node, base, names, key_ids, window_id)
     if extra:
         cols = [Col(n) for _, n in base.attrs] + [Alias(e, n) for n, e in extra]
