@@ -92,7 +92,6 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int) -> dict:
 def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int) -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
-    from sparkqos.runtime.config import AVAILABLE_NOW
     from sparkqos.runtime.sinks import read_parquet_sink
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
     from sparkqos.workloads.sensors import SENSOR_CLASSES
@@ -103,7 +102,7 @@ def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int) -> dict:
         sensor_transforms(),
         classes=SENSOR_QUERY_CLASSES,
         priorities=SENSOR_CLASSES,
-        trigger_s=AVAILABLE_NOW,
+        trigger=sparkqos.Trigger(availableNow=True),
         checkpoint=out / "_checkpoint",
         output=out,
         name="throughput",

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                         source(),
                         compiled,
                         strategy=kind,
-                        trigger_s="available_now",
+                        trigger=sparkqos.Trigger(availableNow=True),
                         budget_s=600.0,
                         checkpoint=run_dir / "ckpt",
                         output=run_dir,

@@ -60,6 +60,16 @@ BURST_FACTOR = 2.0
 OVERHEAD = 0.05
 #: Evaluation period of the adaptive selector: every two time units (thesis §6.1).
 PERIOD = 2.0
+#: The adaptive selector's settings this module runs with (its command line's defaults).
+SELECTOR = {
+    "decay": 0.98,
+    "spread": "strategies",
+    "age_unit": "picks",
+    "delay_signal": "little",
+    "memory_signal": "release",
+    "sharpness": 3.0,
+    "explore": 0.05,
+}
 
 #: The six QoS settings of thesis §6.3–6.5: (label, [(statistic, direction, weight), ...]).
 SETTINGS = [
@@ -237,14 +247,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--period", type=float, default=PERIOD)
-    ap.add_argument("--decay", type=float, default=0.98)
-    ap.add_argument("--spread", default="strategies")
-    ap.add_argument("--delay-signal", default="little", choices=["outputs", "little"])
-    ap.add_argument("--memory-signal", default="release", choices=["release", "level"])
-    ap.add_argument("--sharpness", type=float, default=3.0, help="roulette slices ∝ score^k (1: the thesis)")
-    ap.add_argument("--explore", type=float, default=0.05, help="share of the wheel spread evenly (0: the thesis)")
+    ap.add_argument("--decay", type=float, default=SELECTOR["decay"])
+    ap.add_argument("--spread", default=SELECTOR["spread"])
+    ap.add_argument("--delay-signal", default=SELECTOR["delay_signal"], choices=["outputs", "little"])
+    ap.add_argument("--memory-signal", default=SELECTOR["memory_signal"], choices=["release", "level"])
+    ap.add_argument("--sharpness", type=float, default=SELECTOR["sharpness"], help="roulette slices ∝ score^k (1: the thesis)")
+    ap.add_argument("--explore", type=float, default=SELECTOR["explore"], help="share of the wheel spread evenly (0: the thesis)")
     ap.add_argument("--overhead", type=float, default=OVERHEAD, help="start-up time per operator run")
-    ap.add_argument("--age-unit", default="picks")
+    ap.add_argument("--age-unit", default=SELECTOR["age_unit"])
     ap.add_argument("--candidates", default=",".join(CANDIDATES), help="adaptive's candidates in table 1.3")
     ap.add_argument("--table", default="all", choices=["all", "6.2", "6.3", "1.3"])
     ap.add_argument("--plan", default="filters,join")

@@ -31,9 +31,11 @@ ROOT = kit.ROOT
 SCHEMA = {
     "job": kit.job_section("sensor_monitor"),
     "source": {
-        "format": Key(str, "bursty", choices=("bursty", "poisson", "replay")),
+        "format": Key(
+            str, "bursty", "the source: bursty ON/OFF flows, Poisson, or a recorded file", choices=("bursty", "poisson", "replay")
+        ),
         "rate": Key(float, 4000.0, "mean rows per second", low=0, low_open=True),
-        "seed": Key(int, 7),
+        "seed": Key(int, 7, "seed of the generated rows (the same seed, the same stream)"),
         "flows": Key(int, 64, "ON/OFF flows (bursty)", low=1),
         "off_scale": Key(float, 8.0, "minimum OFF period, seconds (bursty)", low=0, low_open=True),
         "path": Key(str, "", "recorded file (replay)"),
@@ -97,11 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
     from sparkqos.workloads.sensors import SENSOR_CLASSES
 
-    spark = kit.session(cfg["job"]["name"])
+    name = cfg["job"]["name"]
+    print(f"{name}: starting Spark …", flush=True)
+    spark = kit.session(name)
     sources.register(spark)
     df = spark.readStream.format(f"sparkqos.{cfg['source']['format']}").options(**source_options(cfg)).load()
     qcfg = cfg["queries"]
     queries = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
+    print(f"{name}: compiling {len(queries)} queries …", flush=True)
     monitor = ClassMonitor(SENSOR_QUERY_CLASSES, watch="fire", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
     handle = sparkqos.stream(
         df,

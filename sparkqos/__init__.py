@@ -6,6 +6,20 @@ strategy), ``sparkqos.run`` (a finite one through the executor), the query API (
 depend on each other: docs/ARCHITECTURE.md.
 """
 
+import sys as _sys
+
+try:  # the one clear message when this Python lacks what sparkqos runs on (not a traceback from deep inside)
+    import numpy as _numpy  # noqa: F401
+    import pyarrow as _pyarrow  # noqa: F401
+except ImportError as _exc:
+    _missing = (
+        f"sparkqos needs numpy and pyarrow, which {_sys.executable} cannot import ({_exc}); run it with the Python "
+        "sparkqos is installed in (e.g. .venv/bin/python -m sparkqos), or pip install sparkqos into this one"
+    )
+    if _sys.argv[:1] == ["-m"]:  # python -m sparkqos: one line on stderr, exit status 1
+        raise SystemExit(f"sparkqos: {_missing}") from None
+    raise ImportError(_missing) from None
+
 from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
 from sparkqos.adaptive import QosSpec
 from sparkqos.compile import QuerySet, avg, col, count, lit, max_, min_, sum_
@@ -14,6 +28,7 @@ from sparkqos.errors import (
     ConfigError,
     ExpressionError,
     PlanError,
+    PythonWorkerError,
     QosSpecError,
     RunnerError,
     SchedulerError,
@@ -21,12 +36,14 @@ from sparkqos.errors import (
     SinkError,
     SourceError,
     SparkqosError,
+    TriggerError,
     UdfError,
     UnknownStrategy,
     UnsupportedTransform,
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
+from sparkqos.runtime.config import Continuous, ExecutorOptions, Input, RunConfig, Storage, StrategyConfig, Trigger
 from sparkqos.runtime.intake import BacklogWarning, Intake
 
 __version__ = "0.1.0"
@@ -34,7 +51,9 @@ __version__ = "0.1.0"
 
 def stream(df, queries, **kwargs):
     """Serve ``queries`` over the streaming DataFrame ``df`` with a sparkqos strategy; ``.start()``
-    gives the StreamingQuery. The options are :class:`sparkqos.runtime.config.RunConfig`'s fields."""
+    gives the StreamingQuery. The options are :class:`sparkqos.runtime.config.RunConfig`'s parts
+    (``storage=``, ``strategy=``, ``trigger=``, ``executor=``, ``continuous=``, ``intake=``...) and
+    their shorthands (``checkpoint=``, ``output=``, ``trigger_s=``, ``budget_s=``...)."""
     from sparkqos.spark.runner import stream as _stream  # Spark-side code loads only when used
 
     return _stream(df, queries, **kwargs)
@@ -48,7 +67,7 @@ def synthetic(df, selectivity, cost_s=0.0, seed=0, key=""):
     return _synthetic(df, selectivity, cost_s, seed, key)
 
 
-def run(df, queries, strategy="fifo", **kwargs):
+def run(df, queries, strategy="adaptive", **kwargs):
     """Every query's output (a dict of pyarrow Tables) on the finite DataFrame ``df``, computed
     by the executor under ``strategy``; ``queries`` maps query name → PySpark transform. The
     options are :func:`sparkqos.spark.transforms.run`'s."""
@@ -61,12 +80,21 @@ __all__ = [
     "BacklogWarning",
     "CheckpointError",
     "ConfigError",
+    "Continuous",
+    "ExecutorOptions",
+    "Input",
+    "RunConfig",
+    "Storage",
+    "StrategyConfig",
+    "Trigger",
+    "TriggerError",
     "ExpressionError",
     "Intake",
     "Operator",
     "OperatorPath",
     "Plan",
     "PlanError",
+    "PythonWorkerError",
     "QosSpec",
     "QosSpecError",
     "Query",

@@ -102,11 +102,30 @@ class CheckpointCorrupt(CheckpointError):
 
 
 class ConfigError(SparkqosError, ValueError):
-    """A job configuration (TOML file or --set override) is malformed: unknown key, wrong type, bad value."""
+    """A configuration is malformed: unknown key, wrong type, bad value (a job's TOML file or
+    --set override, a run's or an executor's options)."""
 
 
-class RunnerError(SparkqosError, ValueError):
-    """The streaming runner was configured wrongly."""
+class RunnerError(ConfigError):
+    """The streaming runner was configured or used wrongly."""
+
+
+class TriggerError(RunnerError):
+    """A trigger given as PySpark spells it breaks one of its rules; ``error_class`` names the
+    rule as PySpark does (``ONLY_ALLOW_SINGLE_TRIGGER``, ``VALUE_NOT_TRUE``, ``VALUE_NOT_POSITIVE``)."""
+
+    def __init__(self, *args: Any, error_class: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.error_class = error_class
+
+
+class ExecutorOptionError(ArgumentError, RunnerError):
+    """An executor option (:class:`~sparkqos.executor.options.ExecutorOptions`) is out of range."""
+
+
+class PythonWorkerError(SparkqosError, RuntimeError):
+    """Spark's Python workers cannot run sparkqos (another interpreter, or one without sparkqos,
+    pyarrow or numpy): the message says what they run, what they lack and what to set."""
 
 
 class UnsupportedTransform(SparkqosError, ValueError):

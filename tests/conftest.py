@@ -97,13 +97,15 @@ def _await_end(query, timeout_s: float, what: str, stop: Callable[[], None] | No
 
 def stream_to_end(df, queries: Mapping[str, Any], checkpoint: Path, timeout_s: float = 180.0, **options: Any):
     """Serve ``queries`` with ``sparkqos.stream(df, queries, **options)`` until ``df``, a finite
-    replay, ends (``trigger_s="available_now"``), then drain with ``finish()``; returns the
+    replay, ends (``trigger=Trigger(availableNow=True)``), then drain with ``finish()``; returns the
     :class:`~sparkqos.runtime.sinks.MemorySink` holding every query's rows."""
     import sparkqos
     from sparkqos.runtime.sinks import MemorySink
 
     sink = MemorySink()
-    handle = sparkqos.stream(df, queries, trigger_s="available_now", checkpoint=checkpoint, sink=sink, **options)
+    handle = sparkqos.stream(
+        df, queries, trigger=sparkqos.Trigger(availableNow=True), checkpoint=checkpoint, sink=sink, **options
+    )
     _await_end(handle.start(), timeout_s, "sparkqos.stream", stop=handle.stop)
     handle.finish()
     return sink

@@ -171,7 +171,12 @@ def main(out: str) -> None:
     sources.register(spark)
     stream = spark.readStream.format("sparkqos.replay").option("path", str(trace)).option("speed", "max").load()
     handle = sparkqos.stream(
-        stream, queries, strategy="fifo", trigger_s="available_now", checkpoint=base / "ckpt", output=base / "out"
+        stream,
+        queries,
+        strategy="fifo",
+        trigger=sparkqos.Trigger(availableNow=True),
+        checkpoint=base / "ckpt",
+        output=base / "out",
     )
     handle.start().awaitTermination()
     handle.finish()

@@ -82,7 +82,12 @@ def classic(spark, trace, tmp_path_factory) -> dict[str, pa.Table]:
         .load()
     )
     handle = sparkqos.stream(
-        df, sensor_queries(work_us=0), strategy="chain", trigger_s="available_now", checkpoint=out / "ckpt", output=out
+        df,
+        sensor_queries(work_us=0),
+        strategy="chain",
+        trigger=sparkqos.Trigger(availableNow=True),
+        checkpoint=out / "ckpt",
+        output=out,
     )
     handle.start().awaitTermination()
     handle.finish()
@@ -105,7 +110,7 @@ def test_the_batch_function_pickles_to_configuration_only(spark, trace, tmp_path
     fn = BatchFunction(handle.loop.compiled, handle.config, handle.loop)
     copy = cloudpickle.loads(cloudpickle.dumps(fn))
     assert copy._loop is None and copy.config.on_progress is None
-    assert copy.config.checkpoint == handle.config.checkpoint and copy.loop is not handle.loop
+    assert copy.config.storage.checkpoint == handle.config.storage.checkpoint and copy.loop is not handle.loop
     assert fn.loop is handle.loop  # classic: the driver feeds the handle's own loop
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from sparkqos.errors import ArgumentError, RunnerError
 from sparkqos.executor.loop import Executor
-from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, RunConfig
+from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, Continuous, RunConfig
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, read_parquet_sink
 from sparkqos.runtime.trigger import TriggerLoop, classes_by_priority, top_class
 from sparkqos.workloads.sensors import sensor_queries
@@ -403,10 +403,11 @@ def test_continuous_options_are_checked(tmp_path, options, parameter):
 
 
 def test_continuous_option_defaults(tmp_path):
-    assert RunConfig(checkpoint=tmp_path).continuous is True  # on by default (issue 13's measurements)
-    assert RunConfig(checkpoint=tmp_path).trigger_s == 0.25
+    assert RunConfig(checkpoint=tmp_path).continuous == Continuous()  # on by default (README's measurements)
+    assert RunConfig(checkpoint=tmp_path, continuous=False).continuous is None
+    assert RunConfig(checkpoint=tmp_path).interval_s == 0.25
     config = RunConfig(checkpoint=tmp_path, trigger_s=2.0)
-    assert config.effective_slice_s == SLICE_S
+    assert config.continuous.slice_s == SLICE_S
     assert config.effective_top_class_s == pytest.approx(0.2)
     assert RunConfig(checkpoint=tmp_path, slice_s=1, top_class_s=0).effective_top_class_s == 0.0
 

@@ -112,7 +112,7 @@ def _one_filter(n_rows: int):
     qs = QuerySet()
     s = qs.stream("s", {"v": pa.int64()})
     s.where(col("v") >= 0).select("v").sink("q")
-    ex = Executor(qs.build(), Scripted(), clock=ticking())
+    ex = Executor(qs.build(), Scripted(), clock=ticking(), whole_batches=False)  # fig 4.1's rule, exact
     ex.ingest("s", pa.record_batch({"v": pa.array(range(n_rows), pa.int64())}))
     return ex
 
@@ -127,7 +127,14 @@ def test_workload_rule_fig_4_1_ratio_and_threshold():
     ex = _one_filter(100)
     ex.scheduler.units = [Unit("operator", ("q/1:where",))]
     assert ex.run(max_units=1).rows_consumed == 100
-    ex = Executor(_one_filter(0).compiled, Scripted([Unit("operator", ("q/1:where",))]), clock=ticking(), ratio=0.5, threshold=10)
+    ex = Executor(
+        _one_filter(0).compiled,
+        Scripted([Unit("operator", ("q/1:where",))]),
+        clock=ticking(),
+        ratio=0.5,
+        threshold=10,
+        whole_batches=False,
+    )
     ex.ingest("s", pa.record_batch({"v": list(range(100))}))
     assert ex.run(max_units=1).rows_consumed == 50
 

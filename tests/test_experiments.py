@@ -242,3 +242,37 @@ def test_chain_memory_verdict_calls_a_tie_a_tie():
     assert verdict("mix", {"chain": 8000, "fifo": 9600, "greedy": 7700}, [6000, 7800, 6100]).startswith("[HELD] mix")
     assert verdict("mix", {"chain": 9000, "fifo": 9600, "greedy": 7700}, [6000, 7800, 6100]).startswith("[NOT HELD] mix")
     assert verdict("flat", {"chain": 3000, "fifo": 3300}, [2000, 2005]).startswith("[INCONCLUSIVE] flat: every strategy served")
+
+
+def test_claims_table_takes_each_traces_majority_and_both_traces_for_held(tmp_path):
+    """jobs/experiments/claims.py: a cell is median [min–max] of the verdicts' measures with the
+    repetitions that held; a claim is held only when both traces' majorities hold it, not held
+    when both do not, inconclusive otherwise; a simulator-only claim takes the simulator's."""
+    claims = _load(ROOT / "jobs" / "experiments" / "claims.py", "claims_under_test")
+    held = lambda m: C.Verdict("pc lowest", "HELD", f"ratio {m}", m, "Fig. 2")  # noqa: E731
+    not_held = lambda m: C.Verdict("pc lowest", "NOT HELD", f"ratio {m}", m, "Fig. 2")  # noqa: E731
+    records = [("Jiang §5", "bursty", v) for v in (held(0.9), held(0.95), not_held(1.1))]
+    records += [("Jiang §5", "vessels", v) for v in (not_held(1.2), not_held(1.3), held(0.99))]
+    records += [("Jiang Th. 3", "simulator", C.Verdict("segment ≤ chain", "HELD", "1 passed", None, "Theorem 3"))]
+    rows = claims.build_rows(records)
+    assert [(r["section"], r["verdict"]) for r in rows] == [("Jiang §5", "inconclusive"), ("Jiang Th. 3", "held")]
+    assert rows[0]["bursty"] == "0.95 [0.90–1.10], held 2/3"
+    assert rows[0]["vessels"] == "1.20 [0.99–1.30], held 1/3"
+    assert rows[0]["reason"].startswith("bursty: ratio 0.95; vessels: ratio 1.2")
+    both = claims.build_rows([("S", t, held(0.5)) for t in claims.TRACES])
+    assert both[0]["verdict"] == "held"
+    text = claims.markdown(rows, "note")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{claims.BEGIN}\nold\n{claims.END}\nrest\n")
+    claims.write_readme(readme, text)
+    assert readme.read_text() == f"intro\n{claims.BEGIN}\n{text}{claims.END}\nrest\n"
+
+
+def test_report_shows_the_claims_table_without_metrics(tmp_path):
+    from sparkqos.report import render
+
+    row = {"section": "CQC §5", "claim": "A: cqc < hr", "paper": "9.4x", "simulator": "13.2, held 1/1"}
+    row |= {"bursty": "7.0 [6.1–8.0], held 3/3", "vessels": "not run", "verdict": "inconclusive", "reason": "bursty: H 7x"}
+    (tmp_path / "claims.json").write_text(__import__("json").dumps({"note": "generated", "rows": [row]}))
+    page = render(tmp_path, title="claims").read_text()
+    assert "The papers' claims" in page and "CQC §5: A: cqc &lt; hr" in page and "7.0 [6.1–8.0], held 3/3" in page

@@ -137,6 +137,7 @@ def test_console_lines_show_a_dash_not_nan_and_the_mix_lists_strategies_only():
     m.on_progress({**base, "batchId": 1, "delayMsP99": 12.0, "strategy": "fifo", "queries": [query], **behind})
     text = "\n".join(lines) + m.summary(elapsed_s=1.0)
     assert "nan" not in text.lower()
-    assert "delay p99        - ms (fire       - ms)" in lines[0]
-    assert lines[1].endswith("| catching up: 1.8 M rows behind (300 s of stream), ETA 40 s")
+    assert lines[0] == "first micro-batch 0.0s after start-up began"
+    assert "delay p99        - ms (fire       - ms)" in lines[1]
+    assert lines[2].endswith("| catching up: 1.8 M rows behind (300 s of stream), ETA 40 s")
     assert "strategy mix: fifo 100%" in text

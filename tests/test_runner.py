@@ -21,6 +21,7 @@ from chispa import assert_df_equality
 from sparkqos import sources
 from sparkqos.compile import QuerySet
 from sparkqos.executor.expressions import avg, col, count, max_
+from sparkqos.runtime.config import Trigger
 from sparkqos.runtime.sinks import ParquetSink, read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, stream
 from sparkqos.spark.translate import plan_to_spark, stamped_inputs
@@ -104,7 +105,7 @@ def chain_stream(replay_df, out, **options) -> QosStream:
         replay_df(),
         sensor_queries(),
         strategy="chain",
-        trigger_s="available_now",
+        trigger=Trigger(availableNow=True),
         budget_s=0.001,
         whole_batches=False,
         checkpoint=out / "ckpt",
@@ -141,7 +142,7 @@ def test_adaptive_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path)
             replay_df(),
             sensor_queries(),
             strategy="adaptive",
-            trigger_s="available_now",
+            trigger=Trigger(availableNow=True),
             budget_s=0.001,
             whole_batches=False,
             checkpoint=tmp_path / "ckpt",
@@ -258,7 +259,7 @@ def test_listener_sees_sparkqos_metrics(spark, replay_df, tmp_path):
         replay_df(),
         sensor_queries(),
         strategy="fifo",
-        trigger_s="available_now",
+        trigger=Trigger(availableNow=True),
         checkpoint=tmp_path / "ckpt",
         output=tmp_path,
         name="listened",
@@ -330,7 +331,7 @@ def test_continuous_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_pat
             replay_df(),
             sensor_queries(),
             strategy="chain",
-            trigger_s="available_now",
+            trigger=Trigger(availableNow=True),
             budget_s=0.001,
             continuous=True,
             checkpoint=tmp_path / "ckpt",
@@ -353,7 +354,7 @@ def test_the_main_jobs_queries_give_the_same_rows_continuous_or_not(replay_df, t
                 replay_df(),
                 main_job_queries(work_us=20.0, window_s=5.0),
                 strategy="adaptive",
-                trigger_s="available_now",
+                trigger=Trigger(availableNow=True),
                 budget_s=0.005,
                 continuous=continuous,
                 checkpoint=out / "ckpt",

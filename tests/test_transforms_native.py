@@ -26,8 +26,8 @@ import sparkqos
 from sparkqos import schedulers
 from sparkqos.errors import UnsupportedTransform
 from sparkqos.executor import Executor
+from sparkqos.executor.expressions.numeric import printed, spark_round
 from sparkqos.executor.loop import replay as replay_plan
-from sparkqos.executor.numeric import printed, spark_round
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
 from tests.conftest import replay, stream_to_end

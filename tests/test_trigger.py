@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from sparkqos.errors import RunnerError, UnknownStrategy
-from sparkqos.runtime.config import RunConfig, parse_faults
+from sparkqos.runtime.config import RunConfig, Trigger, parse_faults
 from sparkqos.runtime.deadletter import RowChecks, read_dead_letters
 from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.runtime.trigger import TriggerLoop
@@ -247,16 +247,20 @@ def test_run_config_rejects_garbage_naming_the_key(tmp_path, options, error, par
 
 def test_run_config_defaults_and_normalisation(tmp_path):
     cfg = RunConfig(checkpoint=str(tmp_path), output=str(tmp_path / "out"), trigger_s=2)
-    assert (cfg.strategy, cfg.trigger_s, cfg.interval_s) == ("adaptive", 2.0, 2.0)
-    assert cfg.budget_s is None and cfg.effective_budget_s == 2.0
-    assert cfg.checkpoint == tmp_path and cfg.output == tmp_path / "out"
-    assert (cfg.name, cfg.keep_checkpoints, cfg.whole_batches) == ("sparkqos", 3, True)
-    now = RunConfig(checkpoint=tmp_path, trigger_s="available_now")
+    assert (cfg.strategy.name, cfg.trigger.processingTime, cfg.interval_s) == ("adaptive", 2.0, 2.0)
+    assert cfg.executor.budget_s is None and cfg.effective_budget_s == 2.0
+    assert cfg.storage.checkpoint == tmp_path and cfg.storage.output == tmp_path / "out"
+    assert (cfg.name, cfg.storage.keep_checkpoints, cfg.executor.whole_batches) == ("sparkqos", 3, True)
+    now = RunConfig(checkpoint=tmp_path, trigger=Trigger(availableNow=True))
     assert now.interval_s is None and now.effective_budget_s == 1.0
+    with pytest.warns(DeprecationWarning, match="availableNow"):
+        assert RunConfig(checkpoint=tmp_path, trigger_s="available_now").trigger == now.trigger
     with pytest.raises(AttributeError):
-        cfg.trigger_s = 5.0  # frozen
+        cfg.trigger = Trigger(processingTime=5.0)  # frozen
+    with pytest.raises(AttributeError):
+        cfg.trigger.processingTime = 5.0  # its parts too
     with pytest.raises(TypeError):
-        cfg.strategy_params["x"] = 1  # read-only
+        cfg.strategy.params["x"] = 1  # read-only
 
 
 def test_loop_checks_what_depends_on_the_plan(tmp_path):

@@ -58,7 +58,7 @@ SCRIPT = textwrap.dedent(
     df = (spark.readStream.format("sparkqos.replay").option("path", str(here / "trace.parquet"))
           .option("speed", "max").option("maxSecondsPerTrigger", "5").load())
     handle = sparkqos.stream(df, sensor_queries(work_us=0), strategy="adaptive", qos="balanced",
-                             trigger_s="available_now", checkpoint=here / "ckpt", output=here / "out")
+                             trigger=sparkqos.Trigger(availableNow=True), checkpoint=here / "ckpt", output=here / "out")
     handle.start().awaitTermination()
     handle.finish()
     archived = pq.read_table(here / "out" / "outputs" / "query=archive")

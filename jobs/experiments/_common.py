@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkqos.model.plan import Operator, Plan
-from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.config import DEFAULT_TRIGGER_S, ExecutorOptions, StrategyConfig
 
 US = 1_000_000
 #: Trace origin (epoch µs); replays retime it to the wall clock.
@@ -294,7 +295,7 @@ def run_sparkqos(
     name: str,
     input_rows: int,
     trace_s: float,
-    trigger_s: float = RunConfig.trigger_s,
+    trigger_s: float = DEFAULT_TRIGGER_S,
     budget_s: float | None = None,
     strategy_params: Mapping[str, Any] | None = None,
     qos: Any = None,
@@ -334,20 +335,16 @@ def run_sparkqos(
         dict(transforms),
         classes=dict(classes),
         priorities=dict(priorities),
-        strategy=strategy,
-        strategy_params=dict(strategy_params or {}),
-        qos=qos,
+        strategy=StrategyConfig(strategy, params=dict(strategy_params or {}), qos=qos, class_shares=False),
         trigger_s=trigger_s,
-        budget_s=budget_s,
         checkpoint=ckpt,
         output=out,
         sink=ParquetSink(out / "outputs" / name),
         name=name,
         on_progress=stats.on_progress,
         on_delays=stats.on_delays,
-        executor_args=executor_args,
+        executor=ExecutorOptions.of(budget_s=budget_s, **dict(executor_args or {})),
         continuous=continuous,
-        class_shares=False,
         top_class_s=serve_s,  # without class shares the strategy in force serves then too
     )
     plan = handle.loop.compiled.plan
@@ -613,7 +610,7 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
     ap.add_argument(
         "--trigger",
         type=float,
-        default=defaults.get("trigger", RunConfig.trigger_s),
+        default=defaults.get("trigger", DEFAULT_TRIGGER_S),
         help="micro-batch interval, s (default: the library's); the trigger sets the floor under every delay",
     )
     ap.add_argument("--budget", type=float, default=defaults.get("budget", 0.0), help="executor s per trigger; 0 = trigger")
@@ -733,14 +730,40 @@ def run_experiment(
     return results, rows
 
 
-def verdict_line(claim: str, held: bool, detail: str) -> str:
-    """``[HELD] claim: detail`` or ``[NOT HELD] claim: detail``."""
-    return f"[{'HELD' if held else 'NOT HELD'}] {claim}: {detail}"
+@dataclass(frozen=True)
+class Verdict:
+    """One claim's outcome in one run: ``status`` HELD, NOT HELD or INCONCLUSIVE, the measured
+    ``detail``, the one number it rests on (``measure``, e.g. a ratio) and the paper's figure."""
+
+    claim: str
+    status: str
+    detail: str
+    measure: float | None = None
+    paper: str = ""
+
+    @property
+    def line(self) -> str:
+        return f"[{self.status}] {self.claim}: {self.detail}"
 
 
-def verdict(claim: str, held: bool, detail: str) -> str:
+#: Every verdict made in this process, in order: jobs/experiments/claims.py reads them after each
+#: experiment's ``main`` instead of parsing printed lines.
+RECORDED: list[Verdict] = []
+
+
+def verdict_line(
+    claim: str, held: bool, detail: str, *, measure: float | None = None, paper: str = "", status: str | None = None
+) -> str:
+    """``[HELD] claim: detail`` or ``[NOT HELD] claim: detail`` (``status`` INCONCLUSIVE overrides
+    ``held``); recorded in :data:`RECORDED` with its ``measure`` and the ``paper``'s figure."""
+    v = Verdict(claim, status or ("HELD" if held else "NOT HELD"), detail, measure, paper)
+    RECORDED.append(v)
+    return v.line
+
+
+def verdict(claim: str, held: bool, detail: str, **kw: Any) -> str:
     """:func:`verdict_line`, printed."""
-    line = verdict_line(claim, held, detail)
+    line = verdict_line(claim, held, detail, **kw)
     print(line, flush=True)
     return line
 

@@ -20,6 +20,7 @@ burst, so a burst's work waits in sparkqos's queues in the order the strategy le
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -114,22 +115,35 @@ def memory_verdict(plan: str, mean_q: dict[str, float], queued: list[float]) -> 
     """
     best = min(mean_q, key=mean_q.get)
     others = ", ".join(f"{s} {v:.0f}" for s, v in mean_q.items())
+    claim = f"{plan}: chain has the least mean memory (rows in the system)"
+    others_least = min(v for s, v in mean_q.items() if s != "chain") if len(mean_q) > 1 else math.nan
+    ratio = mean_q["chain"] / others_least if others_least > 0 else math.nan
+    paper = "chain least memory (§6)"
     if max(mean_q.values()) == 0 or max(queued) - min(queued) <= 0.01 * max(queued):
         # Every strategy left the same rows queued at each trigger's end: only the batch just
         # read, so the order of work never showed in memory.
-        return (
-            f"[INCONCLUSIVE] {plan}: every strategy served its queues down to the batch just read at each trigger "
-            f"(raise --load): {others}"
+        return C.verdict_line(
+            claim,
+            False,
+            f"every strategy served its queues down to the batch just read at each trigger (raise --load): {others}",
+            measure=ratio,
+            paper=paper,
+            status="INCONCLUSIVE",
         )
     if max(mean_q.values()) <= TIE * mean_q[best]:
         # All within the margin: chain may be last and still "within 5% of the best"; calling that
         # a win for chain (as this verdict once did, on chain's 3251 against rr's 3116) says more
         # than the run showed.
-        return f"[INCONCLUSIVE] {plan}: every strategy is within {TIE - 1:.0%} of the least (raise --load): {others}"
+        return C.verdict_line(
+            claim,
+            False,
+            f"every strategy is within {TIE - 1:.0%} of the least (raise --load): {others}",
+            measure=ratio,
+            paper=paper,
+            status="INCONCLUSIVE",
+        )
     held = best == "chain" or mean_q["chain"] <= TIE * mean_q[best]
-    return C.verdict_line(
-        f"{plan}: chain has the least mean memory (rows in the system)", held, f"mean rows in the system {others}"
-    )
+    return C.verdict_line(claim, held, f"mean rows in the system {others}", measure=ratio, paper=paper)
 
 
 def main(argv=None) -> int:

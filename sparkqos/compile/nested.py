@@ -1,5 +1,5 @@
 """Structs, arrays and ``explode`` in a transform's plan → the executor's nested expressions
-(:mod:`sparkqos.executor.nested`) and its :class:`~sparkqos.executor.operators.Generate`.
+(:mod:`sparkqos.executor.expressions.nested`) and its :class:`~sparkqos.executor.operators.Generate`.
 
 ``F.col("window.start")`` after a windowed aggregation, ``F.col("s.a")`` and
 ``F.col("s").getField("a")`` reach the analyzer as ``GetStructField`` (an ordinal and a name);
@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
-from sparkqos.executor.nested import REGEX_META, GetField, MakeArray, MakeStruct, Split
+from sparkqos.executor.expressions.nested import REGEX_META, GetField, MakeArray, MakeStruct, Split
 from sparkqos.executor.operators import Generate
 
 #: Spark's generators sparkqos runs: class name → (with a position column, as the SQL name).

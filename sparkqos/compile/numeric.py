@@ -1,4 +1,4 @@
-"""Rounding and decimals in a transform's plan → :mod:`sparkqos.executor.numeric`.
+"""Rounding and decimals in a transform's plan → :mod:`sparkqos.executor.expressions.numeric`.
 
 ``F.round(x, 2)`` / ``F.bround(x, -1)`` reach the analyzer as ``Round`` / ``BRound`` with a
 literal scale, on integers and floats. Decimal literals (``selectExpr("distance * 1.609")``,
@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from sparkqos.compile.nodes import Node, Rel, spark_type
 from sparkqos.executor.expressions import Expr, Lit, SqlArith
-from sparkqos.executor.numeric import (
+from sparkqos.executor.expressions.numeric import (
     DecimalArith,
     DecimalCast,
     Round,
@@ -45,7 +45,7 @@ def round_(qc: Any, node: Node, rel: Rel) -> Round:
     if pa.types.is_decimal(t):
         raise qc.unsupported(f"Spark function {fn!r} of a decimal", "cast it to double first")
     value = scale.fields.get("value")
-    legacy = (qc.context.get("java_version") or 21) < 19  # JDK 17's Double.toString (executor/numeric.py)
+    legacy = (qc.context.get("java_version") or 21) < 19  # JDK 17's Double.toString (executor/expressions/numeric.py)
     return Round(x, None if value is None else int(value), half_even=fn == "bround", legacy=legacy)
 
 

@@ -59,7 +59,7 @@ from sparkqos.executor.expressions import (
     cast_supported,
     spark_cast,
 )
-from sparkqos.executor.numeric import decimal_value
+from sparkqos.executor.expressions.numeric import decimal_value
 from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import with_internal
@@ -74,7 +74,7 @@ _PASS_THROUGH = {"SubqueryAlias", "Repartition", "RepartitionByExpression", "Eve
 #: Plan nodes sparkqos runs.
 _OPERATORS = {"__source__", "Filter", "Project", "Union", *_PASS_THROUGH}
 
-#: What users wrote, for the plan nodes sparkqos does not run yet (phase 2 of issue 14).
+#: What users wrote, for the plan nodes sparkqos does not run, named in UnsupportedTransform.
 _OPERATION_HINTS = {
     "Aggregate": "groupBy/agg",
     "Join": "join",

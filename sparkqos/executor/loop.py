@@ -27,76 +27,25 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkqos.errors import ArgumentError, SchedulerError, SchemaMismatch, check_number
+from sparkqos.errors import ArgumentError, ExecutorOptionError, SchedulerError, SchemaMismatch, check_number
+from sparkqos.executor.clusters import AGAIN, ClusterThreads, Crew, Pick, RunReport
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.operators import PhysicalOperator
+from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.executor.queues import RATIO, THRESHOLD, BatchQueue, stamp, workload
+from sparkqos.executor.queues import BatchQueue, stamp, workload
 from sparkqos.executor.state import ExecutorState
 from sparkqos.model.state import Unit
-from sparkqos.model.stats import DEFAULT_WEIGHT, StatisticsGatherer
-from sparkqos.schedulers.base import Scheduler
+from sparkqos.model.stats import StatisticsGatherer
+from sparkqos.schedulers.base import ClusterScheduler, Scheduler
 
 EMIT = "__emit"
-
-#: What a pick returns when it found no work yet: the run loop takes another turn.
-_AGAIN = object()
-
-
-@dataclass
-class RunReport:
-    """What one call of :meth:`Executor.run` did."""
-
-    units: int = 0
-    operator_runs: int = 0
-    rows_consumed: int = 0
-    seconds: float = 0.0
-    idle: bool = False
-    #: CPU seconds the executor's threads used meanwhile (``time.thread_time`` of the calling
-    #: thread, or the sum over the cluster threads): over ``seconds`` it is the cores the run used.
-    cpu_s: float = 0.0
-
-    def add(self, other: RunReport) -> None:
-        """Add ``other``'s counts and times to this report (``idle`` is left alone)."""
-        self.units += other.units
-        self.operator_runs += other.operator_runs
-        self.rows_consumed += other.rows_consumed
-        self.seconds += other.seconds
-        self.cpu_s += other.cpu_s
-
-
-class _Crew:
-    """What the cluster threads of one run share; read and written under the executor's lock
-    (``cond``)."""
-
-    __slots__ = ("cond", "report", "busy", "stop", "stuck")
-
-    def __init__(self, cond: threading.Condition, report: RunReport):
-        self.cond = cond
-        self.report = report
-        self.busy = 0  # threads running a unit
-        self.stop = False
-        self.stuck = 0  # turns in a row with work queued and no cluster offering it
-
-    def halt(self, idle: bool = False) -> None:
-        """Stop every thread (the caller holds the lock)."""
-        self.stop = True
-        self.report.idle = self.report.idle or idle
-        self.cond.notify_all()
-
-    def done(self) -> None:
-        """A thread finished its unit: the others may find work now."""
-        with self.cond:
-            self.busy -= 1
-            self.cond.notify_all()
 
 
 class Executor:
@@ -104,31 +53,18 @@ class Executor:
 
     ``clock`` gives the time in seconds (``time.monotonic``; inject a fake clock for
     deterministic tests): arrival stamps, emit times, operator costs and budgets use it.
-    ``ratio`` / ``threshold`` are fig 4.1's workload rule for units without a quota;
-    ``tolerance`` how far a smoothed estimate must move before strategies see it;
-    ``stats_period`` the statistics window (thesis: one second); ``starvation_limit`` how many
-    consecutive picks of an operator with no work are tolerated (thesis §3.2.4).
-    ``whole_batches`` rounds fig 4.1's amount up to whole queued batches for single-input
-    operators (fewer, larger kernel calls; the rule stays exact when False, the default).
+    ``options`` (or its fields as keywords) are the
+    :class:`~sparkqos.executor.options.ExecutorOptions`: fig 4.1's workload rule, whole
+    batches, statistics, starvation, overload and cluster threads.
 
     Unit kinds: ``operator`` runs one operator for its quota; ``path`` / ``segment`` run each
     operator once bottom-up, or with ``carry`` feed each operator exactly what the one below
     produced. ``cluster`` units run like a path, one operator after the other in this thread.
 
-    ``cluster_threads`` (> 0, for a strategy with ``clusters`` / ``pick_cluster``, i.e. COS §4.2)
-    runs each cluster in its own thread instead (at most that many threads; with more clusters,
-    thread i serves clusters i, i + threads, …). A thread whose clusters have nothing runnable
-    takes the next unit of another thread's cluster rather than wait (counted in
-    ``stolen_units``): COS's clusters are rarely equal in work — on the cos experiment's 50
-    operators one thread's clusters held 79% of the CPU — and without it the other thread sat
-    idle. An operator never runs in two threads at once (a running operator is not runnable), so
-    this changes only which thread runs a unit, not the order within its cluster. A thread
-    picks a unit under the executor's lock, runs the operator holding only that operator's lock
-    (so a queue is never read and written at once: producers push into it, and strategies scan
-    it, under the same lock) and books the run under the executor's lock again. Lock order is always executor lock
-    then operator lock, and an operator's lock is never held while waiting for the executor's.
+    ``cluster_threads`` > 0 (a :class:`~sparkqos.schedulers.base.ClusterScheduler`, i.e. COS
+    §4.2) runs each cluster in its own thread instead (:mod:`sparkqos.executor.clusters`).
 
-    Overload (issue 8): with ``memory_limit_bytes`` the bytes queued in memory stay under the
+    Overload: with ``memory_limit_bytes`` the bytes queued in memory stay under the
     limit — the newest batches of the fullest queues spill to Arrow IPC files in ``spill_dir``
     (default: a temporary folder) and are read back in order when they reach the head of their
     queue; with ``shed=True`` they are dropped instead and counted per query in
@@ -140,17 +76,8 @@ class Executor:
         compiled: CompiledPlan,
         scheduler: Scheduler | str,
         clock: Callable[[], float] = time.monotonic,
-        ratio: float = RATIO,
-        threshold: int = THRESHOLD,
-        w: float = DEFAULT_WEIGHT,
-        tolerance: float = 0.2,
-        stats_period: float = 1.0,
-        starvation_limit: int = 100,
-        whole_batches: bool = False,
-        memory_limit_bytes: int | None = None,
-        spill_dir: str | None = None,
-        shed: bool = False,
-        cluster_threads: int = 0,
+        options: ExecutorOptions | None = None,
+        **option_values: Any,
     ):
         if isinstance(scheduler, str):
             from sparkqos import schedulers  # a registry name: its default parameters
@@ -161,39 +88,31 @@ class Executor:
             raise ArgumentError(
                 f"scheduler must be {expected}, got {scheduler!r}", parameter="scheduler", value=scheduler, expected=expected
             )
-        check_number("memory_limit_bytes", memory_limit_bytes, integer=True, low=0, none_ok=True)
-        if shed and memory_limit_bytes is None:
-            raise ArgumentError(
-                "shed=True needs memory_limit_bytes (what to shed beyond)",
-                parameter="memory_limit_bytes",
-                value=None,
-                expected="an integer >= 0 when shed=True",
-            )
-        check_number("cluster_threads", cluster_threads, integer=True, low=0)
-        if cluster_threads and not hasattr(scheduler, "pick_cluster"):
+        options = ExecutorOptions.of(options, **option_values) if option_values or options is None else options
+        cluster_threads = options.cluster_threads or 0
+        if cluster_threads and not isinstance(scheduler, ClusterScheduler):
             expected = "a strategy with clusters (cos)"
-            raise ArgumentError(
+            raise ExecutorOptionError(
                 f"cluster_threads needs {expected}, got {scheduler!r}", parameter="scheduler", value=scheduler, expected=expected
             )
-        check_number("ratio", ratio, low=0, low_open=True, high=1, where="workload ")
-        check_number("threshold", threshold, integer=True, low=0, where="workload ")
-        check_number("tolerance", tolerance, low=0)
-        check_number("stats_period", stats_period, low=0, low_open=True)
-        check_number("starvation_limit", starvation_limit, integer=True, low=1)
+        self.options = options
         self.compiled = compiled
         self.plan = compiled.plan
         self.scheduler = scheduler
         self.clock = clock
-        self.ratio, self.threshold = ratio, threshold
-        self.whole_batches = bool(whole_batches)
-        self.stats_period = stats_period
-        self.starvation_limit = starvation_limit
-        self.state = ExecutorState(compiled, clock, w, tolerance, memory_limit_bytes, spill_dir, shed)
+        self.ratio, self.threshold = options.ratio, options.threshold
+        self.whole_batches = options.whole_batches
+        self.stats_period = options.stats_period
+        self.starvation_limit = options.starvation_limit
+        self.state = ExecutorState(
+            compiled, clock, options.w, options.tolerance, options.memory_limit_bytes, options.spill_dir, options.shed
+        )
         self.cluster_threads = cluster_threads
         self._deadline: float | None = None  # end of the current run's budget (see _time_cap)
         self._lock = threading.RLock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._threads: ClusterThreads | None = None
         if cluster_threads:
+            self._threads = ClusterThreads(cluster_threads, self._lock)
             self.state.locks = {name: threading.RLock() for name in self.plan.names}
         self._ops: dict[str, PhysicalOperator] = compiled.operators
         self._targets: dict[str, list[tuple[str, int]]] = {s: [] for s in self.plan.streams}
@@ -213,8 +132,11 @@ class Executor:
         self._outputs: dict[str, list[tuple[pa.RecordBatch, float]]] = {q: [] for q in compiled.roots}
         self._next_window: float | None = None
         self.starved_picks = 0
-        #: Units a cluster thread took from another thread's clusters (``cluster_threads``).
-        self.stolen_units = 0
+
+    @property
+    def stolen_units(self) -> int:
+        """Units a cluster thread took from another thread's clusters (``cluster_threads``)."""
+        return 0 if self._threads is None else self._threads.stolen_units
 
     def _ordered_output(self, name: str) -> bool:
         if name not in self._ordered:
@@ -284,30 +206,33 @@ class Executor:
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self, budget_s: float | None = None, max_units: int | None = None, stop: threading.Event | None = None) -> RunReport:
-        """Serve units until ``budget_s`` seconds pass, ``max_units`` units ran, ``stop`` is set
-        (checked between units, never during one: another thread pauses the run this way at a safe
-        point), or nothing can run. With a budget, no operator run is sized beyond what its measured
-        cost fits in the time left (the workload threshold aside), so one run cannot overrun the
-        budget by much."""
-        self._deadline = None if budget_s is None else self.clock() + budget_s
-        try:
-            return self._run(budget_s, max_units, stop)
-        finally:
-            self._deadline = None
-
-    def _run(self, budget_s: float | None, max_units: int | None, stop: threading.Event | None = None) -> RunReport:
+        """Serve units the strategy picks until ``budget_s`` seconds pass, ``max_units`` units ran,
+        ``stop`` is set (checked between units, never during one: another thread pauses the run
+        this way at a safe point), or nothing can run. With a budget, no operator run is sized
+        beyond what its measured cost fits in the time left (the workload threshold aside), so
+        one run cannot overrun the budget by much."""
         clock = self.clock
         start = clock()
+        self._deadline = None if budget_s is None else start + budget_s
         self._open_window(start)
         report = RunReport()
-        if self.cluster_threads:
-            self._run_clusters(start, budget_s, max_units, report, stop)
-        else:
-            cpu0 = time.thread_time()
-            try:
-                self._loop(start, budget_s, max_units, report, self._serial_pick(report), stop=stop)
-            finally:
-                report.cpu_s += time.thread_time() - cpu0
+        try:
+            if self._threads is not None:
+                self._threads.run(
+                    self.scheduler,
+                    self.state,
+                    report,
+                    self.starvation_limit,
+                    lambda pick, crew: self._turns(start, budget_s, max_units, report, pick, crew, stop),
+                )
+            else:
+                cpu0 = time.thread_time()
+                try:
+                    self._turns(start, budget_s, max_units, report, self._serial_pick(report), stop=stop)
+                finally:
+                    report.cpu_s += time.thread_time() - cpu0
+        finally:
+            self._deadline = None
         report.seconds = clock() - start
         return report
 
@@ -361,21 +286,21 @@ class Executor:
         report.seconds = clock() - start
         return report
 
-    def _loop(
+    def _turns(
         self,
         start: float,
         budget_s: float | None,
         max_units: int | None,
         report: RunReport,
-        pick: Callable[[], Unit | object | None],
-        crew: _Crew | None = None,
+        pick: Pick,
+        crew: Crew | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         """The run loop, in this thread or in each cluster thread (``crew``: what those share).
 
         Each turn stops once ``max_units`` units ran or ``budget_s`` passed since ``start``,
         closes the statistics window when due, then ``pick()`` gives the unit to run, None to
-        stop, or :data:`_AGAIN` to take another turn. In cluster threads the turn holds the
+        stop, or :data:`~sparkqos.executor.clusters.AGAIN` to take another turn. In cluster threads the turn holds the
         executor's lock, which is released while the unit runs."""
         clock, state = self.clock, self.state
         lock = None if crew is None else crew.cond  # no null context when serial: this runs once per pick
@@ -400,23 +325,23 @@ class Executor:
                 unit = pick()
                 if unit is None:
                     return
-                if unit is _AGAIN:
+                if unit is AGAIN:
                     continue
                 report.units += 1
             finally:
                 if lock is not None:
                     lock.release()
             if crew is None:
-                self._run_unit(unit, report)
+                self._dispatch(unit, report)
             else:
                 try:
-                    self._run_unit(unit, report)
+                    self._dispatch(unit, report)
                 finally:
                     crew.done()
 
-    def _serial_pick(self, report: RunReport) -> Callable[[], Unit | object | None]:
+    def _serial_pick(self, report: RunReport) -> Pick:
         """The serial way to pick: the strategy's next unit; None (and ``report.idle``) when
-        nothing can run; :data:`_AGAIN` after a unit with no work (``starvation_limit`` of those
+        nothing can run; :data:`AGAIN` after a unit with no work (``starvation_limit`` of those
         in a row raise)."""
         state, sched = self.state, self.scheduler
         starved = 0
@@ -434,88 +359,16 @@ class Executor:
                 self.starved_picks += 1
                 if starved >= self.starvation_limit:
                     raise SchedulerError(f"{sched!r} picked units with no work {starved} times in a row")
-                return _AGAIN
+                return AGAIN
             starved = 0
             return unit
 
         return pick
 
-    def _run_clusters(
-        self, start: float, budget_s: float | None, max_units: int | None, report: RunReport, stop: threading.Event | None = None
-    ) -> None:
-        """COS §4.2: one thread per cluster, each serving its own cluster's Chain order."""
-        state, sched = self.state, self.scheduler
-        with self._lock:
-            sched.pick_cluster(0, state)  # attaches: the clusters exist from here on
-            n = max(1, min(len(sched.clusters), self.cluster_threads))
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.cluster_threads, thread_name_prefix="sparkqos-cluster")
-        cursor = [0] * n
-        stolen = [0] * n  # each thread's round-robin position among the other threads' clusters
-        crew = _Crew(threading.Condition(self._lock), report)
-        errors: list[BaseException] = []
-
-        def cluster_pick(i: int) -> Callable[[], Unit | object | None]:
-            def first(clusters: list[int], cursors: list[int], runnable_only: bool) -> Unit | None:
-                """The first unit of ``clusters`` (round robin from thread i's cursor; with
-                ``runnable_only``, the first whose head can run), moving the cursor past it."""
-                for step in range(len(clusters)):
-                    unit = sched.pick_cluster(clusters[(cursors[i] + step) % len(clusters)], state)
-                    if unit is not None and (not runnable_only or state.runnable(unit.head)):
-                        cursors[i] = (cursors[i] + step + 1) % len(clusters)
-                        return unit
-                return None
-
-            def pick() -> Unit | object | None:  # under the executor's lock
-                # Thread i serves clusters i, i + n, ... (their number changes when statistics
-                # move and COS re-clusters), round-robin among them.
-                sched.pick_cluster(0, state)  # follows the statistics first if they moved
-                count = len(sched.clusters)
-                unit = first(list(range(i, count, n)), cursor, False)
-                if unit is None or not state.runnable(unit.head):
-                    # Nothing of its own: the next runnable unit of another thread's clusters.
-                    other = first([k for k in range(count) if k % n != i], stolen, True)
-                    if other is not None:
-                        self.stolen_units += 1
-                        unit = other
-                if unit is not None and state.runnable(unit.head):
-                    crew.busy += 1
-                    crew.stuck = 0
-                    return unit
-                if crew.busy == 0:
-                    if not state.any_runnable:
-                        crew.halt(idle=True)
-                        return None
-                    crew.stuck += 1
-                    if crew.stuck > self.starvation_limit * n:
-                        raise SchedulerError(f"{sched!r}: {state.runnable_operators()} can run but no cluster offers them")
-                crew.cond.wait(0.01)  # another cluster's run may feed this one
-                return _AGAIN
-
-            return pick
-
-        def worker(i: int) -> None:
-            cpu0 = time.thread_time()
-            try:
-                self._loop(start, budget_s, max_units, report, cluster_pick(i), crew, stop)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                with crew.cond:
-                    errors.append(exc)
-                    crew.halt()
-            finally:
-                with crew.cond:
-                    report.cpu_s += time.thread_time() - cpu0
-
-        for f in [self._pool.submit(worker, i) for i in range(n)]:
-            f.result()
-        if errors:
-            raise errors[0]
-
     def close(self) -> None:
         """Stop the cluster threads and remove spilled files."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        if self._threads is not None:
+            self._threads.close()
         self.state.close()
 
     def _limit(self, op: str, quota_tuples: float | None, time_left: float | None = None) -> int:
@@ -545,13 +398,13 @@ class Executor:
             return rows
         return max(self.threshold, min(rows, int(max(time_left, 0.0) / c)))
 
-    def _run_unit(self, unit: Unit, report: RunReport) -> None:
+    def _dispatch(self, unit: Unit, report: RunReport) -> None:
         state = self.state
         ops = unit.operators
         if unit.kind == "operator" or len(ops) == 1:
-            self._serve(ops[0], unit.quota_tuples, unit.quota_time, report)
+            self._share(ops[0], unit.quota_tuples, unit.quota_time, report)
         elif unit.carry:
-            produced = self._serve(ops[0], unit.quota_tuples, unit.quota_time, report)
+            produced = self._share(ops[0], unit.quota_tuples, unit.quota_time, report)
             for op in ops[1:]:
                 if produced <= 0 or not state.runnable(op):
                     break
@@ -560,9 +413,9 @@ class Executor:
         else:
             for op in ops:
                 if state.runnable(op):
-                    self._serve(op, unit.quota_tuples, unit.quota_time, report)
+                    self._share(op, unit.quota_tuples, unit.quota_time, report)
 
-    def _serve(self, op: str, quota_tuples: float | None, quota_time: float | None, report: RunReport) -> int:
+    def _share(self, op: str, quota_tuples: float | None, quota_time: float | None, report: RunReport) -> int:
         """One operator's share of a unit: one run under the workload rule, or runs until
         ``quota_time`` is used up. Returns the rows produced."""
         if quota_time is None:
@@ -585,12 +438,12 @@ class Executor:
         if self.cluster_threads:
             return self._run_op_locked(name, limit, report)
         state = self.state
-        final = state._final(name) if name in state._below else state.finished
-        consumed, out, t0, t1, rows_gone, bytes_gone = self._step(name, limit, final)
+        final = state.final(name)
+        consumed, out, t0, t1, rows_gone, bytes_gone = self._execute(name, limit, final)
         state.after_run(name, rows_gone, bytes_gone, delta=True)
         return self._book(name, consumed, out, t0, t1, report)
 
-    def _step(self, name: str, limit: int, final: bool) -> tuple[int, list[pa.RecordBatch], float, float, int, int]:
+    def _execute(self, name: str, limit: int, final: bool) -> tuple[int, list[pa.RecordBatch], float, float, int, int]:
         """The run itself: (rows consumed, output, start and end time, rows and bytes it took
         off its queues)."""
         ports = self.state.ports[name]
@@ -611,15 +464,15 @@ class Executor:
         return produced
 
     def _run_op_locked(self, name: str, limit: int, report: RunReport) -> int:
-        """:meth:`_run_op` for cluster threads (see the class docstring for the locking)."""
+        """:meth:`_run_op` for cluster threads (the locking: :mod:`sparkqos.executor.clusters`)."""
         state = self.state
         with self._lock:
-            final = state._final(name) if name in state._below else state.finished
+            final = state.final(name)
             # While it runs its queues change outside the executor's lock: strategies must not
             # offer (or rank) it meanwhile; after_run makes it runnable again if it still is.
-            state._runnable.discard(name)
+            state.mark_running(name)
         with state.locks[name]:
-            consumed, out, t0, t1, rows_gone, bytes_gone = self._step(name, limit, final)
+            consumed, out, t0, t1, rows_gone, bytes_gone = self._execute(name, limit, final)
         with self._lock:
             # Deliveries into this operator's queues may have come in since: book only what it took.
             state.after_run(name, rows_gone, bytes_gone, delta=True)
@@ -654,18 +507,13 @@ class Executor:
         for name in self.plan.names:
             if state.refresh(name):
                 state.notify(name)
-        total = RunReport()
-
-        def drain() -> None:
-            total.add(self.run(budget_s))
-
+        total = self.run(budget_s)
         depth = {name: len(self.plan.upstream_path(name)) for name in self.plan.names}
-        drain()
         for name in sorted(self.plan.names, key=lambda n: (-depth[n], self.plan.index[n])):
             out = self._ops[name].flush()
             if out:
                 self._deliver(name, out, self.clock())
-                drain()
+                total.add(self.run(budget_s))
         total.idle = state.total_queued == 0
         return total
 
@@ -763,19 +611,21 @@ def replay(
     feeds: Iterable[tuple[float, str, pa.RecordBatch]],
     units_between: Iterable[int] | None = None,
     clock: Callable[[], float] | None = None,
-    **executor_args: Any,
+    options: ExecutorOptions | None = None,
+    **option_values: Any,
 ) -> Executor:
     """Run a finite input through a fresh copy of ``compiled`` and finish it.
 
     ``feeds`` is ``[(arrival, stream, batch), ...]`` in arrival order; after each feed the
     executor serves the next count of ``units_between`` units (None: none), so a backlog builds
     up the way the strategy lets it. The default clock ticks 1 ms per reading, which makes the
-    whole run (statistics, priorities, picks) deterministic.
+    whole run (statistics, priorities, picks) deterministic. ``options`` (or its fields as
+    keywords) are the executor's.
     """
     if clock is None:
         ticks = iter(range(1, 1 << 62))
         clock = lambda: next(ticks) * 1e-3  # noqa: E731
-    ex = Executor(compiled.fresh(), scheduler, clock=clock, **executor_args)
+    ex = Executor(compiled.fresh(), scheduler, clock, options, **option_values)
     steps = iter(units_between) if units_between is not None else None
     for arrival, stream, batch in feeds:
         ex.ingest(stream, batch, arrival=arrival)

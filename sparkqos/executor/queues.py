@@ -16,7 +16,7 @@ head (zero-copy). :func:`workload` is the thesis's rule for how many rows one ru
 >>> workload(100, 0.3, 50), workload(1000, 0.3, 50)
 (100, 300)
 
-Spilling (issue 8, overload): :meth:`BatchQueue.spill_tail` writes the newest in-memory batches
+Spilling (overload): :meth:`BatchQueue.spill_tail` writes the newest in-memory batches
 to Arrow IPC files and keeps a placeholder in their place; a spilled batch is read back when it
 reaches the head of the queue, so rows leave in the order they came.
 

@@ -49,7 +49,7 @@ class ExecutorState(EngineState):
         self.finished = False
         self._blocking = [op.name for op in self.plan if op.blocking]
         self._below = {name: self._upstream(name) for name in self._blocking}
-        # Overload (issue 8): queued bytes in memory above the limit spill to disk or, when
+        # Overload: queued bytes in memory above the limit spill to disk or, when
         # shedding was asked for, are dropped and counted per query.
         self.memory_limit_bytes = memory_limit_bytes
         self.shed = shed
@@ -120,14 +120,21 @@ class ExecutorState(EngineState):
         return self._version
 
     # -- engine side ---------------------------------------------------------------------------------
-    def _final(self, op: str) -> bool:
-        """No more input can reach ``op``: end of input and everything below it drained."""
+    def final(self, op: str) -> bool:
+        """No more input can reach ``op``: end of input and, for a blocking operator, everything
+        below it drained (what its ``run`` and ``runnable`` take as ``final``)."""
         return self.finished and all(not any(self.ports[u]) for u in self._below.get(op, ()))
 
+    def mark_running(self, op: str) -> None:
+        """``op`` runs outside the executor's lock (a cluster thread): its queues change meanwhile,
+        so it is not offered until :meth:`after_run` books the run."""
+        self._runnable.discard(op)
+
     def refresh(self, op: str) -> bool:
+        """Re-test whether ``op`` can run; True when it just became runnable."""
         was = op in self._runnable
         ports = self.ports[op]
-        final = self._final(op) if op in self._below else self.finished
+        final = self.final(op)
         with self._guard(op):
             ok = self.operators[op].runnable(ports, final)
         if ok:

@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sparkqos.errors import ExpressionError, UdfError
-from sparkqos.executor.expressions import Expr, _describe, _kind, evaluate_array
+from sparkqos.executor.expressions import Expr, describe, evaluate_array, kind
 
 __all__ = ["KINDS", "Chained", "PythonUdf", "udf_type_supported"]
 
@@ -128,8 +128,8 @@ class PythonUdf(Expr):
     def check(self, schema: pa.Schema, where: str) -> pa.DataType:
         for a in self.args:
             t = a.check(schema, where)
-            if not (udf_type_supported(t) or _kind(t) == "null"):
-                raise ExpressionError(f"operator {where!r}: UDF {self.udf!r} cannot take {_describe(a, t)}")
+            if not (udf_type_supported(t) or kind(t) == "null"):
+                raise ExpressionError(f"operator {where!r}: UDF {self.udf!r} cannot take {describe(a, t)}")
         return self.return_type
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Array:

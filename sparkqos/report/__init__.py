@@ -1,8 +1,9 @@
 """``python -m sparkqos report OUTPUT_DIR``: an HTML page with PNG figures from a metrics table.
 
-Figures in the papers' style — queued tuples, delay and output rate against time for each run,
-the strategy timeline of adaptive runs, mean delay per query class — and one summary table.
-Static files only: open ``OUTPUT_DIR/report/index.html`` in a browser, no server needed.
+Figures in the papers' style — queued rows, mean delay of each class and output rate against
+time for each run, the strategy in force over time, mean delay per query class — one summary
+table, and, when the folder holds ``claims.json`` (jobs/experiments/claims.py), the papers' claims
+table first. Static files only: open ``OUTPUT_DIR/report/index.html`` in a browser.
 """
 
 from __future__ import annotations
@@ -71,16 +72,51 @@ def class_delays(table: pd.DataFrame) -> pd.DataFrame:
     return g.reset_index()[["run", "klass", "mean delay (s)"]]
 
 
-def _relative_time(table: pd.DataFrame) -> pd.DataFrame:
-    """Spark runs stamp triggers with wall-clock seconds since the epoch; plot them from each
-    run's first trigger instead (simulator windows already start near 0)."""
-    start = table.groupby("run")["time_s"].transform("min")
-    wall = start > 1e8
-    first = table.groupby("run")["durationMs"].transform("first").fillna(0) / 1000.0
-    return table.assign(time_s=table["time_s"].where(~wall, table["time_s"] - start + first))
+def _relative_time(rows: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (of ``table``) with Spark's wall-clock trigger times (seconds since the epoch) moved
+    to seconds since the start of their run's first trigger that read input — a replay begins a
+    while after its query starts; the idle triggers before it are left out — so runs line up.
+    Simulator windows already start near 0 and are kept as they are."""
+    plan = table[table["query"] == metrics.PLAN_ROW]
+    began = (plan["time_s"] - plan["durationMs"].fillna(0) / 1000.0).where(plan["rowsIn"].fillna(0) > 0)
+    origin = began.groupby(plan["run"]).min().combine_first(table.groupby("run")["time_s"].min())
+    wall = rows["run"].map(table.groupby("run")["time_s"].min()) > 1e8
+    moved = rows.assign(time_s=rows["time_s"].where(~wall, rows["time_s"] - rows["run"].map(origin)))
+    return moved[~wall | (moved["time_s"] >= 0)]
 
 
-def _line_figure(plt, plan: pd.DataFrame, column: str, ylabel: str, path: Path, rate: bool = False) -> None:
+def human(v: float) -> str:
+    """A number as a person reads it: counts with thousands separators and no decimals, small
+    values with three significant digits.
+
+    >>> [human(v) for v in (241145.0, 12.3456, 0.0123456, float("nan"))]
+    ['241,145', '12.35', '0.0123', '-']
+    """
+    if v is None or not math.isfinite(v):
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def _axes(ax, title: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel("time since the run's first input (s)")
+    ax.set_ylabel(ylabel)
+    ax.yaxis.set_major_formatter(_ticks())
+    ax.grid(alpha=0.3)
+
+
+def _ticks():
+    """Axis ticks with thousands separators and no trailing zeros (35,000; 2.5; 0.25)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:g}")
+
+
+def _line_figure(plt, plan: pd.DataFrame, column: str, labels: tuple[str, str], path: Path, rate: bool = False) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for run, g in plan.groupby("run", sort=False):
         g = g.sort_values("time_s")
@@ -90,37 +126,89 @@ def _line_figure(plt, plan: pd.DataFrame, column: str, ylabel: str, path: Path, 
             dt = np.diff(np.concatenate([[0.0], t]))
             y = np.divide(y, dt, out=np.full_like(y, np.nan), where=dt > 0)
         ax.plot(g["time_s"], y, label=run, linewidth=1.2)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
+    _axes(ax, *labels)
     ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _class_delay_figure(plt, table: pd.DataFrame, path: Path) -> bool:
+    """Mean delay of each class's output per trigger against time, one panel per class."""
+    q = _relative_time(table[(table["query"] != metrics.PLAN_ROW) & table["delayMean_s"].notna() & (table["rowsOut"] > 0)], table)
+    if q.empty:
+        return False
+    q = q.assign(weighted=q["delayMean_s"] * q["rowsOut"])
+    g = q.groupby(["klass", "run", "time_s"], sort=False)[["weighted", "rowsOut"]].sum().reset_index()
+    g["delay"] = g["weighted"] / g["rowsOut"]
+    classes = list(dict.fromkeys(g["klass"]))
+    fig, axes = plt.subplots(len(classes), 1, figsize=(8, 2.6 * len(classes) + 0.6), squeeze=False, sharex=True)
+    for ax, klass in zip(axes[:, 0], classes):
+        for run, r in g[g["klass"] == klass].groupby("run", sort=False):
+            r = r.sort_values("time_s")
+            ax.plot(r["time_s"], r["delay"], label=run, linewidth=1.1)
+        _axes(ax, f"class {klass}: mean delay of each trigger's output", "delay (s)")
+    axes[0, 0].legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _claims_html(output_dir: Path) -> list[str]:
+    """The claims table of jobs/experiments/claims.py (``claims.json``), when the folder has one."""
+    path = output_dir / "claims.json"
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    head = ["claim", "paper", "simulator", "Spark bursty", "Spark vessels", "verdict", "measured reason"]
+    keys = ["claim", "paper", "simulator", "bursty", "vessels", "verdict", "reason"]
+    rows = []
+    for r in doc["rows"]:
+        r = {**r, "claim": f"{r['section']}: {r['claim']}"}
+        color = {"held": "#e6f4e6", "not held": "#fbe3e3"}.get(r["verdict"], "#fff6d6")
+        cells = "".join(f"<td>{html.escape(str(r[k]))}</td>" for k in keys)
+        rows.append(f"<tr style='background:{color}'>{cells}</tr>")
+    return [
+        "<h2>The papers' claims</h2>",
+        f"<p>{html.escape(doc.get('note', ''))}</p>",
+        "<table class='claims'><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>",
+        *rows,
+        "</table>",
+    ]
+
+
 def render(output_dir: str | Path, title: str | None = None) -> Path:
-    """Render ``output_dir``'s metrics into ``output_dir/report/`` and return the HTML path."""
+    """Render ``output_dir``'s metrics (and claims table, if any) into ``output_dir/report/``
+    and return the HTML path."""
     output_dir = Path(output_dir)
-    table = metrics.read(output_dir).to_pandas()
-    plt = _pyplot()
     folder = output_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)
-    plan = _relative_time(table[table["query"] == metrics.PLAN_ROW])
+    title = title or f"sparkqos report: {output_dir.name}"
+    claims = _claims_html(output_dir)
+    if claims and not (output_dir / "metrics").is_dir():
+        return _write_page(folder, title, claims)
+    table = metrics.read(output_dir).to_pandas()
+    plt = _pyplot()
+    plan = _relative_time(table[table["query"] == metrics.PLAN_ROW], table)
 
     figures: list[tuple[str, str]] = []
-    _line_figure(plt, plan, "queuedRows", "queued tuples", folder / "queue.png")
-    figures.append(("queue.png", "Queued tuples against time"))
-    _line_figure(plt, plan, "delayMean_s", "mean delay (s)", folder / "delay.png")
+    if _class_delay_figure(plt, table, folder / "class_delay.png"):
+        figures.append(("class_delay.png", "Mean delay of each query class against time"))
+    _line_figure(plt, plan, "queuedRows", ("Rows queued in sparkqos at each trigger's end", "queued rows"), folder / "queue.png")
+    figures.append(("queue.png", "Queued rows against time"))
+    _line_figure(
+        plt, plan, "delayMean_s", ("Mean delay of each trigger's output, all queries", "delay (s)"), folder / "delay.png"
+    )
     figures.append(("delay.png", "Mean tuple delay of each trigger's output"))
-    _line_figure(plt, plan, "rowsOut", "rows out per second", folder / "output_rate.png", rate=True)
+    _line_figure(plt, plan, "rowsOut", ("Throughput", "rows out per second"), folder / "output_rate.png", rate=True)
     figures.append(("output_rate.png", "Output rate against time"))
 
-    adaptive = [run for run, g in plan.groupby("run", sort=False) if g["strategy"].nunique() > 1]
-    if adaptive:
-        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.6 * len(adaptive)))
-        names = sorted(set(plan[plan["run"].isin(adaptive)]["strategy"]))
-        for i, run in enumerate(adaptive):
+    runs = list(dict.fromkeys(plan["run"]))
+    if runs:
+        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.6 * len(runs)))
+        names = sorted(set(plan[plan["run"].isin(runs)]["strategy"]))
+        for i, run in enumerate(runs):
             g = plan[plan["run"] == run].sort_values("time_s")
             ax.scatter(
                 g["time_s"],
@@ -132,20 +220,22 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
                 marker="s",
                 s=14,
             )
-        ax.set_yticks(range(len(adaptive)), adaptive)
-        ax.set_xlabel("time (s)")
+        ax.set_yticks(range(len(runs)), runs)
+        ax.set_title("Strategy in force at each trigger", fontsize=11)
+        ax.set_xlabel("time since the run's first input (s)")
         handles = [plt.Line2D([], [], marker="s", linestyle="", color=plt.get_cmap("tab10")(k)) for k in range(len(names))]
         ax.legend(handles, names, fontsize=8, ncol=min(len(names), 6), loc="upper center", bbox_to_anchor=(0.5, -0.35))
         fig.tight_layout()
         fig.savefig(folder / "strategy.png", dpi=110)
         plt.close(fig)
-        figures.append(("strategy.png", "Strategy in force (adaptive runs)"))
+        figures.append(("strategy.png", "Strategy in force over time"))
 
     per_class = class_delays(table)
     if not per_class.empty:
         pivot = per_class.pivot(index="klass", columns="run", values="mean delay (s)")
         fig, ax = plt.subplots(figsize=(8, 3.6))
         pivot.plot.bar(ax=ax, rot=0)
+        ax.set_title("Mean delay per query class over the whole run", fontsize=11)
         ax.set_ylabel("mean delay (s)")
         ax.set_xlabel("query class")
         ax.grid(alpha=0.3, axis="y")
@@ -156,32 +246,38 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
         figures.append(("classes.png", "Mean delay per query class"))
 
     table_summary = summary(table)
-    title = title or f"sparkqos report: {output_dir.name}"
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}"
-        "th{background:#eee}td:first-child,td:last-child{text-align:left}figure{margin:1.5em 0}</style>",
-        "</head><body>",
-        f"<h1>{html.escape(title)}</h1>",
+        *claims,
         "<h2>Summary</h2>",
-        table_summary.to_html(index=False, float_format=lambda v: f"{v:,.3f}", border=0, escape=True),
+        table_summary.to_html(index=False, float_format=human, border=0, escape=True),
     ]
     if not per_class.empty:
         parts += [
             "<h2>Mean delay per class (s)</h2>",
-            per_class.pivot(index="run", columns="klass", values="mean delay (s)").to_html(
-                float_format=lambda v: f"{v:,.3f}", border=0
-            ),
+            per_class.pivot(index="run", columns="klass", values="mean delay (s)").to_html(float_format=human, border=0),
         ]
     for name, caption in figures:
         parts.append(
             f"<figure><img src='{name}' alt='{html.escape(caption)}' width='780'>"
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         )
-    parts.append("</body></html>")
+    (folder / "summary.json").write_text(json.dumps(table_summary.to_dict(orient="records"), indent=1))
+    return _write_page(folder, title, parts)
+
+
+def _write_page(folder: Path, title: str, body: list[str]) -> Path:
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}"
+        "th{background:#eee}td:first-child,td:last-child{text-align:left}figure{margin:1.5em 0}"
+        "table.claims td{text-align:left;font-size:90%}</style>",
+        "</head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        *body,
+        "</body></html>",
+    ]
     page = folder / "index.html"
     page.write_text("\n".join(parts), encoding="utf-8")
-    (folder / "summary.json").write_text(json.dumps(table_summary.to_dict(orient="records"), indent=1))
     return page

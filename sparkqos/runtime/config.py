@@ -1,29 +1,56 @@
-"""The runner's options: one frozen, validated :class:`RunConfig` per streaming query set.
+"""A streaming run's options: :class:`RunConfig`, made of named, frozen, validated parts.
 
-Every keyword of :func:`sparkqos.stream` is a field here, checked once when the config is made, so
-a bad option fails before any Spark query starts and names the key. What depends on the query set
-(``stream``, ``arrival_col``) is checked by :class:`~sparkqos.runtime.trigger.TriggerLoop`, which
-sees the plan.
+* :class:`StrategyConfig` — which strategy (a registry name or a ready Scheduler), its parameters,
+  the QoS it aims at and whether CQC's class shares sit above it;
+* :class:`Trigger` — when micro-batches run, as PySpark spells it (``processingTime=``,
+  ``availableNow=``, ``once=``; exactly one);
+* :class:`Storage` — where the run keeps what survives it: checkpoint, outputs, sink, dead letters
+  (bytewax's ``RecoveryConfig`` idea: recovery is its own configuration);
+* :class:`~sparkqos.executor.options.ExecutorOptions` — how the executor serves (budget per
+  trigger, whole batches, cluster threads, fig 4.1's rule, statistics, overload);
+* :class:`Continuous` — the worker that serves between triggers, and its early writes (None: off);
+* :class:`Input` — which stream the DataFrame feeds, its event-time column and its row checks;
+* :class:`~sparkqos.runtime.intake.Intake` — how much a trigger may take in (back-pressure, spill).
 
-Fault injection for crash tests: ``fault="after_sink:3"`` SIGKILLs the process at that point of
-batch 3; points are :data:`FAULT_POINTS`, several may be given comma-separated. The job decides
-where the string comes from (``jobs/sensor_monitor.py``: ``--fault`` or ``SPARKQOS_FAULT``).
+Each part is a parameter of :class:`RunConfig`, and every part checks itself when it is made, so
+a bad option fails before any Spark query starts, naming the key, the value and what was expected
+(a :class:`~sparkqos.errors.ConfigError`). What depends on the query set (``stream``,
+``arrival_col``) is checked by :class:`~sparkqos.runtime.trigger.TriggerLoop`, which sees the plan.
+
+``sparkqos.stream``'s keywords (``checkpoint=``, ``output=``, ``strategy=``, ``trigger_s=``,
+``budget_s=``...) are shorthands for fields of these parts, listed in :data:`SHORTHANDS`; each
+belongs to exactly one part.
 
 >>> cfg = RunConfig(checkpoint="/tmp/ckpt", strategy="cqc", trigger_s=1.0, budget_s=0.5)
 >>> cfg.interval_s, cfg.effective_budget_s
 (1.0, 0.5)
 >>> cfg.make_scheduler()
 Cqc(k=0.5, quantum=0.05)
+>>> RunConfig(storage=Storage("/tmp/ckpt"), trigger=Trigger(availableNow=True)).interval_s is None
+True
+>>> Trigger(processingTime="2 seconds", once=True)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+sparkqos.errors.TriggerError: ONLY_ALLOW_SINGLE_TRIGGER: give exactly one of processingTime, availableNow, once; got ...
 >>> RunConfig(checkpoint="/tmp/ckpt", trigger_s=0)
 Traceback (most recent call last):
 ...
 sparkqos.errors.RunnerError: trigger_s must be a finite number > 0 or 'available_now', got 0
+
+Fault injection for crash tests: ``fault="after_sink:3"`` SIGKILLs the process at that point of
+batch 3; points are :data:`FAULT_POINTS`, several may be given comma-separated. The job decides
+where the string comes from (``jobs/sensor_monitor.py``: ``--fault`` or ``SPARKQOS_FAULT``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import difflib
+import math
+import re
 import types
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,25 +59,53 @@ from typing import Any
 import numpy as np
 
 from sparkqos import schedulers
-from sparkqos.errors import RunnerError, SparkqosError, UnknownStrategy, check_choice, check_number
+from sparkqos.errors import (
+    RunnerError,
+    SparkqosError,
+    TriggerError,
+    UnknownStrategy,
+    check_choice,
+    check_number,
+)
+from sparkqos.executor.options import ExecutorOptions
 from sparkqos.model.plan import Plan
 from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.intake import Intake
-from sparkqos.runtime.sinks import Sink
+from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.schedulers.base import Scheduler
 
-__all__ = ["AVAILABLE_NOW", "EARLY_WRITE_S", "FAULT_POINTS", "SLICE_S", "RunConfig", "parse_faults"]
+__all__ = [
+    "AVAILABLE_NOW",
+    "DEFAULT_TRIGGER_S",
+    "EARLY_WRITE_S",
+    "FAULT_POINTS",
+    "SHORTHANDS",
+    "SLICE_S",
+    "Continuous",
+    "ExecutorOptions",
+    "Input",
+    "Intake",
+    "RunConfig",
+    "Storage",
+    "StrategyConfig",
+    "Trigger",
+    "parse_faults",
+]
 
-#: ``trigger_s`` value that runs whatever input is available now, then stops.
+#: ``trigger_s`` value that runs whatever input is available now, then stops (deprecated
+#: spelling of ``Trigger(availableNow=True)``).
 AVAILABLE_NOW = "available_now"
 
-#: Default length of one slice of the continuous worker (``continuous=True``): a trigger waits at
-#: most about this long for the slice in flight (a pause is taken between units, and no run is sized
-#: beyond the slice); not yet tuned by measurement (issue 13, phase 2).
+#: The micro-batch interval when no trigger is given: measured on 2 cores, the main job gives
+#: class H < C < N in mean and p99 delay with it (README, "Measured").
+DEFAULT_TRIGGER_S = 0.25
+
+#: Default length of one slice of the continuous worker: a trigger waits at most about this long
+#: for the slice in flight (a pause is taken between units, and no run is sized beyond the slice).
 SLICE_S = 0.05
 
 #: Default least interval between two early writes of the top class's outputs by the continuous
-#: worker (``RunConfig.early_write_s``).
+#: worker (``Continuous.early_write_s``).
 EARLY_WRITE_S = 0.05
 
 #: Where a crash can be injected, in the order a trigger passes them.
@@ -89,6 +144,114 @@ def parse_faults(text: str | None) -> dict[str, set[int]]:
     return out
 
 
+def _set(obj: Any, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)  # frozen: normalise once, in __post_init__
+
+
+# -- the trigger ----------------------------------------------------------------------------------
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|millis(?:econds?)?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)?\s*$")
+#: Unit prefixes, longest first: "ms"/"milli..." before "m..." (minutes).
+_UNIT_S = (("ms", 1e-3), ("milli", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
+
+
+def _interval_seconds(value: Any) -> float | None:
+    """``processingTime`` in seconds: a number, or PySpark's interval string (``"2 seconds"``,
+    ``"500 milliseconds"``, ``"1 minute"``); None when it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        m = _INTERVAL.match(value.lower())
+        if m:
+            unit = m.group(2) or "s"
+            return float(m.group(1)) * next(f for prefix, f in _UNIT_S if unit.startswith(prefix))
+    return None
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """When micro-batches run, as PySpark's ``DataStreamWriter.trigger`` spells it: exactly one of
+    ``processingTime`` (a number of seconds, or an interval string such as ``"2 seconds"``),
+    ``availableNow=True`` (what is available now, in batches, then stop) or ``once=True`` (it
+    all in one batch, then stop). More than one, or none, is PySpark's
+    ``ONLY_ALLOW_SINGLE_TRIGGER`` (a :class:`~sparkqos.errors.TriggerError` with that
+    ``error_class``).
+
+    >>> Trigger(processingTime="500 milliseconds").interval_s
+    0.5
+    >>> Trigger(availableNow=True).spark_kwargs()
+    {'availableNow': True}
+    """
+
+    processingTime: float | str | None = None  # noqa: N815 - PySpark's spelling
+    availableNow: bool | None = None  # noqa: N815
+    once: bool | None = None
+
+    def __post_init__(self) -> None:
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        if len(given) != 1:
+            got = ", ".join(f"{k}={v!r}" for k, v in given.items()) or "none"
+            raise TriggerError(
+                f"ONLY_ALLOW_SINGLE_TRIGGER: give exactly one of processingTime, availableNow, once; got {got}",
+                error_class="ONLY_ALLOW_SINGLE_TRIGGER",
+                parameter="trigger",
+                value=given,
+                expected="exactly one of processingTime, availableNow, once",
+            )
+        for name in ("availableNow", "once"):
+            if getattr(self, name) not in (None, True):
+                raise TriggerError(
+                    f"VALUE_NOT_TRUE: {name} must be True, got {getattr(self, name)!r}",
+                    error_class="VALUE_NOT_TRUE",
+                    parameter=name,
+                    value=getattr(self, name),
+                    expected="True",
+                )
+        if self.processingTime is not None:
+            seconds = _interval_seconds(self.processingTime)
+            if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+                expected = "a number of seconds > 0 or an interval such as '2 seconds'"
+                raise TriggerError(
+                    f"VALUE_NOT_POSITIVE: processingTime must be {expected}, got {self.processingTime!r}",
+                    error_class="VALUE_NOT_POSITIVE",
+                    parameter="processingTime",
+                    value=self.processingTime,
+                    expected=expected,
+                )
+
+    @property
+    def interval_s(self) -> float | None:
+        """The micro-batch interval in seconds; None with ``availableNow`` or ``once``."""
+        return None if self.processingTime is None else _interval_seconds(self.processingTime)
+
+    def spark_kwargs(self) -> dict[str, Any]:
+        """The keywords of ``DataStreamWriter.trigger`` for this trigger."""
+        if self.processingTime is not None:
+            return {"processingTime": f"{self.interval_s} seconds"}
+        return {"availableNow": True} if self.availableNow else {"once": True}
+
+    @classmethod
+    def seconds(cls, trigger_s: float | str) -> Trigger:
+        """The ``trigger_s=`` shorthand: a number of seconds (or the deprecated ``"available_now"``)."""
+        if trigger_s == AVAILABLE_NOW:
+            warnings.warn(
+                "trigger_s='available_now' is deprecated: give trigger=Trigger(availableNow=True)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+            return cls(availableNow=True)
+        try:
+            check_number("trigger_s", trigger_s, low=0, low_open=True, error=RunnerError)
+        except RunnerError as exc:  # the one non-number it accepts belongs in what is expected
+            expected = f"{exc.expected} or {AVAILABLE_NOW!r}"
+            raise RunnerError(
+                f"trigger_s must be {expected}, got {trigger_s!r}", parameter="trigger_s", value=trigger_s, expected=expected
+            ) from None
+        return cls(processingTime=float(trigger_s))
+
+
+# -- the strategy -----------------------------------------------------------------------------------
 def _strategies_taking(parameter: str) -> list[str]:
     """Registered strategies whose constructor takes ``parameter`` (for error messages)."""
     names = []
@@ -99,137 +262,41 @@ def _strategies_taking(parameter: str) -> list[str]:
     return names
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunConfig:
-    """Every option of one sparkqos streaming run (see :func:`sparkqos.stream`).
+@dataclass(frozen=True)
+class StrategyConfig:
+    """The strategy of a run. ``name`` is a registry name — its time parameters sized to the
+    trigger by the strategy's own :meth:`~sparkqos.schedulers.base.Scheduler.sized_params`, built
+    with ``params`` and ``qos`` — or a ready :class:`Scheduler`, used as given.
 
-    ``strategy`` is a registry name (its time parameters are sized to the trigger by the strategy's
-    own :meth:`~sparkqos.schedulers.base.Scheduler.sized_params`) or a ready :class:`Scheduler`
-    (used as given); ``strategy_params`` and ``qos`` go with a name. ``trigger_s`` is the
-    micro-batch interval or ``"available_now"``; ``budget_s`` the executor seconds per trigger
-    (default: the interval, 1 s with ``available_now``). ``checkpoint`` holds our state
-    (``<checkpoint>/sparkqos``, the newest ``keep_checkpoints``) and Spark's (``<checkpoint>/spark``);
-    ``output`` gets ``outputs/``, ``deadletter/`` and ``metrics/`` unless ``sink`` / ``dead_letter``
-    say otherwise. ``arrival_col`` names the event-time column (default ``ts`` when the stream
-    has one). ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called
-    after every trigger; ``executor_args`` go to the :class:`~sparkqos.executor.loop.Executor`;
-    ``checks`` decide which rows are dead letters; ``fault`` injects crashes (:func:`parse_faults`).
-    ``intake`` (:class:`~sparkqos.runtime.intake.Intake`) bounds what the queues hold: a trigger
-    waits for the executor while too many rows are queued, queued bytes beyond a limit spill to
-    disk, and the progress reports how far behind the stream is.
-
-    ``continuous`` (issue 13; on by default) serves the queues on a worker thread
-    between triggers too, in slices of ``slice_s`` seconds (default :data:`SLICE_S`), instead of
-    for ``budget_s`` inside each trigger; a trigger pauses it, writes what it produced since the
-    last trigger, serves what is queued for up to ``top_class_s`` seconds (default a tenth of
-    the budget; 0: not at all) so that those rows are written by this trigger, and checkpoints.
-    With class shares on and several priority levels it serves class by class from the top
-    priority down (the top class always gets one round, a lower class only while time is left);
-    otherwise — class shares off, or a single priority level — the strategy in force serves.
-    ``budget_s`` then only sizes the strategy's time parameters (and the default
-    ``top_class_s``).
-
-    ``early_write_s`` (continuous mode): between triggers the worker writes the top class's new
-    outputs to the sink as soon as it has them, at most every ``early_write_s`` seconds (default
-    :data:`EARLY_WRITE_S`; 0: only triggers write), as parts of the next batch, so class H's rows
-    do not wait for the next trigger. The trigger that commits the batch keeps the parts this run
-    wrote and replaces anything else of that batch id, so a batch replayed after a crash still
-    leaves exactly its last attempt in the sink. Only sinks with ``write_part`` take parts
-    (``ParquetSink``, ``MemorySink``); plans without a top class (a single class, or a tie at the
-    top) write at triggers only.
-
-    ``class_shares`` (issue 13; by default on for a strategy given by name, off for a Scheduler
-    instance, which is used as given) puts CQC's level 1 — a weighted
+    ``class_shares`` (default: on for a name, off for an instance) puts CQC's level 1 — a weighted
     round robin over the query classes with quotas and credit — above the strategy, which then
-    orders the work inside each class (schedulers/classes.py; ``adaptive``: above each candidate).
-    A plan with a single class runs the strategy as is. The papers' plain strategies are one
-    setting away: ``class_shares=False``.
-
-    The defaults (trigger 0.25 s, continuous, class shares) are measured on 2 cores: the main job
-    gives class H < C < N in mean and p99 delay with class H's p99 under a second, and against
-    four streaming queries in FAIR pools at their best trigger class H's p99 is about half and
-    every class's mean lower (benchmarks/vs_fair_pools.py; issue 13's note has the figures). With
-    the worker serving between triggers a short trigger costs little executor time: what it sets
-    is how soon outputs reach the sink. A 2 s trigger without them put class H behind class N.
+    orders the work inside each class (schedulers/classes.py; ``adaptive``: above each
+    candidate). A plan with a single class runs the strategy as is; the papers' plain strategies
+    are ``class_shares=False``.
     """
 
-    checkpoint: str | Path
-    stream: str | None = None
-    strategy: str | Scheduler = "adaptive"
-    strategy_params: Mapping[str, Any] | None = None
+    name: str | Scheduler = "adaptive"
+    params: Mapping[str, Any] = field(default_factory=dict)
     qos: Any = None
-    trigger_s: float | str = 0.25
-    budget_s: float | None = None
-    sink: Sink | None = None
-    output: str | Path | None = None
-    arrival_col: str | None = None
-    name: str = "sparkqos"
-    keep_checkpoints: int = 3
-    whole_batches: bool = True
-    on_progress: Callable[[dict[str, Any]], None] | None = None
-    on_delays: Callable[[int, dict[str, np.ndarray]], None] | None = None
-    executor_args: Mapping[str, Any] | None = None
-    checks: RowChecks | None = None
-    dead_letter: DeadLetterSink | str | Path | None = None
-    fault: str | None = None
-    continuous: bool = True
-    slice_s: float | None = None
-    top_class_s: float | None = None
-    early_write_s: float | None = None
     class_shares: bool | None = None
-    intake: Intake = field(default_factory=Intake)
-    #: ``fault`` parsed: injection point → batch ids.
-    faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
-    _strategy_class: type[Scheduler] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        def set_(name: str, value: Any) -> None:
-            object.__setattr__(self, name, value)  # frozen: normalise once, here
-
-        if self.trigger_s != AVAILABLE_NOW:
-            try:
-                check_number("trigger_s", self.trigger_s, low=0, low_open=True, error=RunnerError)
-            except RunnerError as exc:  # the one non-number it accepts belongs in what is expected
-                expected = f"{exc.expected} or {AVAILABLE_NOW!r}"
-                raise RunnerError(
-                    f"trigger_s must be {expected}, got {self.trigger_s!r}",
-                    parameter="trigger_s",
-                    value=self.trigger_s,
-                    expected=expected,
-                ) from None
-            set_("trigger_s", float(self.trigger_s))
-        check_number("budget_s", self.budget_s, low=0, low_open=True, none_ok=True, error=RunnerError)
-        if self.budget_s is not None:
-            set_("budget_s", float(self.budget_s))
-        check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
-        check_choice("whole_batches", self.whole_batches, (True, False), error=RunnerError)
-        check_choice("continuous", self.continuous, (True, False), error=RunnerError)
-        check_choice("class_shares", self.class_shares, (True, False, None), error=RunnerError)
-        if not isinstance(self.intake, Intake):
+        if not isinstance(self.params, Mapping):
             raise RunnerError(
-                f"intake must be a sparkqos.Intake, got {self.intake!r}",
-                parameter="intake",
-                value=self.intake,
-                expected="an Intake",
+                f"strategy params must be a mapping of parameter name to value, got {self.params!r}",
+                parameter="params",
+                value=self.params,
+                expected="a mapping",
             )
+        _set(self, "params", types.MappingProxyType(dict(self.params)))
+        check_choice("class_shares", self.class_shares, (True, False, None), error=RunnerError)
         if self.class_shares is None:
-            set_("class_shares", not isinstance(self.strategy, Scheduler))
-        check_number("slice_s", self.slice_s, low=0, low_open=True, none_ok=True, error=RunnerError)
-        check_number("top_class_s", self.top_class_s, low=0, none_ok=True, error=RunnerError)
-        check_number("early_write_s", self.early_write_s, low=0, none_ok=True, error=RunnerError)
-        for name in ("slice_s", "top_class_s", "early_write_s"):
-            if getattr(self, name) is not None:
-                set_(name, float(getattr(self, name)))
-        set_("checkpoint", Path(self.checkpoint))
-        if self.output is not None:
-            set_("output", Path(self.output))
-        set_("strategy_params", types.MappingProxyType(dict(self.strategy_params or {})))
-        set_("executor_args", types.MappingProxyType(dict(self.executor_args or {})))
-        set_("faults", types.MappingProxyType({p: frozenset(b) for p, b in parse_faults(self.fault).items()}))
-        set_("_strategy_class", self._resolve_strategy())
+            _set(self, "class_shares", not isinstance(self.name, Scheduler))
+        self.strategy_class()  # checks the name and what goes with it
 
-    def _resolve_strategy(self) -> type[Scheduler]:
-        if isinstance(self.strategy, Scheduler):
+    def strategy_class(self) -> type[Scheduler]:
+        """The class of the strategy this builds (its name and parameters checked)."""
+        if isinstance(self.name, Scheduler):
             if self.class_shares:
                 raise RunnerError(
                     "class_shares=True wraps a strategy given by name, not a Scheduler instance "
@@ -238,71 +305,341 @@ class RunConfig:
                     value=True,
                     expected="a strategy name, or class_shares=False",
                 )
-            if self.strategy_params or self.qos is not None:
+            if self.params or self.qos is not None:
                 raise RunnerError(
-                    "give strategy_params/qos with a strategy name, not with a Scheduler instance",
+                    "give strategy params/qos with a strategy name, not with a Scheduler instance",
                     parameter="strategy",
-                    value=self.strategy,
+                    value=self.name,
                     expected="a strategy name",
                 )
-            return type(self.strategy)
+            return type(self.name)
         try:
-            cls = type(schedulers.get(self.strategy))
+            cls = type(schedulers.get(self.name))
         except UnknownStrategy as exc:
-            exc.parameter, exc.value, exc.expected = "strategy", self.strategy, f"one of {', '.join(exc.available)}"
+            exc.parameter, exc.value, exc.expected = "strategy", self.name, f"one of {', '.join(exc.available)}"
             raise
         if self.qos is not None and "qos" not in cls._param_names():
             takers = " or ".join(repr(n) for n in _strategies_taking("qos")) or "no registered"
             raise RunnerError(
-                f"qos applies to the {takers} strategy, not to {self.strategy!r}",
+                f"qos applies to the {takers} strategy, not to {self.name!r}",
                 parameter="qos",
                 value=self.qos,
-                expected=f"None with strategy {self.strategy!r}",
+                expected=f"None with strategy {self.name!r}",
             )
         return cls
 
-    # -- derived -------------------------------------------------------------------------------------
+    def make(self, plan: Plan | None = None, budget_s: float = 1.0, interval_s: float | None = None) -> Scheduler:
+        """The strategy to run: the given instance, or a new one of the named strategy with its time
+        parameters sized to a trigger of ``budget_s`` executor seconds every ``interval_s``
+        (its ``qos`` defaulting to ``qos``), built through the registry
+        (:func:`~sparkqos.schedulers.registry.build`), so a wrong parameter name is reported as
+        the registry reports it. With ``class_shares``, under CQC's class shares, unless ``plan``
+        has a single class."""
+        if isinstance(self.name, Scheduler):
+            return self.name
+        params = dict(self.params)
+        if self.qos is not None:
+            params.setdefault("qos", self.qos)
+        shares = self.class_shares and (plan is None or len({q.klass for q in plan.queries.values()}) > 1)
+        return schedulers.build(self.name, budget_s, interval_s, class_shares=shares, **params)
+
+
+# -- storage and recovery ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Storage:
+    """What outlives a run. ``checkpoint`` holds our state (``<checkpoint>/sparkqos``, the newest
+    ``keep_checkpoints``) and Spark's (``<checkpoint>/spark``); ``output`` gets ``outputs/``,
+    ``deadletter/`` and ``metrics/`` unless ``sink`` / ``dead_letter`` say otherwise (without
+    ``output``, outputs go to a :class:`~sparkqos.runtime.sinks.MemorySink`)."""
+
+    checkpoint: str | Path
+    output: str | Path | None = None
+    sink: Sink | None = None
+    dead_letter: DeadLetterSink | str | Path | None = None
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.checkpoint, (str, Path)) or not str(self.checkpoint):
+            raise RunnerError(
+                f"checkpoint must be a folder path, got {self.checkpoint!r}",
+                parameter="checkpoint",
+                value=self.checkpoint,
+                expected="a folder path",
+            )
+        _set(self, "checkpoint", Path(self.checkpoint))
+        if self.output is not None:
+            _set(self, "output", Path(self.output))
+        if self.sink is not None and not isinstance(self.sink, Sink):
+            raise RunnerError(
+                f"sink must be a Sink, got {self.sink!r}", parameter="sink", value=self.sink, expected="a sparkqos Sink"
+            )
+        check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
+
+    def make_sink(self) -> Sink:
+        """``sink``, else Parquet files in ``<output>/outputs``, else memory."""
+        if self.sink is not None:
+            return self.sink
+        return ParquetSink(self.output / "outputs") if self.output is not None else MemorySink()
+
+    def make_dead_letter(self) -> DeadLetterSink | None:
+        """``dead_letter`` (a sink or its folder), else ``<output>/deadletter``, else None (bad rows raise)."""
+        dead_letter = self.dead_letter
+        if dead_letter is None and self.output is not None:
+            dead_letter = self.output / "deadletter"
+        if dead_letter is not None and not isinstance(dead_letter, DeadLetterSink):
+            dead_letter = DeadLetterSink(dead_letter)
+        return dead_letter
+
+
+# -- the worker between triggers ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Continuous:
+    """The continuous worker: the executor serves the queues on a thread between triggers too, in
+    slices of ``slice_s`` seconds. A trigger pauses it, writes what it produced since the last
+    trigger, serves what is queued for up to ``top_class_s`` seconds (None: a tenth of the
+    budget; 0: not at all) so that those rows are written by this trigger, and checkpoints. With
+    class shares on and several priority levels it serves class by class from the top priority
+    down (the top class always gets one round, a lower class only while time is left);
+    otherwise the strategy in force serves.
+
+    ``early_write_s``: between triggers the worker writes the top class's new outputs as soon as
+    it has them, at most every ``early_write_s`` seconds (0: only triggers write), as parts of the
+    next batch (:class:`~sparkqos.runtime.sinks.PartedSink` only; plans without a top class write
+    at triggers only).
+    """
+
+    slice_s: float | None = SLICE_S
+    top_class_s: float | None = None
+    early_write_s: float | None = EARLY_WRITE_S
+
+    def __post_init__(self) -> None:
+        for name, default in (("slice_s", SLICE_S), ("early_write_s", EARLY_WRITE_S)):
+            if getattr(self, name) is None:  # None: the default, as for top_class_s
+                _set(self, name, default)
+        check_number("slice_s", self.slice_s, low=0, low_open=True, error=RunnerError)
+        check_number("top_class_s", self.top_class_s, low=0, none_ok=True, error=RunnerError)
+        check_number("early_write_s", self.early_write_s, low=0, error=RunnerError)
+        for name in ("slice_s", "top_class_s", "early_write_s"):
+            if getattr(self, name) is not None:
+                _set(self, name, float(getattr(self, name)))
+
+
+# -- the input ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Input:
+    """What comes in: ``stream`` names the stream of the query set this DataFrame feeds (needed
+    when it reads several), ``arrival_col`` its event-time column (default ``ts`` when the
+    stream has one), ``checks`` which rows are dead letters
+    (:class:`~sparkqos.runtime.deadletter.RowChecks`; default: the stream's schema and finite
+    numbers)."""
+
+    stream: str | None = None
+    arrival_col: str | None = None
+    checks: RowChecks | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("stream", "arrival_col"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise RunnerError(f"{name} must be a name, got {value!r}", parameter=name, value=value, expected="a string")
+        if self.checks is not None and not isinstance(self.checks, RowChecks):
+            raise RunnerError(
+                f"checks must be RowChecks, got {self.checks!r}", parameter="checks", value=self.checks, expected="RowChecks"
+            )
+
+
+# -- the whole run -----------------------------------------------------------------------------------
+#: ``sparkqos.stream``'s keywords: each is a field of one part of :class:`RunConfig`.
+SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
+    {
+        "checkpoint": ("storage", "checkpoint"),
+        "output": ("storage", "output"),
+        "sink": ("storage", "sink"),
+        "dead_letter": ("storage", "dead_letter"),
+        "keep_checkpoints": ("storage", "keep_checkpoints"),
+        "qos": ("strategy", "qos"),
+        "class_shares": ("strategy", "class_shares"),
+        "strategy_params": ("strategy", "params"),
+        "budget_s": ("executor", "budget_s"),
+        "whole_batches": ("executor", "whole_batches"),
+        "cluster_threads": ("executor", "cluster_threads"),
+        "slice_s": ("continuous", "slice_s"),
+        "top_class_s": ("continuous", "top_class_s"),
+        "early_write_s": ("continuous", "early_write_s"),
+        "stream": ("input", "stream"),
+        "arrival_col": ("input", "arrival_col"),
+        "checks": ("input", "checks"),
+    }
+)
+#: Shorthands that stay one release, with a DeprecationWarning naming their replacement.
+_DEPRECATED = {
+    "strategy_params": "strategy=StrategyConfig(name, params={...})",
+    "executor_args": "executor=ExecutorOptions(...)",
+}
+
+
+@dataclass(frozen=True, init=False)
+class RunConfig:
+    """Every option of one sparkqos streaming run (see :func:`sparkqos.stream`), in named parts:
+    ``storage``, ``strategy``, ``trigger``, ``executor``, ``continuous`` (None: triggers alone
+    serve), ``input`` and ``intake`` (see the module). ``strategy`` may be a registry name or a Scheduler
+    for short, ``continuous`` True or False. ``name`` names the query and its metrics;
+    ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called after
+    every trigger; ``fault`` injects crashes (:func:`parse_faults`). The keywords of
+    :data:`SHORTHANDS` set one field of a part each (``checkpoint=`` is ``storage=Storage(...)``'s
+    ``checkpoint``, ``trigger_s=`` a ``Trigger(processingTime=...)``).
+
+    The defaults (trigger 0.25 s, adaptive with class shares, continuous with early writes,
+    whole batches) are measured on 2 cores in the README: with the worker serving between
+    triggers a short trigger costs little executor time, and what it sets is how soon outputs
+    reach the sink.
+    """
+
+    storage: Storage
+    strategy: StrategyConfig
+    trigger: Trigger
+    executor: ExecutorOptions
+    continuous: Continuous | None
+    input: Input
+    intake: Intake
+    name: str
+    on_progress: Callable[[dict[str, Any]], None] | None
+    on_delays: Callable[[int, dict[str, np.ndarray]], None] | None
+    fault: str | None
+    #: ``fault`` parsed: injection point → batch ids.
+    faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
+
+    def __init__(
+        self,
+        storage: Storage | None = None,
+        strategy: StrategyConfig | str | Scheduler = "adaptive",
+        trigger: Trigger | None = None,
+        executor: ExecutorOptions | None = None,
+        continuous: Continuous | bool | None = True,
+        input: Input | None = None,  # noqa: A002 - the part's name
+        intake: Intake | None = None,
+        name: str = "sparkqos",
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        on_delays: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+        fault: str | None = None,
+        **shorthands: Any,
+    ):
+        parts: dict[str, Any] = {
+            "storage": storage,
+            "strategy": strategy if isinstance(strategy, StrategyConfig) else None,
+            "executor": executor,
+            "continuous": continuous if isinstance(continuous, Continuous) else None,
+            "input": input,
+        }
+        fields = _shorthand_fields(shorthands, parts)
+        if not isinstance(strategy, StrategyConfig):
+            fields["strategy"]["name"] = strategy
+        if storage is None and "checkpoint" not in fields["storage"]:
+            raise RunnerError("checkpoint is required", parameter="checkpoint", value=None, expected="a folder path")
+        if "trigger_s" in shorthands:
+            if trigger is not None:
+                raise _both("trigger_s", "trigger")
+            trigger = Trigger.seconds(shorthands["trigger_s"])
+        if trigger is not None and not isinstance(trigger, Trigger):
+            raise RunnerError(
+                f"trigger must be a Trigger, got {trigger!r}", parameter="trigger", value=trigger, expected="a Trigger"
+            )
+        _set(self, "trigger", trigger if trigger is not None else Trigger(processingTime=DEFAULT_TRIGGER_S))
+        kinds = {"storage": Storage, "strategy": StrategyConfig, "input": Input}
+        for part, cls in kinds.items():
+            given = parts[part]
+            _set(self, part, dataclasses.replace(given, **fields[part]) if given is not None else cls(**fields[part]))
+        _set(self, "executor", ExecutorOptions.of(executor, **fields["executor"]))  # names an unknown option
+        _set(self, "continuous", _continuous(continuous, fields["continuous"]))
+        if intake is not None and not isinstance(intake, Intake):
+            raise RunnerError(
+                f"intake must be a sparkqos.Intake, got {intake!r}", parameter="intake", value=intake, expected="an Intake"
+            )
+        _set(self, "intake", intake if intake is not None else Intake())
+        if not isinstance(name, str) or not name:
+            raise RunnerError(f"name must be a non-empty string, got {name!r}", parameter="name", value=name, expected="a name")
+        _set(self, "name", name)
+        _set(self, "on_progress", on_progress)
+        _set(self, "on_delays", on_delays)
+        _set(self, "fault", fault)
+        _set(self, "faults", types.MappingProxyType({p: frozenset(b) for p, b in parse_faults(fault).items()}))
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with some parts (or top-level options) changed."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        values.update(changes)
+        return RunConfig(**values)
+
+    # -- derived ------------------------------------------------------------------------------------
     @property
     def interval_s(self) -> float | None:
-        """The micro-batch interval in seconds; None with ``available_now``."""
-        return None if self.trigger_s == AVAILABLE_NOW else self.trigger_s
+        """The micro-batch interval in seconds; None with ``availableNow`` or ``once``."""
+        return self.trigger.interval_s
 
     @property
     def effective_budget_s(self) -> float:
-        """Executor seconds per trigger: ``budget_s``, else the interval, else 1."""
-        return self.budget_s if self.budget_s is not None else (self.interval_s or 1.0)
-
-    @property
-    def effective_slice_s(self) -> float:
-        """Seconds of one slice of the continuous worker: ``slice_s``, else :data:`SLICE_S`."""
-        return self.slice_s if self.slice_s is not None else SLICE_S
-
-    @property
-    def effective_early_write_s(self) -> float:
-        """Least seconds between two early writes of the worker: ``early_write_s``, else
-        :data:`EARLY_WRITE_S` (0: none)."""
-        return self.early_write_s if self.early_write_s is not None else EARLY_WRITE_S
+        """Executor seconds per trigger: ``executor.budget_s``, else the interval, else 1."""
+        budget = self.executor.budget_s
+        return budget if budget is not None else (self.interval_s or 1.0)
 
     @property
     def effective_top_class_s(self) -> float:
         """Seconds a continuous trigger serves at once (the top classes first, or by the strategy):
-        ``top_class_s``, else a tenth of the budget."""
-        return self.top_class_s if self.top_class_s is not None else self.effective_budget_s / 10
+        ``continuous.top_class_s``, else a tenth of the budget."""
+        top = None if self.continuous is None else self.continuous.top_class_s
+        return top if top is not None else self.effective_budget_s / 10
 
     def make_scheduler(self, plan: Plan | None = None) -> Scheduler:
-        """The strategy to run: the given instance, or a new one of the named strategy with its time
-        parameters sized to the trigger (its ``qos`` defaulting to ``qos``). Built through the
-        registry (:func:`~sparkqos.schedulers.registry.build`), so a wrong parameter name is
-        reported as the registry reports it. With ``class_shares``, under CQC's class shares
-        (``adaptive``: under each candidate), unless ``plan`` has a single class.
+        """The strategy to run, sized to this run's trigger (:meth:`StrategyConfig.make`).
 
         >>> RunConfig(checkpoint="/tmp/ckpt", strategy="chain", class_shares=True, trigger_s=1.0).make_scheduler()
         ClassShares(inner='chain', k=1.0, quantum=0.1, inner_params=None)
         """
-        if isinstance(self.strategy, Scheduler):
-            return self.strategy
-        params = dict(self.strategy_params)
-        if self.qos is not None:
-            params.setdefault("qos", self.qos)
-        shares = self.class_shares and (plan is None or len({q.klass for q in plan.queries.values()}) > 1)
-        return schedulers.build(self.strategy, self.effective_budget_s, self.interval_s, class_shares=shares, **params)
+        return self.strategy.make(plan, self.effective_budget_s, self.interval_s)
+
+
+def _continuous(continuous: Continuous | bool | None, fields: dict[str, Any]) -> Continuous | None:
+    """The ``continuous`` part: given, made of its shorthands (True), or None (False, None)."""
+    if isinstance(continuous, Continuous):
+        return dataclasses.replace(continuous, **fields)
+    check_choice("continuous", continuous, (True, False, None), error=RunnerError)
+    # With continuous=False the worker's options have nothing to set: jobs pass them whatever the mode.
+    return Continuous(**fields) if continuous else None
+
+
+def _both(short: str, part: str) -> RunnerError:
+    return RunnerError(
+        f"give {short}= or {part}=, not both", parameter=short, value=short, expected=f"{short}= or {part}=, not both"
+    )
+
+
+def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The fields each part gets from the ``shorthands`` keywords; an unknown keyword, or one
+    given beside its part, raises naming it."""
+    fields: dict[str, dict[str, Any]] = {p: {} for p in parts}
+    for key, value in shorthands.items():
+        if key in _DEPRECATED:
+            warnings.warn(f"{key}= is deprecated: give {_DEPRECATED[key]}", DeprecationWarning, stacklevel=4)
+        if key == "trigger_s":
+            continue
+        if key == "executor_args":
+            if parts["executor"] is not None:
+                raise _both(key, "executor")
+            fields["executor"].update(dict(value or {}))
+            continue
+        if key not in SHORTHANDS:
+            allowed = sorted([*SHORTHANDS, "trigger_s", *RunConfig.__dataclass_fields__])
+            allowed.remove("faults")
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise RunnerError(
+                f"unknown run option {key!r}{hint}; options are {', '.join(allowed)}",
+                parameter=key,
+                value=value,
+                expected=f"one of {', '.join(allowed)}",
+            )
+        part, name = SHORTHANDS[key]
+        if parts[part] is not None:
+            raise _both(key, part)
+        fields[part][name] = value
+    return fields

@@ -1,4 +1,4 @@
-"""The continuous worker: serves an executor's queues on a thread between triggers (issue 13).
+"""The continuous worker: serves an executor's queues on a thread between triggers.
 
 Without it the executor works only inside ``foreachBatch``, for a budget shorter than the trigger,
 and idles while Spark does its own per-trigger work: the trigger's cadence, not the strategy,

@@ -1,6 +1,6 @@
 """Dead letters: input rows the plan cannot process, kept with the reason instead of failing the query.
 
-A micro-batch is checked against the stream's declared schema before it is queued (issue 8):
+A micro-batch is checked against the stream's declared schema before it is queued:
 
 * a column the batch lacks (the source's schema changed) — every row, reason ``missing column``;
 * a value that does not cast to the declared type (``"n/a"`` in a number column, a string where

@@ -6,7 +6,7 @@ an atomic rename — and a replayed batch id rewrites the same files instead of 
 layout is Hive-partitioned, so ``spark.read.parquet(out)`` sees a ``query`` column too.
 
 Every sink has ``write(batch_id, outputs)`` with ``outputs`` a mapping from query name to a
-``pyarrow.Table``. A sink that can also take a batch in parts (``supports_parts``) has
+``pyarrow.Table``. A sink that can also take a batch in parts (a :class:`PartedSink`) has
 ``write_part(batch_id, outputs, first)``: the continuous worker writes the top class's rows as
 soon as it has them, as parts of the batch the next trigger commits (``RunConfig.early_write_s``);
 that trigger then calls ``write(batch_id, outputs, keep_parts=True)``, which keeps the parts of
@@ -22,13 +22,12 @@ Sinks that write through Spark (``DataFrameSink``) are in :mod:`sparkqos.spark.s
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,6 +37,7 @@ from sparkqos.errors import SinkError, check_number
 
 __all__ = [
     "Sink",
+    "PartedSink",
     "ParquetSink",
     "MemorySink",
     "read_parquet_sink",
@@ -66,21 +66,12 @@ def check_outputs(outputs: Any) -> dict[str, pa.Table]:
 
 
 class Sink:
-    """Base class: ``write(batch_id, outputs)`` stores one trigger's outputs of every query.
+    """Base class: ``write(batch_id, outputs)`` stores one trigger's outputs of every query, whole.
 
-    A subclass that also takes a batch in parts has ``write_part`` (see the module docstring) and
-    a ``write`` that accepts ``keep_parts``; ``supports_parts`` says whether both are there (a
-    subclass of ``ParquetSink`` that overrides ``write(batch_id, outputs)`` alone takes whole
-    batches only, so its override still sees every row)."""
+    A sink that also takes a batch in parts is a :class:`PartedSink`."""
 
-    @property
-    def supports_parts(self) -> bool:
-        if type(self).write_part is Sink.write_part:
-            return False
-        try:
-            return "keep_parts" in inspect.signature(self.write).parameters
-        except (TypeError, ValueError):
-            return False
+    #: Whether the continuous worker may write parts of a batch through :meth:`write_part`.
+    supports_parts: ClassVar[bool] = False
 
     def write(self, batch_id: int, outputs: Mapping[str, pa.Table]) -> None:
         raise NotImplementedError
@@ -89,7 +80,29 @@ class Sink:
         raise SinkError(f"{type(self).__name__} takes whole batches only (supports_parts is False)")
 
 
-class ParquetSink(Sink):
+class PartedSink(Sink):
+    """A sink that also takes a batch in parts (see the module docstring): ``write_part`` adds a
+    part, and ``write(batch_id, outputs, keep_parts=True)`` commits the rest of the batch keeping
+    this attempt's parts.
+
+    A subclass that overrides ``write`` and not ``write_part`` takes whole batches only, so that
+    its override sees every row (say ``supports_parts = True`` in it to take parts anyway)."""
+
+    supports_parts: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "write" in cls.__dict__ and "write_part" not in cls.__dict__ and "supports_parts" not in cls.__dict__:
+            cls.supports_parts = False
+
+    def write(self, batch_id: int, outputs: Mapping[str, pa.Table], keep_parts: bool = False) -> None:
+        raise NotImplementedError
+
+    def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
+        raise NotImplementedError
+
+
+class ParquetSink(PartedSink):
     """Parquet files ``path/query=NAME/batch=ID.parquet`` written with pyarrow, no Spark job.
 
     Writing batch ``b`` replaces every ``batch=b`` file: queries present in ``outputs`` get their
@@ -227,7 +240,7 @@ def read_parquet_sink(path: str | os.PathLike, with_batch_id: bool = False) -> d
     return result
 
 
-class MemorySink(Sink):
+class MemorySink(PartedSink):
     """Arrow tables per query kept in memory (notebooks, tests); a replayed batch replaces its rows.
 
     >>> import pyarrow as pa

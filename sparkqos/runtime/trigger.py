@@ -52,6 +52,7 @@ This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` f
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 import os
 import signal
@@ -67,6 +68,7 @@ from sparkqos.compile.builder import QuerySet
 from sparkqos.errors import RunnerError, SchemaMismatch
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.loop import EMIT, Executor, RunReport
+from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.checkpoint import CheckpointStore
 from sparkqos.runtime.config import RunConfig
@@ -74,8 +76,7 @@ from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.intake import BacklogTracker, catch_up_line, warn_backlog
 from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
-from sparkqos.runtime.sinks import MemorySink, ParquetSink
-from sparkqos.schedulers.base import Scheduler
+from sparkqos.schedulers.base import ClusterScheduler, Scheduler
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
 
@@ -163,17 +164,19 @@ def classes_by_priority(compiled: CompiledPlan) -> list[tuple[str, ...]]:
     return [tuple(sorted(levels[p])) for p in sorted(levels, reverse=True)]
 
 
-def executor_args(config: RunConfig, scheduler: Scheduler) -> dict[str, Any]:
-    """The Executor's options: ``config.executor_args``, and for a strategy that serves clusters
-    (``cos``: COS §4.2) one thread per core unless ``cluster_threads`` is given — its operators'
+def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:
+    """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
+    unless the executor's own is given, and with one cluster thread per core for a
+    strategy that serves clusters (COS §4.2) unless ``cluster_threads`` is given — its operators'
     pyarrow and numpy kernels release the GIL, so clusters really run side by side."""
-    args = dict(config.executor_args)
-    if "memory_limit_bytes" not in args and config.intake.memory_limit_bytes is not None:
-        args["memory_limit_bytes"] = config.intake.memory_limit_bytes  # spill, never run out of memory
+    options = config.executor
+    if options.memory_limit_bytes is None and config.intake.memory_limit_bytes is not None:
+        options = dataclasses.replace(options, memory_limit_bytes=config.intake.memory_limit_bytes)  # spill, never OOM
     cores = os.cpu_count() or 1
-    if "cluster_threads" not in args and hasattr(scheduler, "pick_cluster") and cores > 1:
-        args["cluster_threads"] = cores
-    return args
+    if options.cluster_threads is None:
+        threads = cores if isinstance(scheduler, ClusterScheduler) and cores > 1 else 0
+        options = dataclasses.replace(options, cluster_threads=threads)
+    return options
 
 
 class TriggerLoop:
@@ -198,7 +201,7 @@ class TriggerLoop:
                 expected="a QuerySet or a CompiledPlan",
             )
         streams = list(compiled.sources)
-        stream = config.stream
+        stream = config.input.stream
         if stream is None:
             if len(streams) != 1:
                 raise RunnerError(
@@ -216,7 +219,7 @@ class TriggerLoop:
                 expected=f"one of {streams}",
             )
         schema = compiled.sources[stream]
-        arrival_col = config.arrival_col
+        arrival_col = config.input.arrival_col
         if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
             arrival_col = DEFAULT_ARRIVAL_COLUMN
         elif arrival_col is not None and arrival_col not in schema.names:
@@ -232,25 +235,15 @@ class TriggerLoop:
         self.arrival_col = arrival_col
         self.budget_s = config.effective_budget_s
         self.scheduler: Scheduler = config.make_scheduler(compiled.plan)
-        self.store = CheckpointStore(config.checkpoint / "sparkqos", keep=config.keep_checkpoints)
-        output = config.output
-        self.sink = config.sink if config.sink is not None else (ParquetSink(output / "outputs") if output else MemorySink())
-        self.checks = config.checks if config.checks is not None else RowChecks()
-        dead_letter = config.dead_letter
-        if dead_letter is None and output is not None:
-            dead_letter = output / "deadletter"
-        if dead_letter is not None and not isinstance(dead_letter, DeadLetterSink):
-            dead_letter = DeadLetterSink(dead_letter)
-        self.dead_letter: DeadLetterSink | None = dead_letter
+        storage = config.storage
+        self.store = CheckpointStore(storage.checkpoint / "sparkqos", keep=storage.keep_checkpoints)
+        self.sink = storage.make_sink()
+        self.checks = config.input.checks if config.input.checks is not None else RowChecks()
+        self.dead_letter: DeadLetterSink | None = storage.make_dead_letter()
         self.dead_lettered_total = 0
-        self.executor = Executor(
-            compiled.fresh(),
-            self.scheduler,
-            clock=time.time,
-            whole_batches=config.whole_batches,
-            **executor_args(config, self.scheduler),
-        )
-        self.progress = ProgressReporter(config.name, compiled.plan, output, config.on_progress)
+        options = executor_options(config, self.scheduler)
+        self.executor = Executor(compiled.fresh(), self.scheduler, clock=time.time, options=options)
+        self.progress = ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress)
         self.backlog = BacklogTracker(config.intake.catch_up_lag_s)
         self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
         self.last_batch = -1
@@ -280,24 +273,25 @@ class TriggerLoop:
         self._early_at = 0.0  # time.monotonic() of the last early write
         self._parts_batch = 0  # the batch the worker's early parts go to: the one after the last commit
         self._paused = False  # a trigger holds the executor and has not handed it back yet
-        if config.continuous:
+        continuous = config.continuous
+        if continuous is not None:
             on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
             # a worker not resumed by a trigger for this long ends by itself (Spark Connect: the stream was stopped)
             orphan_s = max(60.0, 20 * (config.interval_s or 0.0))
             self.top_class = top_class(compiled)
             plan = compiled.plan
-            if self.top_class is not None and config.effective_early_write_s > 0 and self.sink.supports_parts:
+            if self.top_class is not None and continuous.early_write_s > 0 and self.sink.supports_parts:
                 self._early_queries = tuple(q.name for q in plan.queries.values() if q.klass == self.top_class)
             self.worker = ContinuousWorker(
                 self.executor,
-                config.effective_slice_s,
+                continuous.slice_s,
                 name=f"sparkqos-continuous-{config.name}",
                 on_event=on_event,
                 orphan_s=orphan_s,
                 after_slice=self._early_write if self._early_queries else None,
             )
             self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
-            if config.class_shares:  # class priority above the strategy: the trigger honours it too
+            if config.strategy.class_shares:  # class priority above the strategy: the trigger honours it too
                 self._levels = [
                     tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
                     for level in classes_by_priority(compiled)
@@ -526,7 +520,7 @@ class TriggerLoop:
         since the last write as a part of the next batch, once ``early_write_s`` has passed since
         the last early write, or at once when the slice found nothing more to run (the worker is
         about to wait for the next trigger). Their delays count from this write."""
-        if not report.idle and time.monotonic() - self._early_at < self.config.effective_early_write_s:
+        if not report.idle and time.monotonic() - self._early_at < self.config.continuous.early_write_s:
             return
         outputs = {q: t for q, t in self.executor.take_outputs(self._early_queries).items() if t.num_rows}
         if not outputs:

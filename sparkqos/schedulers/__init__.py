@@ -13,7 +13,7 @@ True
 from __future__ import annotations
 
 from sparkqos.model.state import EngineState, SchedulerState, Unit
-from sparkqos.schedulers.base import HeapScheduler, LazyHeap, PriorityScheduler, Scheduler
+from sparkqos.schedulers.base import ClusterScheduler, HeapScheduler, LazyHeap, PriorityScheduler, Scheduler
 from sparkqos.schedulers.basic import Fifo, Greedy, MostTuplesInQueue, RoundRobin
 from sparkqos.schedulers.chain import Chain
 from sparkqos.schedulers.classes import ClassShares, ClassView
@@ -46,6 +46,7 @@ __all__ = [
     "ClassShares",
     "ClassTurns",
     "ClassView",
+    "ClusterScheduler",
     "Cos",
     "Cqc",
     "DynamicPriority",

@@ -121,6 +121,12 @@ class Scheduler(ABC):
 
     def pick(self, state: SchedulerState) -> Unit | None:
         """The next unit of work, or None when no operator can run."""
+        self._catch_up(state)
+        return self._choose(state)
+
+    def _catch_up(self, state: SchedulerState) -> None:
+        """Before a pick: attach to ``state`` (a new one), rebuild when the statistics moved, else
+        take in the operators that received tuples since the last pick."""
         if state is not self._state:
             self.attach(state)
         elif state.stats_version != self._stats_seen:
@@ -132,7 +138,6 @@ class Scheduler(ABC):
             for op in log:
                 self._on_enqueue(op, state)
             log.clear()
-        return self._choose(state)
 
     @abstractmethod
     def _rebuild(self, state: SchedulerState) -> None: ...
@@ -271,3 +276,21 @@ class PriorityScheduler(HeapScheduler):
         remaining = {op: len(plan.upstream_path(op)) for op in plan.names}  # fewer = further along
         oldest = state.oldest
         return lambda op: (-prio[op], oldest(op), remaining[op], index[op])
+
+
+class ClusterScheduler(Scheduler):
+    """A strategy whose operators form clusters that can be served side by side (COS §4.2): an
+    engine may give each cluster its own thread (``ExecutorOptions.cluster_threads``), asking
+    :meth:`pick_cluster` for one cluster's next unit. :meth:`pick` still serves the clusters in
+    turn, so any engine can run it in one thread."""
+
+    @property
+    @abstractmethod
+    def clusters(self) -> list[tuple[str, ...]]:
+        """Operators of each cluster, in plan order (empty until attached)."""
+
+    @abstractmethod
+    def pick_cluster(self, cluster: int, state: SchedulerState) -> Unit | None:
+        """The next unit of cluster ``cluster`` alone, or None when none of its operators can run.
+        Not thread-safe: an engine running clusters in threads serialises calls to :meth:`pick`
+        and :meth:`pick_cluster`."""

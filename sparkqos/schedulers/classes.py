@@ -5,8 +5,8 @@ the query classes — class i gets the time slice Tᵢ = Pᵢ·k / ΣP per round
 from its next quota (negative credit), unused quota is not carried over — and Highest Rate inside
 the class whose turn it is. :class:`ClassShares` keeps level 1 exactly (the same
 :class:`~sparkqos.schedulers.cqc.ClassTurns` object :class:`~sparkqos.schedulers.cqc.Cqc` uses)
-and puts any strategy at level 2, so class priority is honoured whatever strategy is in force
-(issue 13 item 2); ``ClassShares("hr")`` is CQC up to HR's tie-breaks.
+and puts any strategy at level 2, so class priority is honoured whatever strategy is in force;
+``ClassShares("hr")`` is CQC up to HR's tie-breaks.
 
 How the inner strategy is kept to the chosen class, without knowing it: it never sees the whole
 plan. Each class gets its own inner instance, attached to a :class:`ClassView` of the engine's

@@ -24,7 +24,7 @@ import numpy as np
 from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState, Unit
-from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.schedulers.base import ClusterScheduler, LazyHeap
 from sparkqos.schedulers.chain import Chain
 
 Point = tuple[float, float]
@@ -146,7 +146,7 @@ def s_means(points: Sequence[Point], T: float, width: float = 0.25, max_iter: in
     return labels
 
 
-class Cos(Scheduler):
+class Cos(ClusterScheduler):
     """Clusters of similar operators, each served by Chain, taking turns round-robin.
 
     :attr:`clusters` lists the operators of each cluster (plan order); one pick serves the next
@@ -181,17 +181,15 @@ class Cos(Scheduler):
         self.width = width
         #: S-means runs again only when some operator's normalised (log cost, selectivity) moved
         #: more than this since the last clustering (0: whenever the statistics move). Chain's
-        #: priorities inside the clusters are refreshed on every move either way. On 400
-        #: operators the statistics move on almost every run, and clustering each time took most
-        #: of the time COS spent picking.
+        #: priorities inside the clusters are refreshed on every move either way. On large plans
+        #: the statistics move on almost every run, and clustering is the costly part of a pick.
         self.recluster_tolerance = float(recluster_tolerance)
         #: ... and only when at least this long (``state.now``: seconds in the executor) passed
-        #: since the last clustering (0: no wait). The tolerance alone did not hold S-means back:
-        #: a cost estimate reaches strategies only when it moves by 20%, which is 0.04 on the
-        #: normalised log-cost axis of the cos experiment's plans, so nearly every statistics move
-        #: re-clustered. On its 400 operators with two cluster threads that was 16% of the threads'
-        #: time, all of it under the executor's lock. The default is the statistics window (thesis
-        #: §3.2.5: one second): clusters follow the statistics at the pace they are gathered.
+        #: since the last clustering (0: no wait). The tolerance alone is not enough: a cost
+        #: estimate reaches strategies only when it moves by 20%, a step of about 0.04 on the
+        #: normalised log-cost axis, so nearly every statistics move would re-cluster, under the
+        #: executor's lock that the cluster threads share. The default is the statistics window
+        #: (thesis §3.2.5: one second): clusters follow the statistics at the pace they are gathered.
         self.recluster_period = float(recluster_period)
         self._clustered_on: np.ndarray | None = None  # the features of the last clustering
         self._clustered_at = -math.inf  # state.now at the last clustering
@@ -253,19 +251,9 @@ class Cos(Scheduler):
         """The next unit of cluster ``cluster`` alone (its own Chain order), or None when none of
         its operators can run. Not thread-safe: an executor running clusters in threads must
         serialise calls to :meth:`pick` / :meth:`pick_cluster` (they update shared heaps)."""
-        if state is not self._state:
-            self.attach(state)
-        elif state.stats_version != self._stats_seen:
-            self._stats_seen = state.stats_version
-            self._log.clear()
-            self._rebuild(state)
+        self._catch_up(state)
         if not 0 <= cluster < len(self._heaps):
             raise SchedulerError(f"Cos: no cluster {cluster!r}; there are {len(self._heaps)} clusters")
-        log = self._log
-        if log:
-            for op in log:
-                self._on_enqueue(op, state)
-            log.clear()
         op = self._heaps[cluster].top()
         return None if op is None else self._units[op]
 

@@ -1,13 +1,12 @@
 """The Spark data sources (Python Data Source API): ``sparkqos.bursty``, ``sparkqos.poisson``,
 ``sparkqos.replay``. The generators behind them (``sparkqos.sources.generators``) are Spark-free.
 
-Sources start at the query's start (issue 13): with no ``start`` option, a finite speed and a
-processing-time trigger, stream time does not run while Spark starts the query. Without this, the
-first batch that reads rows pays for Spark's start-up (its job, its Python workers, the
-foreachBatch callback: 6-10 s on a loaded 2-core machine, pyspark 4.3, local[2]), and the stream
-time it covered lands in the next trigger: measured with bursty at 4,000 rows/s and 2 s triggers,
-the first data trigger got 21,850 rows up to 6.3 s old (68,626 rows, 9.5 s old in another run);
-with the warm-up, 3,248 rows at most 1.4 s old. So such an offset carries a ``phase``:
+Sources start at the query's start: with no ``start`` option, a finite speed and a
+processing-time trigger, stream time does not run while Spark starts the query. Otherwise the
+first batch that reads rows would pay for Spark's start-up (its job, its Python workers, the
+foreachBatch callback: seconds), and the stream time it covered would land in the next trigger
+as one large, old batch (the README's measured section has the figures). So such an offset
+carries a ``phase``:
 ``warmup`` (from ``initialOffset``) → ``ready`` (batch 0: one read task with no rows; Spark starts
 up on it) → ``started`` (batch 1, no rows: the origin is re-anchored at the wall clock of that
 ``latestOffset`` call, keeping the stream time reached) → normal batches. The phases live in the
@@ -17,10 +16,9 @@ after it continues as before. ``warmup=false`` keeps the stream anchored at ``in
 Reading on the driver (``numPartitions`` 1, the default): a micro-batch's rows are read when Spark
 plans its offset, by the source's own Python process, and reach the JVM as Arrow with that offset
 (Spark's path for a ``SimpleDataSourceStreamReader``): no read task and no Python worker per
-micro-batch. Measured on the 2-core machine replaying 600 rows/s with a 0.25 s trigger (pyspark
-4.3, local[2]): ``toArrow()`` of a batch took 39 ms against 102 ms with a read task, and Spark's
-part of a trigger 140 ms against 204 ms. A batch replayed after a restart, whose rows are no longer held,
-is read by a task as before. With ``numPartitions`` > 1 the rows are read by that many tasks.
+micro-batch, which makes ``toArrow()`` of a batch and Spark's part of a trigger cheaper (figures
+in docs/ARCHITECTURE.md). A batch replayed after a restart, whose rows are no longer held,
+is read by a task. With ``numPartitions`` > 1 the rows are read by that many tasks.
 """
 
 from __future__ import annotations
@@ -50,10 +48,14 @@ from sparkqos.sources.generators import (
     _Options,
     payload_table,
 )
+from sparkqos.sources.pyenv import check_python_workers
 
 
 def register(spark) -> None:
-    """Register ``sparkqos.bursty``, ``sparkqos.poisson`` and ``sparkqos.replay`` on ``spark``."""
+    """Register ``sparkqos.bursty``, ``sparkqos.poisson`` and ``sparkqos.replay`` on ``spark``,
+    after checking that Spark's Python workers can run them (:func:`~sparkqos.sources.pyenv.check_python_workers`:
+    for a local master it points them at the driver's Python, else it says what to set)."""
+    check_python_workers(spark)
     for source in (BurstySource, PoissonSource, ReplaySource):
         spark.dataSource.register(source)
 

@@ -12,13 +12,33 @@ One code path for both: nothing here asks which kind of session it runs under.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
+
+
+def describe_jobs(spark: Any, name: str, batch_id: int, last: dict[str, Any] | None) -> None:
+    """Name the Spark jobs of this trigger after sparkqos's figures of the one before — queued
+    rows, p99 delay per query class, the strategy in force — so Spark's UI (Jobs, and the
+    streaming query's batches) shows them beside Spark's own. Under Spark Connect the client has
+    no SparkContext to name jobs with: nothing is set."""
+    try:
+        sc = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect
+        return
+    text = f"sparkqos {name} batch {batch_id}"
+    if last is not None:
+        p99: dict[str, float] = {}
+        for q in last["queries"]:
+            d = q["delayP99_s"]
+            if d == d:  # not NaN: the class wrote rows
+                p99[q["klass"]] = max(p99.get(q["klass"], 0.0), d)
+        classes = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(p99.items())) or "-"
+        text += f" | before it: queued {last['queuedRows']:.0f} rows, p99 {classes}, strategy {last['strategy']}"
+    sc.setJobDescription(text)
 
 
 class BatchFunction:
@@ -32,7 +52,7 @@ class BatchFunction:
     def __getstate__(self) -> dict[str, Any]:
         # Client-side callbacks cannot run where the copy runs (and may not pickle): the client
         # follows the run through the metrics table instead.
-        return {"compiled": self.compiled, "config": dataclasses.replace(self.config, on_progress=None, on_delays=None)}
+        return {"compiled": self.compiled, "config": self.config.replace(on_progress=None, on_delays=None)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.compiled = state["compiled"]
@@ -48,6 +68,7 @@ class BatchFunction:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         loop = self.loop
+        describe_jobs(batch_df.sparkSession, self.config.name, batch_id, loop.progress.last)
         t0 = time.perf_counter()
         table = batch_df.toArrow()  # Spark reads the source here
         loop.phase_s["toArrow"] += time.perf_counter() - t0

@@ -15,6 +15,7 @@ Fault injection for crash tests is an option like any other (``fault="after_sink
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +31,7 @@ from sparkqos.runtime.deadletter import RowChecks
 from sparkqos.runtime.progress import read_progress, strategy_in_force
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark.batch import BatchFunction
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
 
@@ -69,7 +71,7 @@ class QosStream:
 
     @property
     def output(self) -> Path | None:
-        return self.config.output
+        return self.config.storage.output
 
     @property
     def scheduler(self) -> Scheduler:
@@ -84,9 +86,10 @@ class QosStream:
         """The newest progress records, oldest first. This handle's loop has them when the
         triggers run in this process; where they run elsewhere (Spark Connect: the server's
         Python worker) they are read back from the metrics table, which needs ``output``."""
-        if self.loop.progress.recent or self.config.output is None:
+        output = self.config.storage.output
+        if self.loop.progress.recent or output is None:
             return self.loop.progress.recent
-        return read_progress(self.config.output, self.config.name)
+        return read_progress(output, self.config.name)
 
     @property
     def lastProgress(self) -> dict[str, Any] | None:
@@ -146,14 +149,10 @@ class QosStream:
         self.loop.reopen()
         writer = (
             self.df.writeStream.foreachBatch(BatchFunction(self.loop.compiled, self.config, self.loop))
-            .option("checkpointLocation", str(self.config.checkpoint / "spark"))
+            .option("checkpointLocation", str(self.config.storage.checkpoint / "spark"))
             .queryName(self.config.name)
+            .trigger(**self.config.trigger.spark_kwargs())
         )
-        interval = self.config.interval_s
-        if interval is None:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{interval} seconds")
         self.query = writer.start()
         return self.query
 
@@ -181,15 +180,17 @@ def stream(
     **kwargs: Any,
 ) -> QosStream:
     """``sparkqos.stream(streaming_df, queries, strategy=..., qos=..., budget_s=..., checkpoint=...)``:
-    the keywords are :class:`~sparkqos.runtime.config.RunConfig`'s; ``.start()`` gives the
+    the keywords are :class:`~sparkqos.runtime.config.RunConfig`'s parts and their shorthands
+    (:data:`~sparkqos.runtime.config.SHORTHANDS`); ``.start()`` gives the
     StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
     → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
     ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms
     see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
     values, not dead letters."""
-    if is_transforms(queries) and kwargs.get("checks") is None:
-        kwargs["checks"] = RowChecks(finite=False)
+    check_python_workers(df.sparkSession)  # before anything reads: Spark's workers must run sparkqos
     config = RunConfig(**kwargs)
+    if is_transforms(queries) and config.input.checks is None:
+        config = config.replace(input=dataclasses.replace(config.input, checks=RowChecks(finite=False)))
     if is_transforms(queries):
         if not getattr(df, "isStreaming", False):
             raise RunnerError(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -29,12 +30,14 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sparkqos import schedulers
 from sparkqos.compile.spark_plan import DEFAULT_STREAM, compile_plans
 from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
 from sparkqos.executor.loop import replay
+from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.runtime.config import StrategyConfig
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark import static_tables, udfs
 
 __all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
@@ -56,7 +59,7 @@ CONTEXT_READERS: tuple[Callable[[str, DataFrame, Any, list[dict[str, Any]] | Non
 @functools.lru_cache(maxsize=8)
 def _java_version(session: Any) -> int | None:
     """The major version of the JDK Spark computes on (its ``Double.toString`` decides how
-    ``round`` reads a double, see sparkqos.executor.numeric); None when it cannot be read."""
+    ``round`` reads a double, see sparkqos.executor.expressions.numeric); None when it cannot be read."""
     try:
         jvm = getattr(session, "_jvm", None)
         if jvm is not None:
@@ -272,31 +275,50 @@ def _feeds(table: pa.Table, batch_rows: int) -> Iterator[tuple[float, str, pa.Re
 def run(
     df: DataFrame,
     queries: Mapping[str, Transform],
-    strategy: str | Scheduler = "fifo",
+    strategy: StrategyConfig | str | Scheduler = "adaptive",
     *,
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
-    strategy_params: Mapping[str, Any] | None = None,
     batch_rows: int = 256,
     units_between: int = 3,
-    **executor_args: Any,
+    executor: ExecutorOptions | None = None,
+    strategy_params: Mapping[str, Any] | None = None,
+    **executor_options: Any,
 ) -> dict[str, pa.Table]:
     """Every query's output (user columns only) on the finite DataFrame ``df``, computed by the
     executor under ``strategy``: the rows arrive in batches of ``batch_rows`` (one a second)
     and the strategy serves ``units_between`` units after each, so a backlog builds up and the
     strategy's picks interleave the queries before :meth:`~sparkqos.executor.Executor.finish`
-    drains it. ``executor_args`` go to the :class:`~sparkqos.executor.Executor`."""
+    drains it. ``strategy`` and ``executor`` (or its fields as keywords) are the
+    :class:`~sparkqos.runtime.config.StrategyConfig` and
+    :class:`~sparkqos.executor.options.ExecutorOptions` of :func:`sparkqos.stream`, with the same
+    defaults; the strategy is sized to ``executor.budget_s`` (default 1 s, as a stream without an
+    interval). ``strategy_params`` is the deprecated spelling of ``StrategyConfig(params=...)``."""
     check_number("batch_rows", batch_rows, integer=True, low=1)
     check_number("units_between", units_between, integer=True, low=0)
     if df.isStreaming:
         raise RunnerError("sparkqos.run needs a finite DataFrame; give a streaming one to sparkqos.stream")
+    check_python_workers(df.sparkSession)
+    if not isinstance(strategy, StrategyConfig):
+        if strategy_params is not None:
+            replacement = "strategy=StrategyConfig(name, params={...})"
+            warnings.warn(f"strategy_params= is deprecated: give {replacement}", DeprecationWarning, stacklevel=3)
+        strategy = StrategyConfig(strategy, params=dict(strategy_params or {}))
+    elif strategy_params is not None:
+        raise RunnerError(
+            "give strategy_params= or a StrategyConfig, not both",
+            parameter="strategy_params",
+            value=strategy_params,
+            expected="None with a StrategyConfig",
+        )
+    options = ExecutorOptions.of(executor, **executor_options)
     compiled = compile_transforms(df, queries, classes, priorities)
-    scheduler = strategy if isinstance(strategy, Scheduler) else schedulers.get(strategy, **dict(strategy_params or {}))
+    scheduler = strategy.make(compiled.plan, options.budget_s or 1.0)
     schema = compiled.sources[DEFAULT_STREAM]
     table = df.toArrow()
     if not table.schema.equals(schema):
         table = table.cast(schema)
-    ex = replay(compiled, scheduler, _feeds(table, batch_rows), units_between=_forever(units_between), **executor_args)
+    ex = replay(compiled, scheduler, _feeds(table, batch_rows), units_between=_forever(units_between), options=options)
     return {q: ex.result(q) for q in compiled.roots}
 
 

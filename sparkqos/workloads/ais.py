@@ -1,4 +1,4 @@
-"""A recorded AIS vessel stream (issue 16): tracktable's ``.traj`` files as a replayable trace.
+"""A recorded AIS vessel stream: tracktable's ``.traj`` files as a replayable trace.
 
 The PyPI package ``tracktable-data`` (extra ``data``: ``pip install -e '.[data]'``) ships real AIS
 position reports: ``US_coastal_2020_06_30`` (235,967 reports, 1,395 vessels, one day) and

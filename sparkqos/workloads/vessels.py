@@ -1,4 +1,4 @@
-"""The vessel-tracking queries of jobs/vessel_monitor.py (issue 16), as ordinary PySpark transforms.
+"""The vessel-tracking queries of jobs/vessel_monitor.py, as ordinary PySpark transforms.
 
 They read AIS position reports (``mmsi, ts, lon, lat, track, point``: the recorded trace of
 :mod:`sparkqos.workloads.ais`, replayed by ``sparkqos.replay``):

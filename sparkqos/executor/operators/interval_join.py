@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
-from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Expr, _kind, as_expr, evaluate_array
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Expr, as_expr, evaluate_array, kind
 from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, table_to_ipc, user_names
 from sparkqos.executor.operators.static_join import as_batch, key_table, match
 
@@ -116,7 +116,7 @@ class IntervalJoin(PhysicalOperator):
                 k.check(s, self.name)
         for a, b in zip(self.left_keys, self.right_keys, strict=True):
             ta, tb = a.check(left, self.name), b.check(right, self.name)
-            if _kind(ta) != _kind(tb):
+            if kind(ta) != kind(tb):
                 raise ExpressionError(
                     f"operator {self.name!r}: join key {a!r} is {ta} on the left but {b!r} is {tb} on the right"
                 )

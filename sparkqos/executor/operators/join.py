@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
-from sparkqos.executor.expressions import ARRIVAL, SEQ, _kind, as_expr
+from sparkqos.executor.expressions import ARRIVAL, SEQ, as_expr, kind
 from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, table_to_ipc, user_names
 
 
@@ -115,7 +115,7 @@ class WindowJoin(PhysicalOperator):
                     raise ExpressionError(f"operator {self.name!r}: time column {tcol!r} must be numeric, got {t}")
         for k in self.on:
             lk, rk = left.field(k).type, right.field(k).type
-            if _kind(lk) != _kind(rk):
+            if kind(lk) != kind(rk):
                 raise ExpressionError(f"operator {self.name!r}: key column {k!r} is {lk} on the left but {rk} on the right")
         lnames = user_names(left)
         rnames = [n for n in user_names(right) if n not in self.on]

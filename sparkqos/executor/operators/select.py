@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from sparkqos.errors import ExpressionError
-from sparkqos.executor.expressions import Expr, _kind, evaluate_array
+from sparkqos.executor.expressions import Expr, evaluate_array, kind
 from sparkqos.executor.operators.base import PhysicalOperator
 
 
@@ -36,7 +36,7 @@ class Select(PhysicalOperator):
 
     def _output_schema(self) -> pa.Schema:
         t = self.predicate.check(self.input_schemas[0], self.name)
-        if _kind(t) not in ("boolean", "null"):
+        if kind(t) not in ("boolean", "null"):
             raise ExpressionError(f"operator {self.name!r}: the predicate {self.predicate!r} gives {t}, not a boolean")
         return self.input_schemas[0]
 

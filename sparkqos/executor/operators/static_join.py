@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_choice, check_number
-from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Expr, _kind, as_expr, evaluate_array
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Expr, as_expr, evaluate_array, kind
 from sparkqos.executor.operators.base import PhysicalOperator, user_names
 
 #: Default largest static table a join holds (rows); larger ones are refused when the plan is built.
@@ -135,7 +135,7 @@ class StaticJoin(PhysicalOperator):
         for mine, theirs in zip(self.stream_keys, self.static_keys, strict=True):
             t = mine.check(src, self.name)
             s = theirs.check(static.schema, self.name)
-            if _kind(t) != _kind(s):
+            if kind(t) != kind(s):
                 raise ExpressionError(f"operator {self.name!r}: join key {mine!r} is {t} but the static key {theirs!r} is {s}")
             k = evaluate_array(theirs, static)
             keys.append(k if k.type == t else pc.cast(k, t))

@@ -97,11 +97,10 @@ class Synthetic(PhysicalOperator):
 
 #: What the burn computes: PBKDF2-HMAC-SHA256 iterations, which CPython's hashlib runs in one
 #: OpenSSL call without the GIL, on no memory to speak of. One call spends a whole run's cost, as
-#: one pyarrow kernel does a whole batch. The burn used to be numpy ``exp`` over 32,768 doubles
-#: (20 µs a call): each call gave the GIL back and had to take it again, and a thread that wants
-#: the GIL back from one running Python waits out the switch interval (5 ms). Two burning threads
-#: beside one thread running plain Python got 0.01 cores each that way, against 0.15 with
-#: 2 ms burns in one call (and 0.97 each with the Python thread gone, either way).
+#: one pyarrow kernel does a whole batch. Many short GIL-free calls would not do: each gives the
+#: GIL back and must take it again, and a thread that wants the GIL back from a running Python
+#: thread waits out the switch interval (5 ms), so burning threads beside a Python thread would
+#: get almost no CPU.
 _PASSWORD, _SALT = b"sparkqos", b"synthetic"
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError
-from sparkqos.executor.expressions import Expr, _describe, _kind, evaluate_array
+from sparkqos.executor.expressions.core import Expr, describe, evaluate_array, kind
 
 #: Characters that make a ``split`` pattern a regular expression rather than a plain string.
 REGEX_META = frozenset(".$|()[]{}^?*+\\")
@@ -45,7 +45,7 @@ class GetField(Expr):
     def check(self, schema: pa.Schema, where: str) -> pa.DataType:
         t = self.child.check(schema, where)
         if not pa.types.is_struct(t) or not 0 <= self.ordinal < t.num_fields or t.field(self.ordinal).name != self.field:
-            raise ExpressionError(f"operator {where!r}: no struct field {self.field!r} in {_describe(self.child, t)}")
+            raise ExpressionError(f"operator {where!r}: no struct field {self.field!r} in {describe(self.child, t)}")
         return t.field(self.ordinal).type
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Array | pa.Scalar:
@@ -136,8 +136,8 @@ class Split(Expr):
 
     def check(self, schema: pa.Schema, where: str) -> pa.DataType:
         t = self.child.check(schema, where)
-        if _kind(t) not in ("string", "null"):
-            raise ExpressionError(f"operator {where!r}: split() needs a string, got {_describe(self.child, t)}")
+        if kind(t) not in ("string", "null"):
+            raise ExpressionError(f"operator {where!r}: split() needs a string, got {describe(self.child, t)}")
         return self.RESULT
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Array | pa.Scalar:

@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError
-from sparkqos.executor.expressions import Cast, Expr, _describe, _kind
+from sparkqos.executor.expressions.casts import Cast
+from sparkqos.executor.expressions.core import Expr, describe, kind
 
 _CONTEXT = decimal.Context(prec=1000, Emax=999_999, Emin=-999_999)
 _MODES = {False: decimal.ROUND_HALF_UP, True: decimal.ROUND_HALF_EVEN}
@@ -141,9 +142,9 @@ class Round(Expr):
 
     def check(self, schema: pa.Schema, where: str) -> pa.DataType:
         t = self.child.check(schema, where)
-        if _kind(t) not in ("numeric", "null") or pa.types.is_decimal(t):
+        if kind(t) not in ("numeric", "null") or pa.types.is_decimal(t):
             fn = "bround" if self.half_even else "round"
-            raise ExpressionError(f"operator {where!r}: {fn}() needs an integer or a float, got {_describe(self.child, t)}")
+            raise ExpressionError(f"operator {where!r}: {fn}() needs an integer or a float, got {describe(self.child, t)}")
         return t
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Array | pa.Scalar:
@@ -231,7 +232,7 @@ class DecimalCast(Cast):
     def check(self, schema: pa.Schema, where: str) -> pa.DataType:
         src = self.child.check(schema, where)
         if not decimal_cast_supported(src, self.to):
-            raise ExpressionError(f"operator {where!r}: cannot cast {_describe(self.child, src)} to {self.to}")
+            raise ExpressionError(f"operator {where!r}: cannot cast {describe(self.child, src)} to {self.to}")
         return self.to
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Array | pa.Scalar:

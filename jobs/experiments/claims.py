@@ -1,0 +1,405 @@
+# sparkqos-extras: data
+"""Every claim of the five papers that sparkqos reproduces, in one table: in the simulator, on
+Spark with the bursty trace and on Spark with the recorded vessel trace, with a verdict.
+
+    ./spark-submit.sh jobs/experiments/claims.py [--quick] [--reps 3] [--only path_latency,cos] [--no-spark]
+
+Nothing is measured here that an experiment module does not measure itself: each Spark column
+runs an experiment's own ``main`` (path_latency, chain_memory, classes, cos, adaptive in this
+folder) ``--reps`` times per trace (seeds 7, 8, 9, …), and each simulator cell comes from the
+simulator jobs (jobs/*_sim.py) judged by the same verdict functions as the Spark runs, or from the
+test that proves a theorem on random plans (tests/). The verdicts every run records
+(``_common.RECORDED``) become one row per claim:
+
+* a cell is the median [min–max] of the number the verdict rests on (a ratio, e.g. hr/cqc's
+  class-H delay for CQC, pc's latency over the best other strategy's for Jiang §5) and how many
+  repetitions held;
+* a trace's verdict is the majority of its repetitions (a tie or an inconclusive majority is
+  inconclusive); the claim's verdict is held when both traces hold it, not held when both do not,
+  inconclusive otherwise; a claim the simulator alone checks takes the simulator's verdict.
+
+It writes ``claims.md`` and ``claims.json`` under ``--out``, a claims section in the HTML report
+(``python -m sparkqos report OUT``), and, with ``--readme``, the table into README.md between the
+markers ``<!-- claims:begin -->`` and ``<!-- claims:end -->``.
+
+``--quick`` (what the README's table comes from unless it says otherwise): one repetition per
+trace, 6-second traces (the experiments' defaults are 12-30 s), and fewer plans and strategies:
+path_latency as it is; classes workload ``A``, hr and cqc; cos at 320 operators, fifo and cos;
+chain_memory's ``mix``, chain and fifo; adaptive on ``filters``, fifo, chain and the thirds
+setting; simulator horizons of 600 time units instead of 2,000. The table is rewritten after
+every experiment, so a run stopped early leaves the rows it measured (its note says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _common as C  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ("bursty", "vessels")
+BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+
+#: Experiment module → (paper section, extra arguments of a full run, of a quick run).
+SPARK = {
+    "path_latency": ("Jiang §5", [], ["--seconds", "6"]),
+    "classes": ("CQC §5", [], ["--seconds", "6", "--plans", "A", "--strategies", "hr,cqc"]),
+    "cos": ("COS §5", [], ["--seconds", "6", "--plans", "40", "--strategies", "fifo,cos"]),
+    "chain_memory": ("Chain §6", [], ["--seconds", "6", "--plans", "mix", "--strategies", "chain,fifo"]),
+    "adaptive": ("Raindrop §6", [], ["--seconds", "6", "--strategies", "fifo,chain,adaptive:5"]),
+}
+
+
+# -- the simulator column ------------------------------------------------------------------------
+def _pytest(section: str, claim: str, paper: str, target: str) -> None:
+    """A theorem proved by a test on random plans: its pass/fail is the verdict."""
+    began = time.perf_counter()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target], cwd=ROOT, capture_output=True, text=True
+    )
+    last = (run.stdout.strip().splitlines() or ["no output"])[-1]
+    C.verdict_line(f"{section}: {claim}", run.returncode == 0, f"{target.split('::')[-1]}: {last}", paper=paper)
+    print(f"  simulator: {target} -> {last} ({time.perf_counter() - began:.0f} s)", flush=True)
+
+
+def _bursty(plan, load: float, until: float, seed: int) -> dict[str, list[tuple[float, float]]]:
+    from sparkqos.sim.arrivals import on_off_pareto
+
+    rate = load / math.fsum(plan.service_time(p) for p in plan.paths)
+    return {s: on_off_pareto(rate, until, seed=seed) for s in plan.streams}
+
+
+def _means(plan, strategies, arrivals) -> tuple[dict[str, float], dict[str, float]]:
+    """Mean delay (time units ×1000, as the Spark verdicts' ms) and mean queued per strategy."""
+    from sparkqos import schedulers
+    from sparkqos.sim import Simulator
+
+    lat, mem = {}, {}
+    for s in strategies:
+        r = Simulator(plan, schedulers.get(s), arrivals, run="quantum").run()
+        snaps = list(r.snapshots.values())
+        lat[s], mem[s] = r.mean_delay() * 1000, math.fsum(snaps) / len(snaps)
+    return lat, mem
+
+
+def simulate(quick: bool) -> None:
+    """Every simulator verdict, recorded in ``C.RECORDED``."""
+    import adaptive_sim
+    import chain_memory
+    import classes
+    import cos
+    import cos_sim
+    import cqc_sim
+    import path_latency
+
+    until = 600.0 if quick else 2000.0
+    _pytest(
+        "Raindrop §1.2",
+        "Table 1.1 (FIFO and MTIQ queue sizes and throughput) comes out exactly",
+        "Table 1.1",
+        "tests/test_paper_tables.py",
+    )
+    rows = adaptive_sim.table_1_3(until, [1, 2, 3], 0.9, adaptive_sim.PERIOD, 0.0, **adaptive_sim.SELECTOR)
+    share = statistics.mean(r[3] for r in rows)
+    C.verdict_line(
+        "Raindrop §1.3: with memory the only goal, adaptive mostly runs chain",
+        share > 0.5,
+        f"chain chosen in {share:.0%} of decisions after warm-up (seeds 1-3)",
+        measure=share,
+        paper="chain chosen (§1.3)",
+    )
+    scores, _ = adaptive_sim.table_6_3(
+        "filters", until, [1, 2, 3], 0.9, adaptive_sim.PERIOD, adaptive_sim.OVERHEAD, **adaptive_sim.SELECTOR
+    )
+    for label, sc in scores.items():
+        avg = statistics.mean(sc[n] for n in adaptive_sim.CANDIDATES)
+        best = max(adaptive_sim.CANDIDATES, key=sc.get)
+        C.verdict_line(
+            f"filters / {label}: adaptive scores at least the singles' average",
+            sc["adaptive"] >= avg,
+            f"adaptive {sc['adaptive']:.2f}, best single {best} {sc[best]:.2f}, singles' average {avg:.2f}",
+            measure=sc["adaptive"] - avg,
+            paper="adaptive near the best single (Tables 6.3-6.5)",
+        )
+    _pytest(
+        "Chain Th. 4.2",
+        "chain's peak memory ≤ every other strategy's peak + n",
+        "Theorem 4.2",
+        "tests/test_properties.py::test_chain_theorem_4_2_peak_memory",
+    )
+    for name, queries in chain_memory.CHAINS.items():
+        plan = C.chain_plan(queries)
+        _, mem = _means(plan, ("chain", "fifo", "greedy", "rr"), _bursty(plan, 0.9, until, 7))
+        chain_memory.memory_verdict(name, mem, list(mem.values()))
+    _pytest(
+        "Jiang Th. 1",
+        "pc's total tuple latency ≤ any other order of serving the paths",
+        "Theorem 1",
+        "tests/test_path_strategies.py::test_jiang_theorem_1_pc_minimises_total_tuple_latency",
+    )
+    _pytest(
+        "Jiang Th. 3",
+        "segment's memory ≤ chain's at every instant (time units; segments on chain's envelope)",
+        "Theorem 3",
+        "tests/test_path_strategies.py::test_jiang_theorem_3_segment_memory_at_most_chains_at_every_instant",
+    )
+    plan = path_latency.scheduling_plan()
+    lat, mem = _means(plan, ("pc", "simplified_segment", "chain", "threshold"), _bursty(plan, 0.9, until, 7))
+    path_latency.claim_verdicts(lat, mem)
+    resp = {}
+    for w in ("A", "B"):  # the simulator's plans carry their priorities: C (B's queries at 6/3/1) is Spark's only
+        for s in ("rr", "hr", "cqc"):
+            resp[(w, s)] = {k: v * 1000 for k, v in cqc_sim.run(w, s, 0.85, 2 * until, 1)[0].items()}
+        classes.claim_verdicts(w, resp)
+    for n in (5, 40):
+        plan = cos_sim.cos_plan(n, 3)
+        arrivals = cos_sim.cos_arrivals(plan, 0.9, until, 3)
+        from sparkqos import schedulers
+
+        m = {
+            s: cos_sim.measure(plan, arrivals, schedulers.get(s, **({"T": 0.3} if s == "cos" else {})))
+            for s in ("fifo", "chain", "cos")
+        }
+        cos.memory_verdict(
+            f"{len(plan)}ops", {s: v["memory"] for s, v in m.items()}, {s: v["latency"] * 1000 for s, v in m.items()}
+        )
+
+
+# -- the Spark columns ---------------------------------------------------------------------------
+def run_spark(name: str, argv: list[str]) -> None:
+    """One experiment's ``main``; a failure is recorded as its verdict rather than ending the table."""
+    module = importlib.import_module(name)
+    try:
+        module.main(argv)
+    except Exception as exc:  # noqa: BLE001 - the table says which run failed and why
+        traceback.print_exc()
+        C.verdict_line(f"{name} run", False, f"failed: {type(exc).__name__}: {exc}", status="INCONCLUSIVE")
+
+
+# -- the table -----------------------------------------------------------------------------------
+def _fmt(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def cell(verdicts: list[C.Verdict]) -> str:
+    """``median [min–max], held k/n`` of the verdicts' measures (or their statuses alone)."""
+    if not verdicts:
+        return "not run"
+    held = sum(v.status == "HELD" for v in verdicts)
+    ms = [v.measure for v in verdicts if v.measure is not None and not math.isnan(v.measure)]
+    tally = f"held {held}/{len(verdicts)}"
+    if not ms:
+        return tally if len(verdicts) > 1 else verdicts[0].status.lower()
+    if len(ms) == 1:
+        return f"{_fmt(ms[0])}, {tally}"
+    return f"{_fmt(statistics.median(ms))} [{_fmt(min(ms))}–{_fmt(max(ms))}], {tally}"
+
+
+def majority(verdicts: list[C.Verdict]) -> str | None:
+    if not verdicts:
+        return None
+    for status in ("HELD", "NOT HELD"):
+        if sum(v.status == status for v in verdicts) * 2 > len(verdicts):
+            return status
+    return "INCONCLUSIVE"
+
+
+def median_detail(verdicts: list[C.Verdict]) -> str:
+    """The detail of the repetition whose measure is the median (the first one without measures)."""
+    ranked = sorted(verdicts, key=lambda v: v.measure if v.measure is not None and not math.isnan(v.measure) else math.inf)
+    return ranked[(len(ranked) - 1) // 2].detail if ranked else ""
+
+
+def build_rows(records: list[tuple[str, str, C.Verdict]]) -> list[dict[str, str]]:
+    """One row per (section, claim) from (section, source, verdict) records; source is
+    ``simulator`` or a trace name."""
+    order: list[tuple[str, str]] = []
+    by: dict[tuple[str, str], dict[str, list[C.Verdict]]] = {}
+    for section, source, v in records:
+        key = (section, v.claim)
+        if key not in by:
+            order.append(key)
+            by[key] = {}
+        by[key].setdefault(source, []).append(v)
+    rows = []
+    for key in order:
+        got = by[key]
+        sim = got.get("simulator", [])
+        traces = {t: majority(got.get(t, [])) for t in TRACES}
+        ran = [s for s in traces.values() if s is not None]
+        if not ran:
+            status = majority(sim) or "INCONCLUSIVE"
+        elif all(s == "HELD" for s in ran) and len(ran) == len(TRACES):
+            status = "HELD"
+        elif all(s == "NOT HELD" for s in ran) and len(ran) == len(TRACES):
+            status = "NOT HELD"
+        else:
+            status = "INCONCLUSIVE"
+        reason = "; ".join(f"{t}: {median_detail(got[t])}" for t in TRACES if got.get(t)) or median_detail(sim)
+        paper = next((v.paper for vs in got.values() for v in vs if v.paper), "")
+        rows.append(
+            {
+                "section": key[0],
+                "claim": key[1],
+                "paper": paper,
+                "simulator": cell(sim) if sim else "—",
+                **{t: cell(got.get(t, [])) for t in TRACES},
+                "verdict": status.lower(),
+                "reason": reason,
+            }
+        )
+    return rows
+
+
+HEADER = ["claim", "paper", "simulator", "Spark bursty", "Spark vessels", "verdict", "measured reason"]
+
+
+def markdown(rows: list[dict[str, str]], note: str) -> str:
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"| {' | '.join(HEADER)} |", "|" + "---|" * len(HEADER)]
+    for r in rows:
+        cells = [
+            f"{r['section']}: {r['claim']}",
+            r["paper"],
+            r["simulator"],
+            r["bursty"],
+            r["vessels"],
+            f"**{r['verdict']}**",
+            r["reason"],
+        ]
+        lines.append("| " + " | ".join(esc(c) for c in cells) + " |")
+    return note + "\n\n" + "\n".join(lines) + "\n"
+
+
+def write_readme(path: Path, text: str) -> None:
+    readme = path.read_text()
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"{path} has no {BEGIN} … {END} markers to write the table between")
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one repetition, 8 s traces, fewer plans (module docstring)")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per trace (default 3; 1 with --quick)")
+    ap.add_argument("--only", default=",".join(SPARK), help="experiments to run on Spark")
+    ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--no-spark", action="store_true", help="the simulator column only")
+    ap.add_argument("--out", default=str(ROOT / "output" / "experiments" / "claims"))
+    ap.add_argument("--readme", action="store_true", help="write the table into README.md between its markers")
+    args = ap.parse_args(argv)
+    reps = args.reps or (1 if args.quick else 3)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.time()
+    records: list[tuple[str, str, C.Verdict]] = []
+
+    def collect(section_of: Callable[[C.Verdict], str], source: str, since: int) -> None:
+        for v in C.RECORDED[since:]:
+            records.append((section_of(v), source, v))
+
+    print("== simulator", flush=True)
+    since = len(C.RECORDED)
+    simulate(args.quick)
+
+    def sim_section(v: C.Verdict) -> str:
+        head = v.claim.split(":", 1)[0]
+        if head.startswith(("Raindrop", "Chain Th", "Jiang Th")):
+            return head
+        if "/" in head and "adaptive" in v.claim:
+            return "Raindrop §6"
+        if "chain has the least" in v.claim:
+            return "Chain §6"
+        if "cqc" in v.claim:
+            return "CQC §5"
+        if "cos" in v.claim:
+            return "COS §5"
+        return "Jiang §5"
+
+    for v in C.RECORDED[since:]:
+        section = sim_section(v)
+        claim = v.claim.split(": ", 1)[1] if v.claim.startswith(section + ":") else v.claim
+        records.append((section, "simulator", C.Verdict(claim, v.status, v.detail, v.measure, v.paper)))
+    planned = (
+        [] if args.no_spark else [(n, t, r) for n in args.only.split(",") for t in args.traces.split(",") for r in range(reps)]
+    )
+    done: list[str] = []
+
+    def write(final: bool = False) -> None:
+        """The table of what has been measured so far: files, README (``--readme``), report."""
+        rows = build_rows(records)
+        if args.no_spark:
+            spark_note = "not run (--no-spark)"
+        else:
+            spark_note = f"{reps} repetition(s) per trace, {len(done)} of {len(planned)} experiment runs done"
+        note = (
+            f"Generated by `./spark-submit.sh jobs/experiments/claims.py{' --quick' if args.quick else ''}` on "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} after {(time.time() - began) / 60:.0f} min; "
+            f"Spark: {spark_note}. Cells: median [min–max] of the number each verdict rests on (its measured reason "
+            "names it; the simulator's delays are in time units × 1000 where they say ms), repetitions that held."
+        )
+        text = markdown(rows, note)
+        (out / "claims.md").write_text(text)
+        (out / "claims.json").write_text(json.dumps({"note": note, "rows": rows}, indent=1))
+        if args.readme:
+            write_readme(ROOT / "README.md", text)
+        if final:
+            from sparkqos.report import render
+
+            print("\n" + text, flush=True)
+            print(f"report: {render(out, title='sparkqos: the papers’ claims')}", flush=True)
+
+    write()
+    if not args.no_spark:
+        for name in args.only.split(","):
+            section, full, quick = SPARK[name]
+            for trace in args.traces.split(","):
+                for rep in range(reps):
+                    print(
+                        f"== {name} on Spark, {trace} trace, repetition {rep + 1}/{reps} ({time.time() - began:.0f} s)",
+                        flush=True,
+                    )
+                    since = len(C.RECORDED)
+                    run_dir = out / "runs" / f"{name}-{trace}-{rep + 1}"
+                    run_spark(
+                        name,
+                        [
+                            *(quick if args.quick else full),
+                            "--trace",
+                            trace,
+                            "--seed",
+                            str(7 + rep),
+                            "--out",
+                            str(run_dir),
+                            "--quiet",
+                            "--no-report",
+                        ],
+                    )
+                    collect(lambda v, section=section: section, trace, since)
+                    done.append(f"{name} {trace} {rep + 1}")
+                    write()
+    write(final=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The run configuration in named parts: each part checks itself, the trigger as PySpark spells it,
+the stream keywords as shorthands for one field each, capabilities as types. Spark-free."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sparkqos import schedulers
+from sparkqos.errors import ConfigError, ExecutorOptionError, RunnerError, TriggerError
+from sparkqos.executor.loop import Executor
+from sparkqos.executor.options import ExecutorOptions
+from sparkqos.runtime.config import Continuous, Input, RunConfig, Storage, StrategyConfig, Trigger
+from sparkqos.runtime.sinks import MemorySink, ParquetSink, PartedSink, Sink
+from sparkqos.runtime.trigger import TriggerLoop, executor_options
+from sparkqos.schedulers import ClusterScheduler, Cos
+from sparkqos.workloads.sensors import sensor_queries
+
+
+@pytest.mark.parametrize(
+    "kwargs, error_class",
+    [
+        ({}, "ONLY_ALLOW_SINGLE_TRIGGER"),
+        ({"processingTime": 1.0, "availableNow": True}, "ONLY_ALLOW_SINGLE_TRIGGER"),
+        ({"availableNow": True, "once": True}, "ONLY_ALLOW_SINGLE_TRIGGER"),
+        ({"once": False}, "VALUE_NOT_TRUE"),
+        ({"processingTime": 0}, "VALUE_NOT_POSITIVE"),
+        ({"processingTime": "soon"}, "VALUE_NOT_POSITIVE"),
+        ({"processingTime": True}, "VALUE_NOT_POSITIVE"),
+    ],
+)
+def test_a_trigger_breaking_pysparks_rules_names_the_rule(kwargs, error_class):
+    with pytest.raises(TriggerError, match=error_class) as exc:
+        Trigger(**kwargs)
+    assert exc.value.error_class == error_class and isinstance(exc.value, ConfigError)
+
+
+def test_a_trigger_as_pyspark_spells_it():
+    assert Trigger(processingTime="2 seconds").interval_s == 2.0
+    assert Trigger(processingTime="250 milliseconds").interval_s == 0.25
+    assert Trigger(processingTime="1 minute").interval_s == 60.0
+    assert Trigger(processingTime=0.5).spark_kwargs() == {"processingTime": "0.5 seconds"}
+    assert Trigger(once=True).spark_kwargs() == {"once": True} and Trigger(once=True).interval_s is None
+    cfg = RunConfig(checkpoint="/tmp/c", trigger=Trigger(availableNow=True))
+    assert cfg.interval_s is None and cfg.effective_budget_s == 1.0
+    with pytest.raises(RunnerError, match="give trigger_s= or trigger=, not both"):
+        RunConfig(checkpoint="/tmp/c", trigger=Trigger(once=True), trigger_s=1.0)
+
+
+def test_shorthands_and_parts_build_the_same_config(tmp_path):
+    short = RunConfig(
+        checkpoint=tmp_path,
+        output=tmp_path / "out",
+        strategy="cqc",
+        qos=None,
+        trigger_s=1.0,
+        budget_s=0.5,
+        whole_batches=False,
+        top_class_s=0.1,
+        stream="sensors",
+    )
+    parts = RunConfig(
+        storage=Storage(tmp_path, output=tmp_path / "out"),
+        strategy=StrategyConfig("cqc"),
+        trigger=Trigger(processingTime=1.0),
+        executor=ExecutorOptions(budget_s=0.5, whole_batches=False),
+        continuous=Continuous(top_class_s=0.1),
+        input=Input(stream="sensors"),
+    )
+    assert short == parts
+    assert repr(short.make_scheduler()) == repr(parts.make_scheduler()) == "Cqc(k=0.5, quantum=0.05)"
+    assert short.replace(name="other").name == "other" and short.replace(name="other").storage == short.storage
+
+
+@pytest.mark.parametrize(
+    "options, error, parameter, message",
+    [
+        ({"chekpoint": "/tmp/c"}, RunnerError, "chekpoint", r"unknown run option 'chekpoint' \(did you mean 'checkpoint'\?\)"),
+        ({}, RunnerError, "checkpoint", r"checkpoint is required"),
+        (
+            {"checkpoint": "/tmp/c", "storage": Storage("/tmp/d")},
+            RunnerError,
+            "checkpoint",
+            r"give checkpoint= or storage=, not both",
+        ),
+        ({"checkpoint": "/tmp/c", "whole_batches": "yes"}, ExecutorOptionError, "whole_batches", r"whole_batches must be one of"),
+        ({"checkpoint": "/tmp/c", "cluster_threads": -1}, ExecutorOptionError, "cluster_threads", r"cluster_threads must be"),
+        ({"checkpoint": "/tmp/c", "trigger": 2.0}, RunnerError, "trigger", r"trigger must be a Trigger"),
+        ({"checkpoint": "/tmp/c", "continuous": "yes"}, RunnerError, "continuous", r"continuous must be one of"),
+        ({"checkpoint": "/tmp/c", "name": ""}, RunnerError, "name", r"name must be a non-empty string"),
+        ({"checkpoint": "/tmp/c", "sink": "out/"}, RunnerError, "sink", r"sink must be a Sink"),
+        ({"checkpoint": "/tmp/c", "stream": 3}, RunnerError, "stream", r"stream must be a name"),
+    ],
+)
+def test_garbage_config_is_a_config_error_naming_the_key(options, error, parameter, message):
+    with pytest.raises(error, match=message) as exc:
+        RunConfig(**options)
+    assert isinstance(exc.value, ConfigError) and exc.value.parameter == parameter
+
+
+def test_a_strategy_with_garbage_params_names_them():
+    with pytest.raises(RunnerError, match="params must be a mapping") as exc:
+        StrategyConfig(params=[1])
+    assert exc.value.parameter == "params"
+
+
+def test_replaced_spellings_still_work_with_a_deprecation_warning(tmp_path):
+    with pytest.warns(DeprecationWarning, match="executor=ExecutorOptions"):
+        old = RunConfig(checkpoint=tmp_path, executor_args={"cluster_threads": 0, "ratio": 0.5})
+    assert old.executor == ExecutorOptions(cluster_threads=0, ratio=0.5)
+    with pytest.warns(DeprecationWarning, match="StrategyConfig"):
+        old = RunConfig(checkpoint=tmp_path, strategy="adaptive", strategy_params={"seed": 3})
+    assert old.strategy == StrategyConfig("adaptive", params={"seed": 3})
+    with pytest.raises(ExecutorOptionError, match="unknown executor option 'ratoi'"):
+        RunConfig(checkpoint=tmp_path, executor_args={"ratoi": 0.5})
+
+
+def test_executor_options_as_keywords_or_one_object():
+    compiled = sensor_queries().build()
+    a = Executor(compiled.fresh(), "fifo", options=ExecutorOptions(ratio=0.5, whole_batches=False))
+    b = Executor(compiled.fresh(), "fifo", ratio=0.5, whole_batches=False)
+    assert a.options == b.options and (b.ratio, b.whole_batches) == (0.5, False)
+    assert Executor(compiled.fresh(), "fifo").whole_batches  # the runner's default, for every engine
+    with pytest.raises(ExecutorOptionError, match="unknown executor option 'ratoi' \\(did you mean 'ratio'\\?\\)"):
+        Executor(compiled.fresh(), "fifo", ratoi=0.5)
+
+
+def test_a_strategy_that_serves_clusters_is_a_type(tmp_path):
+    assert isinstance(Cos(), ClusterScheduler) and not isinstance(schedulers.get("chain"), ClusterScheduler)
+    config = RunConfig(checkpoint=tmp_path, strategy="cos", class_shares=False)
+    threads = executor_options(config, config.make_scheduler()).cluster_threads
+    assert threads == (0 if (os.cpu_count() or 1) == 1 else os.cpu_count())
+    assert executor_options(config, schedulers.get("chain")).cluster_threads == 0
+    given = RunConfig(checkpoint=tmp_path, strategy="cos", class_shares=False, cluster_threads=1)
+    assert executor_options(given, given.make_scheduler()).cluster_threads == 1
+    with pytest.raises(RunnerError, match="cluster_threads needs a strategy with clusters"):
+        Executor(sensor_queries().build().fresh(), "chain", cluster_threads=2)
+
+
+def test_a_sink_that_takes_parts_is_a_type(tmp_path):
+    class Whole(Sink):
+        def write(self, batch_id, outputs):
+            pass
+
+    class Audited(MemorySink):  # overrides write alone: sees every row, so takes whole batches
+        def write(self, batch_id, outputs):
+            super().write(batch_id, outputs)
+
+    class AuditedParts(MemorySink):  # says it takes parts: its write keeps them
+        supports_parts = True
+
+        def write(self, batch_id, outputs, keep_parts=False):
+            super().write(batch_id, outputs, keep_parts=keep_parts)
+
+    assert isinstance(ParquetSink(tmp_path), PartedSink) and MemorySink().supports_parts
+    assert not Whole().supports_parts and not Audited().supports_parts and AuditedParts().supports_parts
+    loop = TriggerLoop(sensor_queries(), RunConfig(checkpoint=tmp_path / "c", sink=Audited(), budget_s=1.0))
+    assert loop.sink.supports_parts is False
+    loop.close()
