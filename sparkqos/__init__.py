@@ -27,6 +27,8 @@ from sparkqos.errors import (
     CheckpointError,
     ConfigError,
     ExpressionError,
+    NotShardable,
+    PlacementError,
     PlanError,
     PythonWorkerError,
     QosSpecError,
@@ -35,6 +37,7 @@ from sparkqos.errors import (
     SchemaMismatch,
     SinkError,
     SourceError,
+    SparkPartError,
     SparkqosError,
     TriggerError,
     UdfError,
@@ -59,6 +62,14 @@ def stream(df, queries, **kwargs):
     return _stream(df, queries, **kwargs)
 
 
+def explain(df, queries, **kwargs):
+    """Where each operator of each query runs (native, Spark, or refused and why), printed like
+    ``DataFrame.explain()`` and returned: :func:`sparkqos.spark.explain.explain`."""
+    from sparkqos.spark.explain import explain as _explain
+
+    return _explain(df, queries, **kwargs)
+
+
 def synthetic(df, selectivity, cost_s=0.0, seed=0, key=""):
     """``df`` through the papers' synthetic operator (declared selectivity and CPU cost per row),
     for experiments written as PySpark transforms: :func:`sparkqos.spark.synthetic.synthetic`."""
@@ -78,6 +89,7 @@ def run(df, queries, strategy="adaptive", **kwargs):
 
 __all__ = [
     "BacklogWarning",
+    "explain",
     "CheckpointError",
     "ConfigError",
     "Continuous",
@@ -90,9 +102,11 @@ __all__ = [
     "TriggerError",
     "ExpressionError",
     "Intake",
+    "NotShardable",
     "Operator",
     "OperatorPath",
     "Plan",
+    "PlacementError",
     "PlanError",
     "PythonWorkerError",
     "QosSpec",
@@ -104,6 +118,7 @@ __all__ = [
     "SchemaMismatch",
     "SinkError",
     "SourceError",
+    "SparkPartError",
     "SparkqosError",
     "UdfError",
     "UnknownStrategy",

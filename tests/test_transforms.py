@@ -399,8 +399,8 @@ def test_unsupported_raises_before_any_data_moves(spark_sql, operation):
     group = f"sparkqos-unsupported-{operation}"
     sc.setJobGroup(group, "must stay empty")
     try:
-        with pytest.raises(UnsupportedTransform) as info:
-            sparkqos.run(df, {"q": UNSUPPORTED[operation]})
+        with pytest.raises(UnsupportedTransform) as info:  # native: what sparkqos's own operators refuse
+            sparkqos.run(df, {"q": UNSUPPORTED[operation]}, placement="native")
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     message = str(info.value)

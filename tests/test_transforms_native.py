@@ -138,9 +138,12 @@ def frame(spark, table: pa.Table):
 
 def under_every_strategy(df, queries, batch_rows: int = 3) -> dict[str, dict[str, pa.Table]]:
     """strategy → query → rows: ``sparkqos.run`` under the first strategy; the plan it compiles
-    replayed the way run() feeds it under every other one (compiling once keeps this cheap)."""
-    out = {STRATEGIES[0]: sparkqos.run(df, queries, strategy=STRATEGIES[0], batch_rows=batch_rows, units_between=2)}
+    replayed the way run() feeds it under every other one (compiling once keeps this cheap). Every
+    part runs natively (placement "native"; under "auto" nothing is left to Spark either)."""
+    first = sparkqos.run(df, queries, strategy=STRATEGIES[0], batch_rows=batch_rows, units_between=2, placement="native")
+    out = {STRATEGIES[0]: first}
     compiled = compile_transforms(df, queries)
+    assert not compiled.spark_parts, f"run natively, not by Spark: {sorted(compiled.spark_parts)}"
     table = df.toArrow().cast(compiled.sources["input"])
     feeds = [(float(i), "input", b) for i, b in enumerate(table.to_batches(max_chunksize=batch_rows)) if b.num_rows]
     for strategy in STRATEGIES[1:]:
@@ -203,7 +206,9 @@ def test_aggregation_without_a_window_streams_in_update_mode(spark_sql, tmp_path
     path = tmp_path / "trace.parquet"
     pq.write_table(table, path)
     queries = {"counts": counts, "running": running}
-    sink = stream_to_end(replay(spark_sql, path, 8), queries, tmp_path / "ckpt", timeout_s=120, strategy="fifo")
+    sink = stream_to_end(
+        replay(spark_sql, path, 8), queries, tmp_path / "ckpt", timeout_s=120, strategy="fifo", placement="native"
+    )
     static = frame(spark_sql, table)
     for name, transform in queries.items():
         want = transform(static).toArrow()
@@ -280,7 +285,9 @@ def test_window_fields_and_explode_stream_like_spark(spark_sql, tmp_path):
     path = tmp_path / "trace.parquet"
     pq.write_table(table, path)
     queries = {"window_fields": window_fields, **QUERIES}
-    sink = stream_to_end(replay(spark_sql, path, 12), queries, tmp_path / "ckpt", timeout_s=120, strategy="chain")
+    sink = stream_to_end(
+        replay(spark_sql, path, 12), queries, tmp_path / "ckpt", timeout_s=120, strategy="chain", placement="native"
+    )
     static = frame(spark_sql, table)
     for name, transform in queries.items():
         want = transform(static).toArrow()

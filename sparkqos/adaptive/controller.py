@@ -314,6 +314,10 @@ class AdaptiveController:
         return nxt
 
     # -- persistence --------------------------------------------------------------------------
+    def reseed(self, seed: int) -> None:
+        """Restart the roulette wheel's generator from ``seed``."""
+        self._rng = np.random.default_rng(seed)
+
     def state_dict(self) -> dict[str, Any]:
         """Scores, statistics, history, RNG state, warm-up position, current strategy (not the log)."""
         return {
@@ -672,6 +676,10 @@ class Adaptive(Scheduler):
         return self._delegate(state, state.now)
 
     # -- state --------------------------------------------------------------------------------
+    def reseed(self, seed: int) -> None:
+        """The roulette wheel draws from ``seed`` on (the warm-up, scores and history are kept)."""
+        self.controller.reseed(seed)
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "controller": self.controller.state_dict(),

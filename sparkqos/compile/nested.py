@@ -22,7 +22,7 @@ from sparkqos.executor.expressions.nested import REGEX_META, GetField, MakeArray
 from sparkqos.executor.operators import Generate
 
 #: Spark's generators sparkqos runs: class name → (with a position column, as the SQL name).
-_GENERATORS = {"Explode": (False, "explode"), "PosExplode": (True, "posexplode")}
+GENERATORS = {"Explode": (False, "explode"), "PosExplode": (True, "posexplode")}
 
 
 def nullable(node: Node) -> bool:
@@ -84,7 +84,7 @@ def generate(qc: Any, node: Node) -> Rel:
         raise qc.unsupported("Spark operation 'Generate'", "explode is not supported under Spark Connect yet")
     child = qc.relation(node.children[0])
     gen = parse_expr(node.fields["generator"])
-    found = _GENERATORS.get(gen.cls)
+    found = GENERATORS.get(gen.cls)
     if found is None:
         name = {"Inline": "inline", "Stack": "stack", "JsonTuple": "json_tuple"}.get(gen.cls, gen.cls)
         raise qc.unsupported(f"generator {name!r}", "sparkqos runs explode, explode_outer, posexplode and posexplode_outer")

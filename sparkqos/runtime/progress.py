@@ -102,6 +102,7 @@ class ProgressReporter:
         continuous: bool = False,
         strategy: tuple[str, dict[str, float]] | None = None,
         backlog: Mapping[str, float] | None = None,
+        spark_parts: Mapping[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
@@ -110,7 +111,9 @@ class ProgressReporter:
         (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used;
         ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now);
         ``backlog``: ``backlogS``, ``backlogRows``, ``catchUpEtaS`` and ``intakeWaitS``
-        (:mod:`sparkqos.runtime.intake`)."""
+        (:mod:`sparkqos.runtime.intake`); ``spark_parts``: query → (rows, seconds) of its parts Spark
+        evaluated in this trigger."""
+        spark_parts = spark_parts or {}
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
@@ -138,6 +141,7 @@ class ProgressReporter:
                 queuedRows=float(sum(state.queued(op) for op in query.operators)),
                 queuedBytes=float(sum(state.queued_bytes(op) for op in query.operators)),
                 **metrics.delay_summary(delays[qname]),
+                **_spark_columns([spark_parts[qname]] if qname in spark_parts else []),
                 **common,
             )
             for qname, query in self.plan.queries.items()
@@ -157,6 +161,7 @@ class ProgressReporter:
             executorCpuS=float(cpu_s),
             executorCores=cpu_s / wall if wall > 0 else math.nan,
             **dict(backlog or {}),
+            **_spark_columns(list(spark_parts.values())),
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
@@ -168,6 +173,12 @@ class ProgressReporter:
         if self.on_progress is not None:
             self.on_progress(progress)
         return progress
+
+
+def _spark_columns(parts: list[tuple[int, float]]) -> dict[str, float]:
+    if not parts:
+        return {}
+    return {"sparkRows": float(sum(r for r, _ in parts)), "sparkS": float(sum(s for _, s in parts))}
 
 
 def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict[str, Any]:
@@ -208,6 +219,8 @@ def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict
         "backlogRows": plan_row["backlogRows"],
         "catchUpEtaS": plan_row["catchUpEtaS"],
         "intakeWaitS": plan_row["intakeWaitS"],
+        "sparkRows": plan_row.get("sparkRows", math.nan),
+        "sparkS": plan_row.get("sparkS", math.nan),
         "queries": per_query,
     }
 

@@ -78,12 +78,25 @@ from sparkqos.runtime.intake import BacklogTracker, catch_up_line, warn_backlog
 from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
 from sparkqos.schedulers.base import ClusterScheduler, Scheduler
 
-__all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds", "top_class"]
+__all__ = [
+    "DEFAULT_ARRIVAL_COLUMN",
+    "PHASES",
+    "QueuedSizes",
+    "TriggerLoop",
+    "arrivals",
+    "conform",
+    "decode_state",
+    "encode_state",
+    "epoch_seconds",
+    "ingest",
+    "stream_of",
+    "top_class",
+]
 
 #: Arrival column looked for when none is named.
 DEFAULT_ARRIVAL_COLUMN = "ts"
 #: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
-PHASES = ("toArrow", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
+PHASES = ("toArrow", "spark", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
 
 
 def encode_state(obj: Any) -> Any:
@@ -123,15 +136,72 @@ def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
 
 
-class _QueuedSnapshot:
-    """What the progress record reads of the executor's queues, taken while the executor is
-    still (the record is written after the worker went on)."""
+def arrivals(table: pa.Table, arrival_col: str | None, started: float) -> np.ndarray | float:
+    """Each row's arrival: its event time in ``arrival_col`` (a missing one is stamped
+    ``started``), or ``started`` for every row without an arrival column."""
+    if arrival_col is None or table.num_rows == 0:
+        return started
+    t = epoch_seconds(table.column(arrival_col))
+    bad = ~np.isfinite(t)
+    if bad.any():
+        t = t.copy()
+        t[bad] = started  # a missing event time is stamped at ingestion
+    return t
 
-    def __init__(self, state: Any, plan: Any):
-        self._rows = {op: state.queued(op) for op in plan.names}
-        self._bytes = {op: state.queued_bytes(op) for op in plan.names}
-        self.total_queued = state.total_queued
-        self.total_queued_bytes = state.total_queued_bytes
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Timestamps become float seconds where ``schema`` declares numbers (the executor's
+    windows run on numeric seconds). Other columns stay as they came: the checks cast them,
+    and a dead letter keeps the whole original row."""
+    for field in schema:
+        if field.name in table.column_names:
+            i = table.column_names.index(field.name)
+            col = table.column(i)
+            if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
+                table = table.set_column(i, field.name, pa.array(epoch_seconds(col), pa.float64()))
+    return table
+
+
+def ingest(
+    executor: Executor,
+    compiled: CompiledPlan,
+    stream: str,
+    checks: RowChecks,
+    table: pa.Table,
+    batch_id: int,
+    arrival_col: str | None,
+    started: float,
+) -> tuple[pa.Table, float]:
+    """Queue ``table``'s rows that pass ``checks`` at the leaves of every query reading ``stream``;
+    returns the rejected rows as a dead-letter table (the caller decides where they go) and the
+    newest arrival queued (NaN without an arrival column or rows)."""
+    good, dead = checks.split(conform(table, compiled.sources[stream]), compiled.sources[stream], batch_id)
+    newest = math.nan
+    if good.num_rows:
+        stamps = arrivals(good, arrival_col, started)
+        executor.ingest(stream, good, arrival=stamps)
+        if arrival_col is not None:
+            newest = float(np.max(stamps))
+    return dead, newest
+
+
+class QueuedSizes:
+    """What the progress record reads of the executor's queues: rows and bytes per operator,
+    taken while the executor is still (the record is written after the worker went on), or
+    summed over the shards of the sharded lane."""
+
+    def __init__(self, rows: dict[str, float], nbytes: dict[str, float]):
+        self._rows = rows
+        self._bytes = nbytes
+        self.total_queued = float(sum(rows.values()))
+        self.total_queued_bytes = float(sum(nbytes.values()))
+
+    @classmethod
+    def of(cls, state: Any, plan: Any) -> QueuedSizes:
+        """The sizes of ``state``'s queues now, for every operator of ``plan``."""
+        sizes = cls({op: state.queued(op) for op in plan.names}, {op: state.queued_bytes(op) for op in plan.names})
+        sizes.total_queued, sizes.total_queued_bytes = state.total_queued, state.total_queued_bytes
+        return sizes
 
     def queued(self, op: str) -> float:
         return self._rows[op]
@@ -179,6 +249,42 @@ def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions
     return options
 
 
+def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | None]:
+    """The stream the run's DataFrame feeds (``config.input.stream``, or the plan's only one) and
+    its arrival column (``config.input.arrival_col``, else ``ts`` when the stream has it, else None)."""
+    # the streams the DataFrame feeds (the others are fed by parts of queries Spark evaluates)
+    streams = [s for s in compiled.sources if s not in compiled.spark_parts]
+    stream = config.input.stream
+    if stream is None:
+        if len(streams) != 1:
+            raise RunnerError(
+                f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
+                parameter="stream",
+                value=None,
+                expected=f"one of {streams}",
+            )
+        stream = streams[0]
+    elif stream not in compiled.sources:
+        raise RunnerError(
+            f"stream {stream!r} is not read by the query set; it reads {streams}",
+            parameter="stream",
+            value=stream,
+            expected=f"one of {streams}",
+        )
+    schema = compiled.sources[stream]
+    arrival_col = config.input.arrival_col
+    if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
+        arrival_col = DEFAULT_ARRIVAL_COLUMN
+    elif arrival_col is not None and arrival_col not in schema.names:
+        raise RunnerError(
+            f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
+            parameter="arrival_col",
+            value=arrival_col,
+            expected=f"one of {schema.names}",
+        )
+    return stream, arrival_col
+
+
 class TriggerLoop:
     """The work of every trigger of one query set on one stream, on Arrow tables.
 
@@ -200,35 +306,7 @@ class TriggerLoop:
                 value=queries,
                 expected="a QuerySet or a CompiledPlan",
             )
-        streams = list(compiled.sources)
-        stream = config.input.stream
-        if stream is None:
-            if len(streams) != 1:
-                raise RunnerError(
-                    f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
-                    parameter="stream",
-                    value=None,
-                    expected=f"one of {streams}",
-                )
-            stream = streams[0]
-        elif stream not in compiled.sources:
-            raise RunnerError(
-                f"stream {stream!r} is not read by the query set; it reads {streams}",
-                parameter="stream",
-                value=stream,
-                expected=f"one of {streams}",
-            )
-        schema = compiled.sources[stream]
-        arrival_col = config.input.arrival_col
-        if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
-            arrival_col = DEFAULT_ARRIVAL_COLUMN
-        elif arrival_col is not None and arrival_col not in schema.names:
-            raise RunnerError(
-                f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
-                parameter="arrival_col",
-                value=arrival_col,
-                expected=f"one of {schema.names}",
-            )
+        stream, arrival_col = stream_of(compiled, config)
         self.config = config
         self.compiled = compiled
         self.stream = stream
@@ -248,7 +326,8 @@ class TriggerLoop:
         self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
-        #: (added by the foreachBatch function: Spark reads the source and converts), ``ingest``
+        #: (added by the foreachBatch function: Spark reads the source and converts), ``spark``
+        #: (the parts of queries Spark evaluates in the micro-batch, also added by it), ``ingest``
         #: (checks, dead letters, queueing), ``executor`` (operator work, in the trigger and on the
         #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row); and
         #: ``earlyWrite``, the continuous worker's early writes of the top class.
@@ -319,9 +398,12 @@ class TriggerLoop:
         return self.last_batch
 
     # -- the trigger -----------------------------------------------------------------------------
-    def process(self, table: pa.Table, batch_id: int) -> dict[str, Any] | None:
+    def process(
+        self, table: pa.Table, batch_id: int, parts: dict[str, tuple[pa.Table, float]] | None = None
+    ) -> dict[str, Any] | None:
         """One trigger on an Arrow table; its progress record, or None for a batch already
-        checkpointed (replayed after a crash)."""
+        checkpointed (replayed after a crash). ``parts``: for each stream fed by a part of a query
+        Spark evaluated in this micro-batch, its rows and the seconds Spark took."""
         started = time.time()
         self.restore()
         if batch_id <= self.last_batch:
@@ -335,11 +417,11 @@ class TriggerLoop:
         try:
             admitted = self._admit()
             if worker is None:
-                return self._trigger(table, batch_id, started, admitted)
+                return self._trigger(table, batch_id, started, admitted, parts or {})
             self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
             self._paused = True
             worker.pause()  # from here until resume() this thread alone touches the executor
-            progress = self._trigger(table, batch_id, started, admitted)
+            progress = self._trigger(table, batch_id, started, admitted, parts or {})
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
@@ -399,25 +481,29 @@ class TriggerLoop:
             self._warned_at = now
             warn_backlog(f"sparkqos {self.config.name!r}: {message}")
 
-    def _trigger(self, table: pa.Table, batch_id: int, started: float, admitted: tuple[float, RunReport]) -> dict[str, Any]:
+    def _trigger(
+        self,
+        table: pa.Table,
+        batch_id: int,
+        started: float,
+        admitted: tuple[float, RunReport],
+        parts: dict[str, tuple[pa.Table, float]],
+    ) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         t0 = time.perf_counter()
         rows_in = table.num_rows
         dead = None
         newest = math.nan
         if rows_in:
-            schema = self.compiled.sources[self.stream]
-            good, dead = self.checks.split(self._conform(table), schema, batch_id)
+            dead, newest = ingest(
+                self.executor, self.compiled, self.stream, self.checks, table, batch_id, self.arrival_col, started
+            )
             if dead.num_rows and self.dead_letter is None:
                 raise SchemaMismatch(
                     f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
                     f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)"
                 )
-            if good.num_rows:
-                arrivals = self._arrivals(good, started)
-                self.executor.ingest(self.stream, good, arrival=arrivals)
-                if self.arrival_col is not None:
-                    newest = float(np.max(arrivals))
+        spark_parts = self._ingest_parts(parts, started)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
         backlog = {**self.backlog.observe(started, rows_in, newest), "intakeWaitS": waited}
@@ -432,7 +518,22 @@ class TriggerLoop:
             report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
         served.add(report)
-        return self._commit(batch_id, started, rows_in, served, dead, backlog)
+        return self._commit(batch_id, started, rows_in, served, dead, backlog, spark_parts)
+
+    def _ingest_parts(self, parts: dict[str, tuple[pa.Table, float]], started: float) -> dict[str, tuple[int, float]]:
+        """Queue the rows of the parts Spark evaluated (higher classes first, as they came); each
+        row's arrival is the input's event time where the part passes that column on. Returns
+        query → (rows, seconds) for the progress record."""
+        done: dict[str, tuple[int, float]] = {}
+        for stream, (table, seconds) in parts.items():
+            part = self.compiled.spark_parts[stream]
+            if table.num_rows:
+                carried = dict(part.carried).get(self.arrival_col) if self.arrival_col else None
+                arrival = arrivals(table, carried, started) if carried else started
+                self.executor.ingest(stream, table, arrival=arrival)
+            rows, secs = done.get(part.query, (0, 0.0))
+            done[part.query] = (rows + table.num_rows, secs + seconds)
+        return done
 
     def _serve_by_class(self, budget_s: float) -> RunReport:
         """In a continuous trigger: serve what is queued, class by class from the highest
@@ -488,29 +589,6 @@ class TriggerLoop:
         """After :meth:`close`: triggers hand the executor to the worker again."""
         self.closed = False
 
-    def _arrivals(self, table: pa.Table, started: float) -> np.ndarray | float:
-        if self.arrival_col is None or table.num_rows == 0:
-            return started
-        t = epoch_seconds(table.column(self.arrival_col))
-        bad = ~np.isfinite(t)
-        if bad.any():
-            t = t.copy()
-            t[bad] = started  # a missing event time is stamped at ingestion
-        return t
-
-    def _conform(self, table: pa.Table) -> pa.Table:
-        """Timestamps become float seconds where the plan declares numbers (the executor's
-        windows run on numeric seconds). Other columns stay as they came: the checks cast them,
-        and a dead letter keeps the whole original row."""
-        schema = self.compiled.sources[self.stream]
-        for field in schema:
-            if field.name in table.column_names:
-                i = table.column_names.index(field.name)
-                col = table.column(i)
-                if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
-                    table = table.set_column(i, field.name, pa.array(epoch_seconds(col), pa.float64()))
-        return table
-
     def _fault(self, point: str, batch_id: int) -> None:
         if batch_id in self.config.faults.get(point, ()):
             self._kill(point, batch_id)
@@ -565,6 +643,7 @@ class TriggerLoop:
         served: RunReport,
         dead: pa.Table | None = None,
         backlog: dict[str, float] | None = None,
+        spark_parts: dict[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """Write what the executor produced since the last trigger (``served``: what it did
         meanwhile), checkpoint, and report batch ``batch_id``."""
@@ -589,7 +668,7 @@ class TriggerLoop:
                 "dead_lettered_total": self.dead_lettered_total + dead_rows,
             },
         )
-        queued = _QueuedSnapshot(self.executor.state, self.compiled.plan)
+        queued = QueuedSizes.of(self.executor.state, self.compiled.plan)
         strategy = strategy_in_force(self.scheduler)
         t_snap = time.perf_counter()
         self._parts_batch = batch_id + 1  # the worker's early parts now belong to the next batch
@@ -618,6 +697,7 @@ class TriggerLoop:
         self.phase_s["sink"] += t1 - t_snap
         self._fault("after_sink", batch_id)
         self.store.save(batch_id, queues, state)
+        self.sink.checkpointed(batch_id)  # final now: the sink may compact it
         t2 = time.perf_counter()
         self.phase_s["checkpoint"] += t2 - t1 + (t_snap - t0)
         self._fault("after_checkpoint", batch_id)
@@ -638,6 +718,7 @@ class TriggerLoop:
             scheduler=self.scheduler,
             strategy=strategy,
             backlog=backlog,
+            spark_parts=spark_parts,
         )
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)

@@ -16,6 +16,7 @@ spark_plan rejects naming it — always before any data moves.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -26,8 +27,10 @@ import pyspark.sql.connect.proto as proto
 from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 from pyspark.sql.connect.plan import CachedRelation
 
+from sparkqos.compile.nodes import UNMAPPED
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
+from sparkqos.spark.spark_part import RELATION_FIELD
 
 __all__ = ["connect_plans"]
 
@@ -155,6 +158,8 @@ class _Translator:
     def relation(self, rel: proto.Relation) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str, str]]]:
         """The JSON nodes of ``rel`` and its output attributes as (exprId, name, type)."""
         nodes, attrs = self._relation(rel)
+        if nodes and nodes[0]["class"] != "__connect_input__":  # what a part Spark evaluates runs
+            nodes[0][RELATION_FIELD] = base64.b64encode(rel.SerializeToString()).decode("ascii")
         if rel.HasField("common") and rel.common.HasField("plan_id"):
             self.outputs[rel.common.plan_id] = attrs  # what df["x"] of this DataFrame refers to
         return nodes, attrs
@@ -301,8 +306,10 @@ class _Translator:
         """Each expression of ``exprs`` over ``input_rel`` as JSON nodes with its type; every
         sub-expression's type is asked of the server in one call."""
         subs: list[proto.Expression] = []
+        counts = []
         for e in exprs:
             _walk(e, subs.append)
+            counts.append(len(subs) - sum(counts))
         if not subs:
             return []
         probe = proto.Relation()
@@ -311,8 +318,18 @@ class _Translator:
             item = probe.project.expressions.add()
             item.alias.expr.CopyFrom(e)
             item.alias.name.append(f"_sparkqos_{k}")
-        types = iter([_type_name(f.dataType) for f in self.schema(probe).fields])
-        return [self.expr(e, types, attrs) for e in exprs]
+        types = [_type_name(f.dataType) for f in self.schema(probe).fields]
+        out = []
+        for e, n in zip(exprs, counts, strict=True):
+            mine, types = types[:n], types[n:]
+            try:
+                out.append(self.expr(e, iter(mine), attrs))
+            except UnsupportedTransform as exc:
+                # An expression not mapped: a node the compiler refuses with this reason (when it
+                # must compile it natively), so that Spark can evaluate the part holding it.
+                unmapped = {"class": "Unmapped", "num-children": 0, UNMAPPED: [exc.operation, exc.detail]}
+                out.append(([unmapped], mine[0]))
+        return out
 
     def expr(self, e: proto.Expression, types: Any, attrs: list[Any]) -> tuple[list[Any], str]:
         """(JSON nodes, type) of ``e``; consumes ``types`` in the order :func:`_walk` visits."""
