@@ -307,6 +307,7 @@ def test_window_fields_and_explode_stream_like_spark(spark_sql, tmp_path):
     ],
 )
 def test_unsupported_native_constructs_name_what(spark, transform, named):
+    """Refused natively (placement "native"; under "auto" Spark evaluates them over the input)."""
     df = frame(spark, table_of([("a", 1, 1.0, "a,b")]))
     with pytest.raises(UnsupportedTransform, match=named):
-        sparkqos.run(df, {"q": transform})
+        sparkqos.run(df, {"q": transform}, placement="native")
