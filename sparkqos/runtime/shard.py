@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkqos.compile.shardable import refuse_spark_parts
 from sparkqos.errors import RunnerError, check_number
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.plan import CompiledPlan
@@ -77,6 +78,7 @@ class ShardWork:
 
     def __init__(self, compiled: CompiledPlan, config: RunConfig, shards: int):
         check_number("shards", shards, low=1, integer=True, error=RunnerError)
+        refuse_spark_parts(compiled)
         stream, arrival_col = stream_of(compiled, config)
         self.compiled = compiled
         self.config = config
