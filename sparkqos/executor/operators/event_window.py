@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
-from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, normal_key, table_to_ipc
+from sparkqos.executor.operators.base import WindowStateOperator, normal_key
 
 #: Aggregate functions: ``count_all`` (rows), ``count`` (non-null values) and the rest over a column.
 FUNCTIONS = ("count_all", "count", "sum", "avg", "min", "max", "first", "last")
@@ -57,7 +57,7 @@ def _as_type(x: pa.Array, t: pa.DataType) -> pa.Array:
     return x if x.type == t else pc.cast(x, t)
 
 
-class EventWindowAggregate(PhysicalOperator):
+class EventWindowAggregate(WindowStateOperator):
     """Aggregates of ``aggs`` by ``keys`` over event-time windows of ``size_us`` microseconds,
     sliding every ``slide_us`` (tumbling when equal), offset ``start_us``, on the timestamp column
     ``time_col``; ``delay_us`` is the watermark delay (None: no watermark, emit at the end).
@@ -72,9 +72,6 @@ class EventWindowAggregate(PhysicalOperator):
     >>> out.column("n").to_pylist(), [w["end"].timestamp() for w in out.column("window").to_pylist()]
     ([2], [10.0])
     """
-
-    kind = "aggregate"
-    selectivity = 0.1
 
     def __init__(
         self,
@@ -311,20 +308,3 @@ class EventWindowAggregate(PhysicalOperator):
             return []
         out = self._finish(state)
         return [] if out is None else [out]
-
-    def state_rows(self) -> int:
-        return 0 if self._state is None else self._state.num_rows
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "partials": None if self._state is None else table_to_ipc(self._state),
-            "max_time": self._max_time,
-            "closed_until": self._closed_until,
-            "late_rows": self.late_rows,
-        }
-
-    def from_state(self, state: dict[str, Any]) -> None:
-        self._state = None if state["partials"] is None else ipc_to_table(state["partials"])
-        self._max_time = state["max_time"]
-        self._closed_until = state["closed_until"]
-        self.late_rows = state["late_rows"]
