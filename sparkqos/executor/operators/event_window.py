@@ -120,11 +120,7 @@ class EventWindowAggregate(WindowStateOperator):
                 raise ExpressionError(f"operator {self.name!r}: unknown column {name!r}; columns are {src.names}")
             return src.field(i).type
 
-        if not pa.types.is_timestamp(field_type(self.time_col)):
-            raise ExpressionError(f"operator {self.name!r}: window time column {self.time_col!r} must be a timestamp")
-        self._time_type = field_type(self.time_col)
-        window_t = pa.struct([pa.field("start", self._time_type), pa.field("end", self._time_type)])
-        fields = [pa.field(self.window_name, window_t)] + [pa.field(k, field_type(k)) for k in self.keys]
+        fields = self._window_fields(field_type) + [pa.field(k, field_type(k)) for k in self.keys]
         self._partials: list[tuple[str, str | None, str, Any]] = []  # (state column, input, pyarrow fn, options)
         for i, a in enumerate(self.aggs):
             t = None if a.column is None else field_type(a.column)
@@ -170,6 +166,19 @@ class EventWindowAggregate(WindowStateOperator):
         if dup:
             raise ExpressionError(f"operator {self.name!r}: output column(s) {sorted(dup)} defined twice")
         return pa.schema(fields + [src.field(ARRIVAL), src.field(SEQ)])
+
+    def _window_fields(self, field_type: Any) -> list[pa.Field]:
+        """The output's window struct (``field_type(name)``: an input column's type)."""
+        if not pa.types.is_timestamp(field_type(self.time_col)):
+            raise ExpressionError(f"operator {self.name!r}: window time column {self.time_col!r} must be a timestamp")
+        self._time_type = field_type(self.time_col)
+        return [pa.field(self.window_name, pa.struct([pa.field("start", self._time_type), pa.field("end", self._time_type)]))]
+
+    def _window_arrays(self, part: pa.Table) -> list[Any]:
+        ws = part.column("__ws").combine_chunks()
+        start = pc.cast(ws, self._time_type)
+        end = pc.cast(pc.add(ws, self.size_us), self._time_type)
+        return [pa.StructArray.from_arrays([start, end], fields=list(self.schema.field(0).type))]
 
     # -- running ---------------------------------------------------------------------------------
     def _inputs(self, batch: pa.RecordBatch) -> dict[str, pa.Array]:
@@ -267,11 +276,7 @@ class EventWindowAggregate(WindowStateOperator):
         return self._finish(state.filter(done))
 
     def _finish(self, part: pa.Table) -> pa.RecordBatch:
-        ws = part.column("__ws").combine_chunks()
-        start = pc.cast(ws, self._time_type)
-        end = pc.cast(pc.add(ws, self.size_us), self._time_type)
-        arrays: list[Any] = [pa.StructArray.from_arrays([start, end], fields=list(self.schema.field(0).type))]
-        arrays += [part.column(k) for k in self.keys]
+        arrays: list[Any] = self._window_arrays(part) + [part.column(k) for k in self.keys]
         for i, a in enumerate(self.aggs):
             out_t = self.schema.field(a.name).type
             v = part.column(f"p{i}")
