@@ -62,8 +62,11 @@ CAP_S = 2.0
 #: strike. At the default size a trigger served everything itself and those two never fired.
 MODEL_SIZE = 32768
 #: Every crash point of the library (sparkqos.runtime.config.FAULT_POINTS) but ``after_ingest``,
-#: which lands in the same state as ``after_run`` (nothing written, nothing checkpointed).
-FAULTS = [p for p in FAULT_POINTS if p != "after_ingest"]
+#: which lands in the same state as ``after_run`` (nothing written, nothing checkpointed), and
+#: ``in_shard``, the sharded lane's (this job runs the driver's trigger loop).
+FAULTS = [p for p in FAULT_POINTS if p not in ("after_ingest", "in_shard")]
+#: With ``--sink delta`` (no early parts, so ``after_early_write`` cannot fire): ``after_ingest`` instead.
+DELTA_FAULTS = [p for p in FAULT_POINTS if p not in ("after_early_write", "in_shard")]
 #: Extra settings of a fault's run: class H's rows reach the worker (and its early writes) only when
 #: the trigger does not serve them itself, as it does at the job's defaults (fire is cheap).
 FAULT_SETTINGS = {"after_early_write": ["--set", "job.top_class_s=0"]}
@@ -308,7 +311,7 @@ def main() -> int:
     parser.add_argument("--sink", choices=("parquet", "delta"), default="parquet", help="the job's sink (default parquet)")
     args = parser.parse_args()
     SINK[0] = args.sink
-    faults = FAULTS if args.sink == "parquet" else [p for p in FAULT_POINTS if p != "after_early_write"]
+    faults = FAULTS if args.sink == "parquet" else DELTA_FAULTS
 
     def factory():
         """The job's plan: its PySpark transforms (conf defaults) compiled over the replay source."""

@@ -42,6 +42,9 @@ SCHEMA = {
         "speed": Key(str, "1.0", "replay pace (a number or 'max')"),
         "retime": Key(bool, True, "replay: stamp rows with the replay time (false: keep recorded timestamps)"),
         "max_seconds_per_trigger": Key(float, 0.0, "cap on stream time per batch; 0 = none", low=0),
+        "clock_offset_s": Key(
+            float, 0.0, "shift the source's clock by this many seconds (negative: behind); rehearses a resume after downtime"
+        ),
         "max_rows_per_trigger": Key(
             int, 100_000, "cap on rows per batch (how fast a resumed run catches up a backlog); 0 = none", low=0
         ),
@@ -66,6 +69,8 @@ def source_options(cfg: dict) -> dict[str, str]:
     if src["max_seconds_per_trigger"] > 0:
         opts["maxSecondsPerTrigger"] = str(src["max_seconds_per_trigger"])
     opts["maxRowsPerTrigger"] = str(src["max_rows_per_trigger"])
+    if src["clock_offset_s"]:
+        opts["clockOffset"] = str(src["clock_offset_s"])
     return opts
 
 

@@ -17,6 +17,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -40,7 +43,7 @@ from tests.conftest import ROOT, replay, run_connect_job
 from tests.test_vessels import handmade
 
 PER_VESSEL = ("geofence", "speeding", "turning", "loitering", "archive")
-PER_SENSOR = ("fire", "anomaly", "archive")
+PER_SENSOR = ("fire", "anomaly")  # the archive keys its records by sha2, which Spark evaluates
 
 
 def vessel_queries(spark):
@@ -114,9 +117,12 @@ def sensors(spark_sql, tmp_path_factory):
     df = spark_sql.read.parquet(str(path))
     every = sensor_transforms(model_size=256)
     queries = {q: t for q, t in every.items() if q in PER_SENSOR}
-    compiled = compile_transforms(df, queries, {q: SENSOR_QUERY_CLASSES[q] for q in queries}, SENSOR_CLASSES)
+    compiled = compile_transforms(df, queries, {q: SENSOR_QUERY_CLASSES[q] for q in queries}, SENSOR_CLASSES, "native")
     assert all(r is None for r in shard_report(compiled, "sensor_id").values())
-    assert shard_report(compile_transforms(df, every), "sensor_id")["zone_stats"] is not None  # grouped by location
+    whole = compile_transforms(df, every)
+    assert shard_report(whole, "sensor_id")["zone_stats"] is not None  # grouped by location
+    with pytest.raises(NotShardable, match=r"queries \['archive'\] have parts Spark evaluates"):
+        ShardWork(whole, RunConfig(checkpoint="/unused"), 2)
     return pq.read_table(path), compiled, {name: t(df).toArrow() for name, t in queries.items()}
 
 
@@ -194,10 +200,13 @@ def test_the_sharded_stream_gives_sparks_rows(spark_sql, tmp_path):
         handle.start()
 
 
-@pytest.mark.skipif(
+CLUSTER_TESTS = pytest.mark.skipif(
     os.environ.get("SPARKQOS_CLUSTER_TESTS") != "1",
-    reason="starts a local-cluster of two executor JVMs (5 minutes on 2 loaded cores): SPARKQOS_CLUSTER_TESTS=1",
+    reason="starts JVMs of its own (minutes on 2 loaded cores): SPARKQOS_CLUSTER_TESTS=1",
 )
+
+
+@CLUSTER_TESTS
 def test_on_two_executor_jvms_a_killed_shard_worker_loses_and_duplicates_nothing(tmp_path):
     """local-cluster[2,1,1024]: two executor JVMs; the shards' Python workers run in both. The
     worker serving a shard is SIGKILLed in its second micro-batch; Spark retries the task from
@@ -205,4 +214,20 @@ def test_on_two_executor_jvms_a_killed_shard_worker_loses_and_duplicates_nothing
     summary = run_connect_job("sharded_cluster_job.py", str(tmp_path), cwd=ROOT, timeout=600)
     assert summary["executor_pids"] >= 2, summary
     assert summary["killed"], summary
+    assert summary["mismatches"] == [], summary
+
+
+@CLUSTER_TESTS
+def test_a_driver_killed_between_state_commit_and_sink_write_or_after_it_loses_and_duplicates_nothing(tmp_path):
+    """The driver SIGKILLed after Spark committed the shards' state of batch 2 but before its
+    outputs were written (``after_run:2``), then after the sink write of batch 4 but before Spark
+    marked it done (``after_sink:4``); each restart replays the batch from the state before it and
+    the sink replaces its files. After draining, every query's rows are Spark's, each once."""
+    job = [sys.executable, str(ROOT / "tests" / "sharded_cluster_job.py"), str(tmp_path), "driver"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for fault in ("after_run:2", "after_sink:4"):
+        done = subprocess.run([*job, fault], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == -signal.SIGKILL, (fault, done.returncode, done.stderr[-3000:])
+        assert f"SIGKILL at {fault.split(':')[0]} of batch {fault.split(':')[1]}" in done.stderr
+    summary = run_connect_job("sharded_cluster_job.py", str(tmp_path), "driver", "-", cwd=ROOT, timeout=600)
     assert summary["mismatches"] == [], summary

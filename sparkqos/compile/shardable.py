@@ -39,6 +39,7 @@ from sparkqos.executor.expressions import Alias, Col, Expr
 from sparkqos.executor.operators import (
     Deduplicate,
     EventWindowAggregate,
+    Generate,
     IntervalJoin,
     KeyedLag,
     PhysicalOperator,
@@ -52,7 +53,7 @@ from sparkqos.executor.operators import (
 )
 from sparkqos.executor.plan import CompiledPlan
 
-__all__ = ["Refusal", "check_shardable", "shard_report"]
+__all__ = ["Refusal", "check_shardable", "refuse_spark_parts", "shard_report"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Refusal:
 
 #: Operators whose output rows each come from one input row (or one static-table match): they
 #: keep the shard key wherever their output keeps its column.
-_STATELESS = (Select, Synthetic, StaticJoin, Union)
+_STATELESS = (Select, Synthetic, StaticJoin, Union, Generate)
 #: Operators keeping state per key: the attribute(s) naming their keys.
 _KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate)
 
@@ -133,9 +134,25 @@ def shard_report(compiled: CompiledPlan, shard_by: str) -> dict[str, Refusal | N
     return report
 
 
+def refuse_spark_parts(compiled: CompiledPlan) -> None:
+    """Raise :class:`~sparkqos.errors.NotShardable` when some query has parts Spark evaluates in
+    each micro-batch (:mod:`sparkqos.compile.spark_part`): the shards run native operators only."""
+    if compiled.spark_parts:
+        spark_queries = sorted({p.query for p in compiled.spark_parts.values()})
+        raise NotShardable(
+            f"queries {spark_queries} have parts Spark evaluates in each micro-batch, which the sharded lane "
+            "does not run; give placement='native' (if sparkqos compiles them) or leave out shards=",
+            parameter="queries",
+            value=spark_queries,
+            expected="queries of native operators only (placement='native')",
+        )
+
+
 def check_shardable(compiled: CompiledPlan, shard_by: str) -> None:
     """Raise :class:`~sparkqos.errors.NotShardable` naming the first query (and its operator)
-    that cannot run sharded by ``shard_by``; a stream without that column refuses every query."""
+    that cannot run sharded by ``shard_by``; a stream without that column refuses every query,
+    and so do parts Spark evaluates in each micro-batch (the shards run only native operators)."""
+    refuse_spark_parts(compiled)
     for stream, schema in compiled.sources.items():
         if shard_by not in schema.names:
             raise NotShardable(

@@ -25,7 +25,7 @@ import pyarrow as pa
 from sparkqos.compile.builder import QuerySet
 from sparkqos.compile.explain import explain_compiled
 from sparkqos.compile.spark_part import check_placement
-from sparkqos.errors import NotShardable, RunnerError
+from sparkqos.errors import RunnerError
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import FAULT_POINTS, RunConfig, parse_faults
 from sparkqos.runtime.deadletter import RowChecks
@@ -227,11 +227,5 @@ def stream(
         )
     if shards is not None:
         compiled = queries.build() if isinstance(queries, QuerySet) else queries
-        if compiled.spark_parts:
-            spark_queries = sorted({p.query for p in compiled.spark_parts.values()})
-            raise NotShardable(
-                f"queries {spark_queries} have parts Spark evaluates in each micro-batch, which the sharded lane "
-                "does not run; give placement='native' (if sparkqos compiles them) or leave out shards="
-            )
         return ShardedStream(df, compiled, config, shards, shard_by)
     return QosStream(df, queries, config)
