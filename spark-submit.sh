@@ -2,7 +2,7 @@
 # Run a sparkqos job with spark-submit from the project's own virtualenv.
 #
 #   ./spark-submit.sh jobs/simulate_demo.py [job arguments]
-#   ./spark-submit.sh --master 'local[2]' --conf spark.ui.enabled=true jobs/....py
+#   ./spark-submit.sh --master 'local[2]' --conf spark.ui.enabled=false jobs/....py
 #
 # On first use (and whenever pyproject.toml changes) it creates .venv and installs the package
 # there. Spark options given here come after the defaults below, so they win.
@@ -66,7 +66,6 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 
 exec "$venv/bin/spark-submit" \
   --master 'local[*]' \
-  --conf spark.ui.enabled=false \
   --conf spark.log.level=WARN \
   --conf spark.sql.shuffle.partitions=4 \
   --conf spark.sql.execution.arrow.pyspark.enabled=true \

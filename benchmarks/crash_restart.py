@@ -1,7 +1,7 @@
 """Crash and restart: the sensor job SIGKILLed at many points, restarted from its checkpoint, loses
 nothing and writes nothing twice (issue 8, item 1).
 
-    .venv/bin/python benchmarks/crash_restart.py [--rows 12000] [--seconds 48] [--seed 5]
+    .venv/bin/python benchmarks/crash_restart.py [--rows 12000] [--seconds 48] [--seed 5] [--sink parquet|delta]
 
 A replayable trace (Parquet) is fed to ``jobs/sensor_monitor.py`` (replay source, at most 2 s of
 stream time per micro-batch, so the trace takes ``seconds / 2`` batches). First one uninterrupted
@@ -24,6 +24,12 @@ After the last run, whatever the final checkpoint still holds (queued rows, open
 finished in-process, and the union of the sink is compared as a multiset with the uninterrupted
 run's and with a direct replay of the trace through the executor: lost rows and duplicates are
 printed per query (both must be 0).
+
+``--sink delta`` runs the job with its Delta sink (``job.sink=delta``: sparkqos.runtime.delta,
+one Delta table per query, one commit per batch with the transaction identifier (app id, batch
+id)). It takes no early parts, so ``after_early_write`` cannot fire there; ``after_ingest`` takes
+its place (10 faults all the same). The Delta tables are checked too: each table's transaction
+version is the newest batch it holds, and no batch id beyond the last checkpointed one.
 """
 
 from __future__ import annotations
@@ -56,8 +62,11 @@ CAP_S = 2.0
 #: strike. At the default size a trigger served everything itself and those two never fired.
 MODEL_SIZE = 32768
 #: Every crash point of the library (sparkqos.runtime.config.FAULT_POINTS) but ``after_ingest``,
-#: which lands in the same state as ``after_run`` (nothing written, nothing checkpointed).
-FAULTS = [p for p in FAULT_POINTS if p != "after_ingest"]
+#: which lands in the same state as ``after_run`` (nothing written, nothing checkpointed), and
+#: ``in_shard``, the sharded lane's (this job runs the driver's trigger loop).
+FAULTS = [p for p in FAULT_POINTS if p not in ("after_ingest", "in_shard")]
+#: With ``--sink delta`` (no early parts, so ``after_early_write`` cannot fire): ``after_ingest`` instead.
+DELTA_FAULTS = [p for p in FAULT_POINTS if p not in ("after_early_write", "in_shard")]
 #: Extra settings of a fault's run: class H's rows reach the worker (and its early writes) only when
 #: the trigger does not serve them itself, as it does at the job's defaults (fire is cheap).
 FAULT_SETTINGS = {"after_early_write": ["--set", "job.top_class_s=0"]}
@@ -76,8 +85,14 @@ def child(argv: list[str]) -> int:
     return job.main(argv)
 
 
+#: ``--sink``: the job's sink, set by main().
+SINK = ["parquet"]
+
+
 def job_args(trace: Path, out: Path) -> list[str]:
     return [
+        "--set",
+        f"job.sink={SINK[0]}",
         "--output",
         str(out),
         "--checkpoint",
@@ -181,7 +196,12 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
     from sparkqos.runtime.sinks import read_parquet_sink
     from sparkqos.runtime.trigger import decode_state
 
-    sink = read_parquet_sink(out / "outputs")
+    if SINK[0] == "delta":
+        from sparkqos.runtime.delta import read_delta_sink
+
+        sink = read_delta_sink(out / "delta")
+    else:
+        sink = read_parquet_sink(out / "outputs")
     ckpt = CheckpointStore(out / "_checkpoint" / "sparkqos").load_latest()
     compiled = compiled_factory()
     state = decode_state(ckpt.state["executor"])
@@ -257,6 +277,25 @@ def compare(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> dict[str, di
     return out
 
 
+def delta_versions_match(out: Path, last: int) -> bool:
+    """Each Delta table's transaction version for the job is the newest batch it holds, and it holds no
+    batch beyond ``last``: one commit per batch, the replays' included, none lost or extra."""
+    from sparkqos.runtime.delta import DeltaSink, read_delta_sink
+
+    sink = DeltaSink(out / "delta", app_id="sparkqos")
+    ok = True
+    for query, table in read_delta_sink(out / "delta", with_batch_id=True).items():
+        batches = sorted(set(table.column("batch_id").to_pylist()))
+        committed = sink.committed(query)
+        good = bool(batches) and committed == batches[-1] and batches[-1] <= last + 1
+        ok &= good
+        print(
+            f"delta {query:<11} batches {batches[0] if batches else '-'}..{batches[-1] if batches else '-'} "
+            f"({len(batches)} with rows), transaction version {committed}: {'ok' if good else 'MISMATCH'}"
+        )
+    return ok
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child(sys.argv[3:] if sys.argv[2:3] == ["--"] else sys.argv[2:])
@@ -269,7 +308,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=48.0)
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--keep", help="keep the run folders here instead of a temporary folder")
+    parser.add_argument("--sink", choices=("parquet", "delta"), default="parquet", help="the job's sink (default parquet)")
     args = parser.parse_args()
+    SINK[0] = args.sink
+    faults = FAULTS if args.sink == "parquet" else DELTA_FAULTS
 
     def factory():
         """The job's plan: its PySpark transforms (conf defaults) compiled over the replay source."""
@@ -308,7 +350,7 @@ def main() -> int:
     crashed = work / "crashed"
     # Each injected fault aims at the second batch after the last checkpoint, so it always fires.
     plan = []
-    for i, point in enumerate(FAULTS):
+    for i, point in enumerate(faults):
         plan.append(("fault", point))
         if i in (1, 3):
             plan.append(("kill", round(rng.uniform(0.3, 1.2), 2)))
@@ -363,6 +405,8 @@ def main() -> int:
     refused = torn.returncode != 0 and "is corrupt" in torn.stderr
     print(f"torn checkpoint {newest.name} (cut to {len(data) // 2} of {len(data)} bytes): exit {torn.returncode}; {message}")
     ok &= refused and fired == len(plan)
+    if args.sink == "delta":
+        ok &= delta_versions_match(crashed, last)
     summary = {
         "attempts": [{"tried": t, **r} for t, r in attempts],
         "vs_uninterrupted": vs_base,

@@ -1,6 +1,7 @@
 """Highest input rate sustained: sparkqos against native Spark on the four sensor queries (issue 13).
 
     ./spark-submit.sh benchmarks/throughput.py [--rows 1000000] [--files 20] [--files-per-trigger 2] [--rounds 2]
+                                               [--queries sensor|spark-parts]
 
 One Parquet trace of sensor readings (``sparkqos.workloads.sensors.sensor_trace``) split into ``--files``
 files is read by Spark's own file source (``spark.readStream.parquet``), ``--files-per-trigger``
@@ -25,6 +26,12 @@ down into Spark's own per-trigger work (planning, offsets, WAL: ``triggerExecuti
 ``toArrow`` (Spark reads the files and converts the batch), ingest, executor, sink, checkpoint and
 the metrics row, from ``TriggerLoop.phase_s``. The last line is
 ``throughput ratio sparkqos/native: X.XX``.
+
+``--queries spark-parts`` runs instead four queries over a Kafka-style JSON ``value`` column (the
+readings as JSON, beside the columns): JSON parsing, a regular expression and a filter, then, for
+two of them, an event-time window aggregate. sparkqos has no native ``from_json`` or
+``regexp_extract``: Spark evaluates each query's row-wise part inside the micro-batch (the
+``spark`` phase), the windows run natively.
 """
 
 from __future__ import annotations
@@ -43,12 +50,84 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def write_trace(folder: Path, rows: int, files: int, seed: int) -> int:
-    """The trace as ``files`` Parquet files in time order (the file source reads them by name)."""
+def _with_json(table):
+    """``table`` with a ``value`` column: each reading as a JSON object, as a Kafka topic carries it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = [
+        '{"sensor_id": ',
+        pc.cast(table["sensor_id"], pa.string()),
+        ', "location": "',
+        table["location"],
+        '", "temperature": ',
+        pc.cast(table["temperature"], pa.string()),
+        ', "humidity": ',
+        pc.cast(table["humidity"], pa.string()),
+        "}",
+    ]
+    return table.append_column("value", pc.binary_join_element_wise(*parts, ""))
+
+
+def spark_part_transforms() -> tuple[dict, dict[str, str], dict[str, float]]:
+    """Four queries whose row-wise part (JSON parse + regex + filter) Spark evaluates, two with a
+    window aggregate above it; their classes and priorities."""
+    from pyspark.sql import functions as F
+
+    reading = "sensor_id int, location string, temperature double, humidity double"
+
+    def parsed(df):
+        return df.withWatermark("ts", "2 seconds").select(F.from_json("value", reading).alias("r"), "ts").select("r.*", "ts")
+
+    def hot(df):
+        zone = F.regexp_extract("location", r"(\d+)$", 1)
+        return parsed(df).where(F.col("temperature") > 60).select("sensor_id", zone.alias("zone"), "temperature", "ts")
+
+    def dry(df):
+        rh = F.get_json_object("value", "$.humidity").cast("double")
+        return df.select("sensor_id", rh.alias("rh"), "ts").where(F.col("rh") < 15)
+
+    def zone_temps(df):
+        zone = F.regexp_extract("location", r"(\d+)$", 1)
+        return (
+            parsed(df)
+            .where(F.col("temperature").isNotNull())
+            .select(zone.alias("zone"), "temperature", "ts")
+            .groupBy(F.window("ts", "10 seconds"), "zone")
+            .agg(F.count(F.lit(1)).alias("count"), F.avg("temperature").alias("avg_temperature"))
+        )
+
+    def humid_sites(df):
+        return (
+            parsed(df)
+            .where(F.col("location").rlike("[0-9]$") & (F.col("humidity") > 50))
+            .groupBy(F.window("ts", "10 seconds"))
+            .agg(F.count(F.lit(1)).alias("count"), F.max("humidity").alias("max_humidity"))
+        )
+
+    queries = {"hot": hot, "dry": dry, "zone_temps": zone_temps, "humid_sites": humid_sites}
+    return queries, {"hot": "H", "dry": "C", "zone_temps": "N", "humid_sites": "N"}, {"H": 6.0, "C": 3.0, "N": 1.0}
+
+
+def query_set(name: str) -> tuple[dict, dict[str, str], dict[str, float]]:
+    """The transforms, classes and priorities of query set ``name``."""
+    if name == "spark-parts":
+        return spark_part_transforms()
+    from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
+    from sparkqos.workloads.sensors import SENSOR_CLASSES
+
+    return sensor_transforms(), SENSOR_QUERY_CLASSES, SENSOR_CLASSES
+
+
+def write_trace(folder: Path, rows: int, files: int, seed: int, json_value: bool = False) -> int:
+    """The trace as ``files`` Parquet files in time order (the file source reads them by name);
+    ``json_value``: with each reading also as a JSON ``value`` string."""
     from sparkqos.workloads.sensors import sensor_trace
 
     folder.mkdir(parents=True)
     table = sensor_trace(folder.parent / "whole.parquet", rows, seconds=rows / 20_000, seed=seed, fire_probability=0.01)
+    if json_value:
+        table = _with_json(table)
     step = -(-rows // files)
     for i in range(files):
         pq.write_table(table.slice(i * step, step), folder / f"part-{i:05d}.parquet")
@@ -61,13 +140,12 @@ def file_stream(spark, folder: Path, per_trigger: int):
     return spark.readStream.schema(schema).option("maxFilesPerTrigger", per_trigger).parquet(str(folder))
 
 
-def run_native(spark, trace: Path, out: Path, per_trigger: int) -> dict:
+def run_native(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor") -> dict:
     """Each transform as its own streaming query with Spark's Parquet sink; seconds until all end."""
-    from sparkqos.workloads.sensor_transforms import sensor_transforms
-
+    transforms, _, _ = query_set(queries_name)
     started = time.perf_counter()
     queries = []
-    for name, transform in sensor_transforms().items():
+    for name, transform in transforms.items():
         queries.append(
             transform(file_stream(spark, trace, per_trigger))
             .writeStream.format("parquet")
@@ -89,19 +167,18 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int) -> dict:
     return {"seconds": seconds, "rows_out": rows_out}
 
 
-def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int) -> dict:
+def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor") -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
     from sparkqos.runtime.sinks import read_parquet_sink
-    from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
-    from sparkqos.workloads.sensors import SENSOR_CLASSES
 
+    transforms, classes, priorities = query_set(queries_name)
     started = time.perf_counter()
     handle = sparkqos.stream(
         file_stream(spark, trace, per_trigger),
-        sensor_transforms(),
-        classes=SENSOR_QUERY_CLASSES,
-        priorities=SENSOR_CLASSES,
+        transforms,
+        classes=classes,
+        priorities=priorities,
         trigger=sparkqos.Trigger(availableNow=True),
         checkpoint=out / "_checkpoint",
         output=out,
@@ -130,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--keep", help="keep the work folder here")
+    ap.add_argument(
+        "--queries",
+        choices=["sensor", "spark-parts"],
+        default="sensor",
+        help="sensor: the main job's four transforms; spark-parts: JSON + regex + filter (evaluated by Spark) then windows",
+    )
     args = ap.parse_args(argv)
     for name in ("rows", "files", "files_per_trigger", "rounds"):
         if getattr(args, name) < 1:
@@ -139,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkqos-throughput-"))
     shutil.rmtree(work, ignore_errors=True)
-    rows = write_trace(work / "trace", args.rows, args.files, args.seed)
-    write_trace(work / "warm", 20_000, 2, args.seed + 1)
+    json_value = args.queries == "spark-parts"
+    rows = write_trace(work / "trace", args.rows, args.files, args.seed, json_value)
+    write_trace(work / "warm", 20_000, 2, args.seed + 1, json_value)
     spark = (
         SparkSession.builder.appName("throughput")
         .config("spark.sql.session.timeZone", "UTC")
@@ -151,15 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     print(
         f"throughput: {rows} rows in {args.files} files, {args.files_per_trigger} per trigger, available-now; "
-        f"the four sensor transforms at their defaults; {args.rounds} round(s)",
+        f"query set {args.queries!r}; {args.rounds} round(s)",
         flush=True,
     )
-    run_native(spark, work / "warm", work / "warm-native", 1)
-    run_sparkqos(spark, work / "warm", work / "warm-sparkqos", 1)
+    run_native(spark, work / "warm", work / "warm-native", 1, args.queries)
+    run_sparkqos(spark, work / "warm", work / "warm-sparkqos", 1, args.queries)
     results: dict[str, list[dict]] = {"native": [], "sparkqos": []}
     for r in range(args.rounds):
         for kind, fn in (("native", run_native), ("sparkqos", run_sparkqos)):
-            res = fn(spark, work / "trace", work / f"{kind}-{r}", args.files_per_trigger)
+            res = fn(spark, work / "trace", work / f"{kind}-{r}", args.files_per_trigger, args.queries)
             results[kind].append(res)
             line = f"  round {r + 1} {kind:<9} {res['seconds']:7.2f} s  {rows / res['seconds']:>10,.0f} rows/s"
             print(f"{line}  out {res['rows_out']}", flush=True)

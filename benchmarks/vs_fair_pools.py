@@ -160,7 +160,7 @@ def run_sparkqos(args, out: Path) -> dict:
         priorities=SENSOR_CLASSES,
         checkpoint=out / "_checkpoint" / "sparkqos",
         output=out,
-        sink=ParquetSink(out / "outputs"),
+        sink=ParquetSink(out / "outputs", compact_every=None),  # delays are read from each batch file's write time
         name="sparkqos",
         on_progress=on_progress,
         **options,

@@ -26,13 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
-    """The ``job`` keys; the defaults (0.25 s trigger, continuous) are issue 13's measured ones."""
+    """The ``job`` keys; the defaults (0.25 s trigger, continuous) are the measured ones of the README."""
     return {
         "name": Key(str, name, "query name (metrics 'run')"),
-        "duration_s": Key(float, duration_s, "seconds to run; 0 = until stopped", low=0),
+        "duration_s": Key(
+            float,
+            duration_s,
+            "seconds to run, from the first micro-batch (after Spark's start-up); 0 = until stopped",
+            low=0,
+        ),
         "trigger_s": Key(float, 0.25, "micro-batch interval", low=0, low_open=True),
         "budget_s": Key(float, 0.0, "executor seconds per trigger when not continuous; 0 = the trigger interval", low=0),
-        "continuous": Key(bool, True, "serve the queues between triggers too (issue 13)"),
+        "continuous": Key(bool, True, "serve the queues between triggers too, on a worker thread"),
         "top_class_s": Key(
             float, None, "seconds a trigger serves at once, top class first; unset = a tenth of the budget", low=0, optional=True
         ),
@@ -44,6 +49,12 @@ def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
             optional=True,
         ),
         "output": Key(str, f"output/{name}", "outputs, metrics and report"),
+        "sink": Key(
+            str,
+            "parquet",
+            "where outputs go: Parquet files in <output>/outputs, or Delta tables in <output>/delta (needs deltalake)",
+            choices=("parquet", "delta"),
+        ),
         "checkpoint": Key(str, "", "checkpoint folder; empty = <output>/_checkpoint"),
         "report": Key(bool, True, "render the HTML report at the end"),
     }
@@ -51,15 +62,18 @@ def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
 
 def scheduler_section(candidates: list[str] | None = None) -> dict[str, Key]:
     return {
-        "strategy": Key(str, "adaptive", choices=schedulers.available),
+        "strategy": Key(
+            str, "adaptive", "the scheduling strategy (adaptive: picks among the candidates)", choices=schedulers.available
+        ),
         "candidates": Key(
             list,
             list(candidates or ["fifo", "chain", "pc", "cqc"]),
+            "the strategies adaptive picks among, once per trigger",
             choices=lambda: [s for s in schedulers.available() if s != "adaptive"],
         ),
         "qos": Key(str, "balanced", "QoS template name or TOML path (adaptive)"),
-        "seed": Key(int, 0),
-        "class_shares": Key(bool, True, "CQC's class shares above the strategy, it orders work inside each class (issue 13)"),
+        "seed": Key(int, 0, "seed of adaptive's roulette wheel (the same seed, the same picks)"),
+        "class_shares": Key(bool, True, "CQC's class shares above the strategy, which orders the work inside each class"),
     }
 
 
@@ -73,9 +87,16 @@ def parse_args(
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"configuration keys ({config.relative_to(ROOT)}):\n" + describe(schema),
     )
-    parser.add_argument("--config", default=str(config))
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides")
-    parser.add_argument("--duration", type=float, help="shortcut for --set job.duration_s=…")
+    parser.add_argument("--config", default=str(config), help="the job's configuration file (default: %(default)s)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        dest="overrides",
+        help="override one configuration key (repeatable); the keys are listed below",
+    )
+    parser.add_argument("--duration", type=float, help="seconds to run from the first micro-batch: --set job.duration_s=…")
     parser.add_argument("--output", help="shortcut for --set job.output=…")
     parser.add_argument("--checkpoint", help="shortcut for --set job.checkpoint=…")
     parser.add_argument("--fresh", action="store_true", help="delete the output and checkpoint folders first")
@@ -136,11 +157,18 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "early_write_s": job["early_write_s"],
         "checkpoint": checkpoint,
         "output": output,
+        "sink": _delta_sink(output) if job["sink"] == "delta" else None,
         "name": job["name"],
         "on_progress": monitor.on_progress,
         "on_delays": monitor.on_delays,
         "fault": args.fault,
     }
+
+
+def _delta_sink(output: Path) -> Any:
+    from sparkqos.runtime.delta import DeltaSink
+
+    return DeltaSink(output / "delta")
 
 
 def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
@@ -159,17 +187,22 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
     print(
         f"{name}: {banner}, {len(handle.loop.executor.plan)} operators, strategy {sched['strategy']}{over}, "
         f"trigger {job['trigger_s']:g}s; "
-        + (f"runs {duration:g}s" if duration else "runs until stopped (Ctrl-C)")
+        + (f"runs {duration:g}s from the first micro-batch" if duration else "runs until stopped (Ctrl-C)")
         + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),
         flush=True,
     )
+    ui = spark.sparkContext.uiWebUrl
+    print(f"{name}: starting Spark's streaming query …" + (f" (Spark UI: {ui})" if ui else ""), flush=True)
     query = handle.start()
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
-    deadline = monitor.started + duration if duration else math.inf
     try:
-        while not stop["now"] and time.time() < deadline and query.isActive:
+        while not stop["now"] and query.isActive:
+            first = monitor.first_batch_at  # the duration counts from the first micro-batch
+            deadline = first + duration if duration and first is not None else math.inf
+            if time.time() >= deadline:
+                break
             query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
     finally:
         handle.stop()

@@ -31,15 +31,20 @@ ROOT = kit.ROOT
 SCHEMA = {
     "job": kit.job_section("sensor_monitor"),
     "source": {
-        "format": Key(str, "bursty", choices=("bursty", "poisson", "replay")),
+        "format": Key(
+            str, "bursty", "the source: bursty ON/OFF flows, Poisson, or a recorded file", choices=("bursty", "poisson", "replay")
+        ),
         "rate": Key(float, 4000.0, "mean rows per second", low=0, low_open=True),
-        "seed": Key(int, 7),
+        "seed": Key(int, 7, "seed of the generated rows (the same seed, the same stream)"),
         "flows": Key(int, 64, "ON/OFF flows (bursty)", low=1),
         "off_scale": Key(float, 8.0, "minimum OFF period, seconds (bursty)", low=0, low_open=True),
         "path": Key(str, "", "recorded file (replay)"),
         "speed": Key(str, "1.0", "replay pace (a number or 'max')"),
         "retime": Key(bool, True, "replay: stamp rows with the replay time (false: keep recorded timestamps)"),
         "max_seconds_per_trigger": Key(float, 0.0, "cap on stream time per batch; 0 = none", low=0),
+        "clock_offset_s": Key(
+            float, 0.0, "shift the source's clock by this many seconds (negative: behind); rehearses a resume after downtime"
+        ),
         "max_rows_per_trigger": Key(
             int, 100_000, "cap on rows per batch (how fast a resumed run catches up a backlog); 0 = none", low=0
         ),
@@ -64,6 +69,8 @@ def source_options(cfg: dict) -> dict[str, str]:
     if src["max_seconds_per_trigger"] > 0:
         opts["maxSecondsPerTrigger"] = str(src["max_seconds_per_trigger"])
     opts["maxRowsPerTrigger"] = str(src["max_rows_per_trigger"])
+    if src["clock_offset_s"]:
+        opts["clockOffset"] = str(src["clock_offset_s"])
     return opts
 
 
@@ -97,11 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
     from sparkqos.workloads.sensors import SENSOR_CLASSES
 
-    spark = kit.session(cfg["job"]["name"])
+    name = cfg["job"]["name"]
+    print(f"{name}: starting Spark …", flush=True)
+    spark = kit.session(name)
     sources.register(spark)
     df = spark.readStream.format(f"sparkqos.{cfg['source']['format']}").options(**source_options(cfg)).load()
     qcfg = cfg["queries"]
     queries = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
+    print(f"{name}: compiling {len(queries)} queries …", flush=True)
     monitor = ClassMonitor(SENSOR_QUERY_CLASSES, watch="fire", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
     handle = sparkqos.stream(
         df,

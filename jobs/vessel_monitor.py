@@ -1,4 +1,4 @@
-"""A second real job: recorded AIS vessel positions monitored under sparkqos scheduling (issue 16).
+"""A second real job: recorded AIS vessel positions monitored under sparkqos scheduling.
 
     ./spark-submit.sh jobs/vessel_monitor.py [--duration 60] [--set source.speed=1200] [--set section.key=value ...]
 
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from sparkqos.report.console import ClassMonitor
     from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
 
+    print("vessel_monitor: starting Spark …", flush=True)
     spark = kit.session(cfg["job"]["name"])
     sources.register(spark)
     df = (
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if not queries:
         print("vessel_monitor: configuration error: queries.run names no query", file=sys.stderr)
         return 2
+    print(f"vessel_monitor: compiling {len(queries)} queries …", flush=True)
     klass_of = {q: VESSEL_QUERY_CLASSES[q] for q in queries}
     monitor = ClassMonitor(klass_of, watch="geofence", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
     handle = sparkqos.stream(

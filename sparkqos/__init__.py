@@ -6,6 +6,20 @@ strategy), ``sparkqos.run`` (a finite one through the executor), the query API (
 depend on each other: docs/ARCHITECTURE.md.
 """
 
+import sys as _sys
+
+try:  # the one clear message when this Python lacks what sparkqos runs on (not a traceback from deep inside)
+    import numpy as _numpy  # noqa: F401
+    import pyarrow as _pyarrow  # noqa: F401
+except ImportError as _exc:
+    _missing = (
+        f"sparkqos needs numpy and pyarrow, which {_sys.executable} cannot import ({_exc}); run it with the Python "
+        "sparkqos is installed in (e.g. .venv/bin/python -m sparkqos), or pip install sparkqos into this one"
+    )
+    if _sys.argv[:1] == ["-m"]:  # python -m sparkqos: one line on stderr, exit status 1
+        raise SystemExit(f"sparkqos: {_missing}") from None
+    raise ImportError(_missing) from None
+
 from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
 from sparkqos.adaptive import QosSpec
 from sparkqos.compile import QuerySet, avg, col, count, lit, max_, min_, sum_
@@ -13,13 +27,17 @@ from sparkqos.errors import (
     CheckpointError,
     ConfigError,
     ExpressionError,
+    NotShardable,
+    PlacementError,
     PlanError,
+    PythonWorkerError,
     QosSpecError,
     RunnerError,
     SchedulerError,
     SchemaMismatch,
     SinkError,
     SourceError,
+    SparkPartError,
     SparkqosError,
     TriggerError,
     UdfError,
@@ -44,6 +62,14 @@ def stream(df, queries, **kwargs):
     return _stream(df, queries, **kwargs)
 
 
+def explain(df, queries, **kwargs):
+    """Where each operator of each query runs (native, Spark, or refused and why), printed like
+    ``DataFrame.explain()`` and returned: :func:`sparkqos.spark.explain.explain`."""
+    from sparkqos.spark.explain import explain as _explain
+
+    return _explain(df, queries, **kwargs)
+
+
 def synthetic(df, selectivity, cost_s=0.0, seed=0, key=""):
     """``df`` through the papers' synthetic operator (declared selectivity and CPU cost per row),
     for experiments written as PySpark transforms: :func:`sparkqos.spark.synthetic.synthetic`."""
@@ -63,6 +89,7 @@ def run(df, queries, strategy="adaptive", **kwargs):
 
 __all__ = [
     "BacklogWarning",
+    "explain",
     "CheckpointError",
     "ConfigError",
     "Continuous",
@@ -75,10 +102,13 @@ __all__ = [
     "TriggerError",
     "ExpressionError",
     "Intake",
+    "NotShardable",
     "Operator",
     "OperatorPath",
     "Plan",
+    "PlacementError",
     "PlanError",
+    "PythonWorkerError",
     "QosSpec",
     "QosSpecError",
     "Query",
@@ -88,6 +118,7 @@ __all__ = [
     "SchemaMismatch",
     "SinkError",
     "SourceError",
+    "SparkPartError",
     "SparkqosError",
     "UdfError",
     "UnknownStrategy",

@@ -123,6 +123,16 @@ class ExecutorOptionError(ArgumentError, RunnerError):
     """An executor option (:class:`~sparkqos.executor.options.ExecutorOptions`) is out of range."""
 
 
+class PythonWorkerError(SparkqosError, RuntimeError):
+    """Spark's Python workers cannot run sparkqos (another interpreter, or one without sparkqos,
+    pyarrow or numpy): the message says what they run, what they lack and what to set."""
+
+
+class NotShardable(PlanError):
+    """A query cannot run in the sharded lane: an operator keeps state across rows of different
+    shard keys (a window, join, dedup or lag not keyed by ``shard_by``)."""
+
+
 class UnsupportedTransform(SparkqosError, ValueError):
     """A query given as PySpark code uses a Spark operation or function sparkqos cannot run
     (yet); raised by ``sparkqos.stream`` / ``sparkqos.run`` before any data moves. ``query``,
@@ -131,6 +141,7 @@ class UnsupportedTransform(SparkqosError, ValueError):
     def __init__(self, query: str, operation: str, detail: str = ""):
         self.query = query
         self.operation = operation
+        self.detail = detail
         more = f" ({detail})" if detail else ""
         super().__init__(
             f"query {query!r}: {operation}{more} is not supported by sparkqos "
@@ -147,6 +158,24 @@ class UdfError(SparkqosError, RuntimeError):
         self.query = query
         self.udf = udf
         super().__init__(f"query {query!r}: UDF {udf!r} {problem}")
+
+
+class PlacementError(SparkqosError, ValueError):
+    """``placement=`` names no placement sparkqos knows (``"auto"``, ``"native"``, ``"spark"``),
+    or a query cannot run where it asks (``"native"`` for a function only Spark computes)."""
+
+
+class SparkPartError(SparkqosError, RuntimeError):
+    """The part of a query Spark evaluates inside the micro-batch failed (a UDF raised, a
+    function rejected its input). ``query`` names the query, ``functions`` what that part computes
+    beyond sparkqos's own operators. Nothing was ingested from the batch, so no row is lost: the
+    failed trigger runs again when the stream restarts from its checkpoint."""
+
+    def __init__(self, query: str, functions: tuple[str, ...], problem: str):
+        self.query = query
+        self.functions = tuple(functions)
+        named = ", ".join(functions) or "its expressions"
+        super().__init__(f"query {query!r}: the part Spark evaluates ({named}) failed: {problem}")
 
 
 E = TypeVar("E", bound=SparkqosError)

@@ -16,8 +16,10 @@ import math
 import re
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -92,7 +94,47 @@ def transforms():
             F.upper("s").alias("u"), F.isnan("d")
         ),
         "synthetic": lambda df: sparkqos.synthetic(df.where(F.col("l") != 0), 0.5, seed=3, key="l").select("l", "s"),
+        # struct fields, rounding and a decimal literal, natively (issue 24)
+        "nested": lambda df: (
+            df.select(
+                F.struct("i", F.col("d").alias("x")).alias("s1"),
+                F.round("d", 2).alias("r2"),
+                F.bround("d", -1).alias("b1"),
+                F.round("i", -1).alias("ri"),
+                (F.lit(Decimal("1.609")) * F.col("d")).alias("km"),
+            )
+            .where(F.col("s1.i").isNotNull() & (F.col("km") > F.lit(Decimal("-1.5"))))
+            .select(F.col("s1.x"), F.col("s1").getField("i").alias("ii"), "s1", "r2", "b1", "ri", "km")
+        ),
     }
+
+
+#: Transforms whose row-wise part Spark evaluates (issue 24): SQL strings, UDFs, JSON and regex.
+SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log")
+
+
+def spark_parts():
+    from pyspark.sql import functions as F
+
+    @F.pandas_udf("double")
+    def half(x: pd.Series) -> pd.Series:
+        return x / 2
+
+    @F.udf("string")
+    def shout(s):
+        return None if s is None else s.upper() + "!"
+
+    parts = {
+        "sql_where": lambda df: df.where("i > 0 AND s IS NOT NULL").selectExpr("i", "upper(s) AS u", "ts"),
+        "pandas_udf": lambda df: df.select("i", half("d").alias("h")).where(F.col("i") != 0),
+        "py_udf": lambda df: df.select(shout("s").alias("t"), "l"),
+        "json_regex": lambda df: df.select(F.to_json(F.struct("i", "s")).alias("j"), "l").select(
+            F.get_json_object("j", "$.s").alias("s"), F.regexp_replace("j", "[0-9]", "#").alias("r"), "l"
+        ),
+        "log": lambda df: df.select(F.log("d").alias("ln")),
+    }
+    assert tuple(parts) == SPARK_PARTS
+    return parts
 
 
 def unsupported():
@@ -142,14 +184,16 @@ def main(out: str) -> None:
     got = sparkqos.run(df, queries, strategy="chain", batch_rows=3)
     compiled = compile_transforms(df, queries)
     (base / "compiled.json").write_text(json.dumps(describe(compiled)))
-    for name, transform in queries.items():
+    parts = spark_parts()
+    got.update(sparkqos.run(df, parts, strategy="chain", batch_rows=3))
+    for name, transform in {**queries, **parts}.items():
         pq.write_table(got[name], base / f"run_{name}.parquet")
         pq.write_table(transform(df).toArrow(), base / f"spark_{name}.parquet")
     ran = time.monotonic()
     errors = {}
     for name, transform in unsupported().items():
         try:
-            sparkqos.run(df, {name: transform})
+            sparkqos.run(df, {name: transform}, placement="native")  # what sparkqos's own operators refuse
             errors[name] = None
         except UnsupportedTransform as e:
             errors[name] = str(e)
@@ -159,7 +203,7 @@ def main(out: str) -> None:
     stream = spark.readStream.format("sparkqos.replay").option("path", str(trace)).option("speed", "max").load()
     handle = sparkqos.stream(
         stream,
-        queries,
+        {**queries, **parts},
         strategy="fifo",
         trigger=sparkqos.Trigger(availableNow=True),
         checkpoint=base / "ckpt",
@@ -167,8 +211,10 @@ def main(out: str) -> None:
     )
     handle.start().awaitTermination()
     handle.finish()
+    spark_streams = sorted(handle.loop.compiled.spark_parts)
     done = time.monotonic()
-    print(json.dumps({"errors": errors, "start_s": started - t0, "run_s": ran - started, "stream_s": done - ran}))
+    summary = {"errors": errors, "spark_streams": spark_streams, "start_s": started - t0, "run_s": ran - started}
+    print(json.dumps({**summary, "stream_s": done - ran}))
     spark.stop()
 
 

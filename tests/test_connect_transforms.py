@@ -25,7 +25,7 @@ import pytest
 from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.spark.transforms import compile_transforms
 from tests.conftest import run_connect_job
-from tests.connect_transforms_job import describe, table, transforms
+from tests.connect_transforms_job import SPARK_PARTS, describe, table, transforms
 from tests.test_transforms import canonical
 
 pytestmark = pytest.mark.spark  # a Spark Connect server in a process of its own
@@ -73,10 +73,21 @@ def test_connect_unsupported_transforms_are_named(job):
     assert "query 'window'" in errors["window"] and "Spark operation 'Window'" in errors["window"], errors
 
 
+@pytest.mark.parametrize("name", SPARK_PARTS)
+def test_connect_spark_evaluated_parts_give_sparks_rows(job, name):
+    """SQL strings, a pandas UDF, a Python UDF, JSON and regex functions under Connect: Spark
+    evaluates the row-wise part in the micro-batch, on the server."""
+    out, summary = job
+    assert f"spark:{name}" in summary["spark_streams"], summary["spark_streams"]
+    got, want = pq.read_table(out / f"run_{name}.parquet"), pq.read_table(out / f"spark_{name}.parquet")
+    assert got.schema.names == want.schema.names and got.schema.types == want.schema.types, name
+    assert canonical(got) == canonical(want), name
+
+
 def test_connect_stream_gives_the_static_rows(job):
     out, summary = job
     streamed = read_parquet_sink(out / "out" / "outputs")
-    for name in transforms():
+    for name in [*transforms(), *SPARK_PARTS]:
         want = pq.read_table(out / f"spark_{name}.parquet")
         got = streamed[name].select(want.schema.names)
         assert canonical(got) == canonical(want), name

@@ -25,9 +25,10 @@ import pytest
 
 from sparkqos.errors import ArgumentError, RunnerError
 from sparkqos.executor.loop import Executor
+from sparkqos.runtime.assembly import classes_by_priority, top_class
 from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, Continuous, RunConfig
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, read_parquet_sink
-from sparkqos.runtime.trigger import TriggerLoop, classes_by_priority, top_class
+from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.workloads.sensors import sensor_queries
 
 T0 = 1_700_000_000.0
@@ -231,7 +232,7 @@ def test_without_class_shares_the_strategy_serves_at_once(tmp_path):
         return loop, progress
 
     loop, progress = first_trigger("on", 30.0)
-    assert loop._levels == []
+    assert loop.levels == []
     by_query = {q["query"]: q["rowsOut"] for q in progress["queries"]}
     assert by_query["archive"] == 2000 and sum(q["queuedRows"] for q in progress["queries"]) == 0
     _, progress = first_trigger("off", 0.0)
@@ -244,13 +245,13 @@ def test_classes_of_equal_priority_are_served_together(tmp_path):
     assert classes_by_priority(plan.build()) == [("C", "H"), ("N",)]
     loop = TriggerLoop(plan, config)
     assert loop.top_class is None
-    first = set(loop._levels[0])
+    first = set(loop.levels[0])
     assert any(op.startswith("fire") for op in first) and any(op.startswith("anomaly") for op in first)
     assert not any(op.startswith("archive") for op in first)
     flat = TriggerLoop(
         sensor_queries(classes={"H": 1.0, "C": 1.0, "N": 1.0}), RunConfig(checkpoint=tmp_path / "flat", continuous=True)
     )
-    assert flat._levels == []
+    assert flat.levels == []
 
 
 def test_restart_after_the_checkpoint_continues_exactly_once(tmp_path, per_trigger):
@@ -271,7 +272,9 @@ class Crash(RuntimeError):
 
 
 WORKER_POINTS = ("between_triggers", "in_pause", "after_early_write")
-TRIGGER_POINTS = [p for p in FAULT_POINTS if p not in WORKER_POINTS]
+# the trigger loop's own points, listed: FAULT_POINTS also has the sharded lane's (in_shard)
+TRIGGER_POINTS = ["before_ingest", "after_ingest", "after_run", "after_sink", "after_checkpoint", "after_progress"]
+assert set(TRIGGER_POINTS) | set(WORKER_POINTS) <= set(FAULT_POINTS)
 
 
 @pytest.mark.parametrize("point", TRIGGER_POINTS)

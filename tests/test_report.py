@@ -137,6 +137,38 @@ def test_console_lines_show_a_dash_not_nan_and_the_mix_lists_strategies_only():
     m.on_progress({**base, "batchId": 1, "delayMsP99": 12.0, "strategy": "fifo", "queries": [query], **behind})
     text = "\n".join(lines) + m.summary(elapsed_s=1.0)
     assert "nan" not in text.lower()
-    assert "delay p99        - ms (fire       - ms)" in lines[0]
-    assert lines[1].endswith("| catching up: 1.8 M rows behind (300 s of stream), ETA 40 s")
+    assert lines[0] == "first micro-batch 0.0s after start-up began"
+    assert "delay p99        - ms (fire       - ms)" in lines[1]
+    assert lines[2].endswith("| catching up: 1.8 M rows behind (300 s of stream), ETA 40 s")
     assert "strategy mix: fifo 100%" in text
+
+
+def test_spark_jobs_are_described_with_the_figures_of_the_trigger_before():
+    """Spark's UI shows sparkqos's figures: the trigger's jobs are named after the last record."""
+    from sparkqos.spark.batch import describe_jobs
+
+    class Context:
+        description = None
+
+        def setJobDescription(self, text):
+            Context.description = text
+
+    class Session:
+        sparkContext = Context()
+
+    nan = float("nan")
+    last = {
+        "queuedRows": 1234.0,
+        "strategy": "chain",
+        "queries": [
+            {"klass": "H", "delayP99_s": 0.12},
+            {"klass": "N", "delayP99_s": 0.5},
+            {"klass": "N", "delayP99_s": 0.7},
+            {"klass": "C", "delayP99_s": nan},
+        ],
+    }
+    describe_jobs(Session(), "sensor_monitor", 7, last)
+    expected = "sparkqos sensor_monitor batch 7 | before it: queued 1234 rows, p99 H 120 ms, N 700 ms, strategy chain"
+    assert Context.description == expected
+    describe_jobs(Session(), "sensor_monitor", 0, None)
+    assert Context.description == "sparkqos sensor_monitor batch 0"

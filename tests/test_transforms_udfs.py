@@ -348,8 +348,8 @@ REFUSED = {
 @pytest.mark.parametrize("named", list(REFUSED))
 def test_refused_kinds_name_themselves(spark_sql, named):
     df = spark_sql.createDataFrame([(1, 2.0, "a", None)], "i int, d double, s string, ts timestamp")
-    with pytest.raises(UnsupportedTransform, match=named) as info:
-        sparkqos.run(df, {"q": REFUSED[named]})
+    with pytest.raises(UnsupportedTransform, match=named) as info:  # native: what the executor refuses to run
+        sparkqos.run(df, {"q": REFUSED[named]}, placement="native")
     assert info.value.query == "q"
 
 

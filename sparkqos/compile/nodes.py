@@ -6,6 +6,7 @@ works on these."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,10 @@ from sparkqos.errors import PlanError
 
 #: Name of the stream the input DataFrame feeds.
 DEFAULT_STREAM = "input"
+
+#: Field of an expression node the session side could not translate (Spark Connect): the
+#: operation and detail :class:`~sparkqos.errors.UnsupportedTransform` names when it must run natively.
+UNMAPPED = "sparkqosUnsupported"
 
 #: Start of the marker literal :func:`sparkqos.spark.synthetic.synthetic` puts in a ``where``
 #: (followed by the operator's parameters as JSON): that Filter runs as the executor's Synthetic.
@@ -36,8 +41,16 @@ SPARK_TYPES = {
 }
 
 
-def spark_type(name: str) -> pa.DataType | None:
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def spark_type(name: Any) -> pa.DataType | None:
     """The Arrow type of a Spark type name of the plan JSON (None: not one sparkqos computes on)."""
+    if not isinstance(name, str):
+        return None
+    found = _DECIMAL.fullmatch(name)
+    if found:
+        return pa.decimal128(int(found.group(1)), int(found.group(2)))
     return SPARK_TYPES.get(name)
 
 
@@ -48,6 +61,9 @@ class Node:
     cls: str
     fields: dict[str, Any]
     children: list[Node] = field(default_factory=list)
+    #: Position of a plan node in its query's JSON (pre-order), -1 for expressions and the input:
+    #: how the session side finds the same node in Spark's own plan.
+    pos: int = -1
 
 
 def short_class(cls: str) -> str:
@@ -97,11 +113,12 @@ def parse_plan(nodes: Sequence[dict[str, Any]], source: Sequence[dict[str, Any]]
             text, order = canonical(nodes[pos : pos + n])
             if text == src_text:
                 pos += n
-                return Node("__source__", {"source": Source([order[p] for p in out_positions])})
+                return Node("__source__", {"source": Source([order[p] for p in out_positions])}, [], pos - n)
         d = nodes[pos]
+        at = pos
         pos += 1
         kids = [build() for _ in range(int(d.get("num-children", 0)))]
-        return Node(short_class(d["class"]), d, kids)
+        return Node(short_class(d["class"]), d, kids, at)
 
     root = build()
     if pos != len(nodes):

@@ -32,11 +32,23 @@ import pyarrow as pa
 from sparkqos.compile.nodes import (
     DEFAULT_STREAM,
     SYNTHETIC_MARKER,
+    UNMAPPED,
     Node,
     Rel,
     parse_expr,
     parse_plan,
     spark_type,
+)
+from sparkqos.compile.spark_part import (
+    SPARK_PART,
+    SparkPart,
+    Stager,
+    check_placement,
+    output_attrs,
+    place,
+    row_wise_chains,
+    spark_functions,
+    unique_names,
 )
 from sparkqos.compile.tables import EXPRESSIONS, INPUTS, RELATIONS
 from sparkqos.errors import PlanError, UnsupportedTransform
@@ -53,13 +65,13 @@ from sparkqos.executor.expressions import (
     Logical,
     Negate,
     Not,
-    SqlArith,
     SqlCompare,
     StringMatch,
     Substring,
     cast_supported,
     spark_cast,
 )
+from sparkqos.executor.expressions.numeric import decimal_value
 from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import with_internal
@@ -72,7 +84,7 @@ __all__ = ["DEFAULT_STREAM", "SYNTHETIC_MARKER", "compile_plans", "spark_type"]
 #: (``spark.watermarkDelayMs``), where the stateful operators above it read it.
 _PASS_THROUGH = {"SubqueryAlias", "Repartition", "RepartitionByExpression", "EventTimeWatermark"}
 #: Plan nodes sparkqos runs.
-_OPERATORS = {"__source__", "Filter", "Project", "Union", *_PASS_THROUGH}
+_OPERATORS = {"__source__", SPARK_PART, "Filter", "Project", "Union", *_PASS_THROUGH}
 
 #: What users wrote, for the plan nodes sparkqos does not run, named in UnsupportedTransform.
 _OPERATION_HINTS = {
@@ -99,6 +111,33 @@ _OPERATION_HINTS = {
 #: SQL names of common Spark functions whose class names differ from them.
 _FUNCTION_NAMES = {
     "RegExpExtract": "regexp_extract",
+    "RegExpExtractAll": "regexp_extract_all",
+    "JsonToStructs": "from_json",
+    "GetJsonObject": "get_json_object",
+    "JsonTuple": "json_tuple",
+    "StructsToJson": "to_json",
+    "Sha2": "sha2",
+    "Sha1": "sha1",
+    "Md5": "md5",
+    "Crc32": "crc32",
+    "XxHash64": "xxhash64",
+    "Murmur3Hash": "hash",
+    "ParseToDate": "to_date",
+    "ParseToTimestamp": "to_timestamp",
+    "GetTimestamp": "to_timestamp",
+    "Hour": "hour",
+    "Minute": "minute",
+    "DayOfWeek": "dayofweek",
+    "DayOfMonth": "dayofmonth",
+    "Month": "month",
+    "Year": "year",
+    "StringSplit": "split",
+    "Explode": "explode",
+    "PosExplode": "posexplode",
+    "GetStructField": "a struct field",
+    "CreateNamedStruct": "struct",
+    "CreateArray": "array",
+    "GetArrayItem": "an array element",
     "RegExpReplace": "regexp_replace",
     "RLike": "rlike",
     "Substring": "substring",
@@ -119,6 +158,8 @@ _FUNCTION_NAMES = {
     "BRound": "bround",
 }
 
+#: Arithmetic, mapped by compile/numeric.py (tables.EXPRESSIONS), which also types decimals.
+_ARITHMETIC = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%", "IntegralDivide": "div"}
 _COMPARISONS = {
     "EqualTo": "==",
     "LessThan": "<",
@@ -126,7 +167,6 @@ _COMPARISONS = {
     "GreaterThan": ">",
     "GreaterThanOrEqual": ">=",
 }
-_ARITHMETIC = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%", "IntegralDivide": "div"}
 _CALLS = {
     "Abs": "abs",
     "Sqrt": "sqrt",
@@ -168,6 +208,20 @@ _STRICT_MATH = {
     "Hypot": "hypot",
 }
 _MATCHES = {"Contains": "contains", "StartsWith": "startswith", "EndsWith": "endswith", "Like": "like"}
+#: Every expression class :meth:`_QueryCompiler.expr` maps (some only with literal arguments:
+#: ``substring`` and pattern matches with literal patterns), besides the
+#: handlers of tables.EXPRESSIONS. What a query computes beyond these, Spark evaluates.
+NATIVE_EXPRESSIONS = frozenset(
+    {
+        *("AttributeReference", "Literal", "EulerNumber", "Alias", "UnaryPositive", "UnaryMinus", "EqualNullSafe"),
+        *("And", "Or", "Not", "IsNull", "In", "CaseWhen", "Cast", "StringTrim", "StringTrimLeft", "StringTrimRight"),
+        *("Substring", "Round"),
+        *_ARITHMETIC,
+        *_COMPARISONS,
+        *_CALLS,
+        *_MATCHES,
+    }
+)
 
 
 def _synthetic_params(cond: Node) -> dict[str, Any] | None:
@@ -223,6 +277,9 @@ class _QueryCompiler:
         if node.cls == "__source__":
             ids = node.fields["source"].ids or [None] * len(self.schema)
             return Rel(self.stream, with_internal(self.schema), list(zip(ids, self.schema.names, strict=True)))
+        if node.cls == SPARK_PART:
+            part: SparkPart = node.fields["part"]
+            return Rel(part.stream, with_internal(part.schema), node.fields["attrs"])
         if node.cls in _PASS_THROUGH:
             return self.relation(node.children[0])
         if node.cls == "Filter":
@@ -247,6 +304,8 @@ class _QueryCompiler:
         looked at: what a user most needs to hear is which operation, not which function."""
         if node.cls not in _OPERATORS and node.cls not in RELATIONS:
             raise self.unsupported_operation(node)
+        if node.cls == SPARK_PART:  # what is under it Spark evaluates
+            return
         inputs = INPUTS.get(node.cls)
         for child in node.children if inputs is None else inputs(node):
             self.check_operations(child)
@@ -312,6 +371,8 @@ class _QueryCompiler:
     def expr(self, node: Node, rel: Rel) -> Expr:
         """The executor expression computing Spark's ``node`` over ``rel``'s columns."""
         cls, f, kids = node.cls, node.fields, node.children
+        if UNMAPPED in f:
+            raise self.unsupported(*f[UNMAPPED])
         handler = EXPRESSIONS.get(cls)
         if handler is not None:
             return handler(self, node, rel)
@@ -328,8 +389,6 @@ class _QueryCompiler:
             return Lit(math.e, pa.float64())
         if cls in ("Alias", "UnaryPositive"):
             return sub(kids[0])
-        if cls in _ARITHMETIC:
-            return SqlArith(_ARITHMETIC[cls], sub(kids[0]), sub(kids[1]))
         if cls == "UnaryMinus":
             return Negate(sub(kids[0]))
         if cls in _COMPARISONS:
@@ -354,16 +413,7 @@ class _QueryCompiler:
             known = [t for t in types if not pa.types.is_null(t)]
             return CaseWhen(branches, otherwise, known[0] if known else pa.null())
         if cls == "Cast":
-            child = sub(kids[0])
-            to = spark_type(f["dataType"])
-            src = child.check(rel.schema, self.query)
-            if to is None or not cast_supported(src, to):
-                raise self.unsupported(f"Spark function 'cast' from {src} to {f['dataType']}")
-            if isinstance(child, Lit):
-                # The analyzer's casts of literals (60 → 60.0 beside a double column): cast once
-                # here, by the same function, rather than on every batch.
-                return Lit(spark_cast(child.evaluate(None), to).as_py(), to)
-            return Cast(child, to)
+            return self.cast(node, rel)
         if cls in ("StringTrim", "StringTrimLeft", "StringTrimRight"):
             if len(kids) != 1:
                 raise self.unsupported(f"Spark function '{cls}' with characters to trim")
@@ -373,11 +423,6 @@ class _QueryCompiler:
             if any(b is None for b in bounds):
                 raise self.unsupported("Spark function 'substring' with a position or length that is not a literal")
             return Substring(sub(kids[0]), int(bounds[0]), int(bounds[1]))
-        if cls == "Round":
-            scale = kids[1]
-            if scale.cls != "Literal" or scale.fields.get("value") != "0":
-                raise self.unsupported("Spark function 'round' with a scale other than 0")
-            return Call("round", sub(kids[0]))
         if cls in _CALLS:
             return Call(_CALLS[cls], *(sub(k) for k in kids))
         if cls in _MATCHES:
@@ -394,6 +439,20 @@ class _QueryCompiler:
             )
         name = _FUNCTION_NAMES.get(cls, cls)
         raise self.unsupported(f"Spark function {name!r}")
+
+    def cast(self, node: Node, rel: Rel, child: Expr | None = None) -> Expr:
+        """Spark's ``cast`` of ``node``'s child (:func:`cast_supported` says which); ``child``: that
+        child already compiled."""
+        child = self.expr(node.children[0], rel) if child is None else child
+        to = spark_type(node.fields["dataType"])
+        src = child.check(rel.schema, self.query)
+        if to is None or not cast_supported(src, to):
+            raise self.unsupported(f"Spark function 'cast' from {src} to {node.fields['dataType']}")
+        if isinstance(child, Lit):
+            # The analyzer's casts of literals (60 → 60.0 beside a double column): cast once
+            # here, by the same function, rather than on every batch.
+            return Lit(spark_cast(child.evaluate(None), to).as_py(), to)
+        return Cast(child, to)
 
     def literal(self, f: dict[str, Any]) -> Lit:
         t = spark_type(f["dataType"])
@@ -418,9 +477,61 @@ class _QueryCompiler:
             value = float(raw)  # "NaN", "Infinity" and "-Infinity" parse too
         elif pa.types.is_boolean(t):
             value = raw == "true"
+        elif pa.types.is_decimal(t):
+            value = decimal_value(raw, t)
         else:
             value = str(raw)
         return Lit(value, t)
+
+
+def _split(qc: _QueryCompiler, tree: Node, placement: str, stager: Stager, parts: dict[str, SparkPart]) -> None:
+    """Hand each row-wise part of ``tree`` over the input that ``placement`` puts in Spark to the
+    session side (``stager``): its top node becomes a :data:`SPARK_PART` node, in place (handlers
+    hold references to the nodes under theirs), and its stream is added to ``parts``."""
+
+    def native_error(top: Node) -> UnsupportedTransform | None:
+        trial = _QueryCompiler(qc.query, qc.klass, qc.stream, qc.schema, {}, [], qc.time_zone, qc.context)
+        try:
+            trial.check_operations(top)
+            trial.relation(top)
+        except UnsupportedTransform as exc:
+            return exc
+        return None
+
+    native = set(NATIVE_EXPRESSIONS) | set(EXPRESSIONS)
+    for k, chain in enumerate(row_wise_chains(tree, INPUTS, SYNTHETIC_MARKER)):
+        reason = place(qc.query, chain, placement, native_error)
+        if reason is None:
+            continue
+        top, src = chain[0], chain[-1].children[0]
+        ids = src.fields["source"].ids or [None] * len(qc.schema)
+        attrs = output_attrs(top, list(zip(ids, qc.schema.names, strict=True)))
+        names = unique_names([n for _, n in attrs], [a for a, _ in attrs])
+        arrow, recipe = stager(qc.query, top.pos, src.pos)
+        if len(arrow) != len(names):
+            raise PlanError(f"query {qc.query!r}: Spark's part gives columns {arrow.names}, the plan {names}")
+        stream = f"spark:{qc.query}" + (f"#{k}" if k else "")
+        part = SparkPart(
+            query=qc.query,
+            stream=stream,
+            pos=top.pos,
+            source_pos=src.pos,
+            steps=tuple(n.cls for n in chain),
+            functions=spark_functions(chain, native, _FUNCTION_NAMES),
+            reason=reason,
+            schema=pa.schema([pa.field(n, f.type, f.nullable) for n, f in zip(names, arrow, strict=True)]),
+            carried=tuple(
+                (s, names[i])
+                for i, (eid, _) in enumerate(attrs)
+                for sid, s in zip(ids, qc.schema.names)
+                if eid is not None and eid == sid
+            ),
+            klass=qc.klass,
+            recipe=recipe,
+        )
+        # the nodes below stay (a join handler looks for the input under its sides); nothing maps them
+        top.cls, top.fields = SPARK_PART, {"part": part, "attrs": list(zip([a for a, _ in attrs], names, strict=True))}
+        parts[stream] = part
 
 
 def compile_plans(
@@ -435,6 +546,8 @@ def compile_plans(
     priorities: Mapping[str, float] | None = None,
     stream: str = DEFAULT_STREAM,
     context: Mapping[str, Mapping[str, Any]] | None = None,
+    placement: str = "auto",
+    stager: Stager | None = None,
 ) -> CompiledPlan:
     """Compile each query's analyzed plan (parsed JSON) over the input whose own analyzed plan is
     ``source`` (output expression ids ``source_ids``, Arrow ``schema``) into one plan.
@@ -442,8 +555,11 @@ def compile_plans(
     ``outputs`` (query → the Arrow schema Spark gives the query's result) is checked against what
     the executor will deliver; ``time_zone`` is the session's (timestamp literals are printed in
     it); ``classes`` maps query → class, ``priorities`` class → priority; ``context`` maps query →
-    what its plan JSON leaves out (see :attr:`_QueryCompiler.context`).
+    what its plan JSON leaves out (see :attr:`_QueryCompiler.context`). With a ``stager`` (the
+    session side, which can evaluate parts in Spark), ``placement`` decides which row-wise parts
+    over the input Spark evaluates (:mod:`sparkqos.compile.spark_part`); without one, none.
     """
+    check_placement(placement)
     classes = dict(classes or {})
     unknown = sorted(set(classes) - set(plans))
     if unknown:
@@ -453,15 +569,18 @@ def compile_plans(
     ops: dict[str, PhysicalOperator] = {}
     plan_ops: list[Operator] = []
     roots: dict[str, str] = {}
+    parts: dict[str, SparkPart] = {}
     for query, nodes in plans.items():
         if not isinstance(query, str) or not query or "/" in query:
             raise PlanError(f"query names are non-empty strings without '/', got {query!r}")
         qc = _QueryCompiler(query, classes.get(query), stream, schema, ops, plan_ops, time_zone, (context or {}).get(query))
         tree = parse_plan(nodes, source, source_ids)
+        if stager is not None:
+            _split(qc, tree, placement, stager, parts)
         qc.check_operations(tree)
         rel = qc.relation(tree)
-        if rel.name == stream:  # the transform returns its input: one operator passing it on
-            rel = qc.add("select", Project([Col(n) for n in schema.names]), [rel], rel.attrs)
+        if rel.name == stream or rel.name in parts:  # the transform returns its input: one operator passing it on
+            rel = qc.add("select", Project([Col(n) for _, n in rel.attrs]), [rel], rel.attrs)
         roots[query] = rel.name
         expected = (outputs or {}).get(query)
         names = [n for _, n in rel.attrs] if expected is None else expected.names
@@ -488,5 +607,6 @@ def compile_plans(
                 "a result type sparkqos does not reproduce",
                 f"Spark gives {expected.types}, sparkqos {[t for _, t in got]}",
             )
-    plan = Plan(plan_ops, streams=[stream], classes=dict(priorities or {}))
-    return CompiledPlan(plan, ops, {stream: schema}, roots)
+    plan = Plan(plan_ops, streams=[stream, *parts], classes=dict(priorities or {}))
+    sources = {stream: schema, **{s: p.schema for s, p in parts.items()}}
+    return CompiledPlan(plan, ops, sources, roots, spark_parts=parts)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pyarrow as pa
 
 from sparkqos.errors import PlanError
@@ -16,11 +19,21 @@ class CompiledPlan:
     ``sparkqos.spark.translate.plan_to_spark`` runs one of its queries on Spark's own engine.
     """
 
-    def __init__(self, plan: Plan, operators: dict[str, PhysicalOperator], sources: dict[str, pa.Schema], roots: dict[str, str]):
+    def __init__(
+        self,
+        plan: Plan,
+        operators: dict[str, PhysicalOperator],
+        sources: dict[str, pa.Schema],
+        roots: dict[str, str],
+        spark_parts: Mapping[str, Any] | None = None,
+    ):
         self.plan = plan
         self.operators = operators
         self.sources = sources
         self.roots = roots
+        #: Streams fed by parts of queries Spark evaluates in each micro-batch, stream → its
+        #: :class:`~sparkqos.compile.spark_part.SparkPart` (the other streams are the input's).
+        self.spark_parts: dict[str, Any] = dict(spark_parts or {})
 
     def __repr__(self) -> str:
         return f"CompiledPlan({list(self.roots)}, {self.plan!r})"
@@ -32,7 +45,7 @@ class CompiledPlan:
             new = op.copy()
             new.bind(name, op.input_schemas)
             ops[name] = new
-        return CompiledPlan(self.plan, ops, self.sources, self.roots)
+        return CompiledPlan(self.plan, ops, self.sources, self.roots, self.spark_parts)
 
     def output_schema(self, query: str) -> pa.Schema:
         """Columns a query delivers (without the executor's columns)."""

@@ -91,6 +91,9 @@ class ClassMonitor:
         self.print_fn = print_fn
         self.clock = clock
         self.started = clock()
+        #: When the first micro-batch was reported (``clock()``; None before): a job's duration and
+        #: the summary's run length count from it, not from Spark's start-up.
+        self.first_batch_at: float | None = None
         self.delays = {k: DelayDigest() for k in self.classes}
         self.peak_queued = {"rows": 0.0, "bytes": 0.0}
         self.peak_class = {k: [0.0, 0.0] for k in self.classes}  # rows, bytes queued for the class's queries
@@ -101,6 +104,10 @@ class ClassMonitor:
             self.delays[self.klass_of[q]].add(d)
 
     def on_progress(self, p: Mapping[str, Any]) -> None:
+        if self.first_batch_at is None:
+            self.first_batch_at = self.clock()
+            if self.print_fn is not None:
+                self.print_fn(f"first micro-batch {self.first_batch_at - self.started:.1f}s after start-up began", flush=True)
         self.peak_queued["rows"] = max(self.peak_queued["rows"], p["queuedRows"])
         self.peak_queued["bytes"] = max(self.peak_queued["bytes"], p["queuedBytes"])
         if p["strategy"] != NO_STRATEGY_YET:
@@ -128,9 +135,10 @@ class ClassMonitor:
         )
 
     def summary(self, elapsed_s: float | None = None) -> str:
-        """The closing lines: run length, peaks and strategy mix, then one row per class (rows
+        """The closing lines: run length (from the first micro-batch), peaks and strategy mix, then one row per class (rows
         out, mean / p99 / max delay in ms, peak queued rows and MB)."""
-        elapsed = self.clock() - self.started if elapsed_s is None else elapsed_s
+        since = self.first_batch_at if self.first_batch_at is not None else self.started
+        elapsed = self.clock() - since if elapsed_s is None else elapsed_s
         triggers = sum(self.strategies.values())
         mix = ", ".join(f"{k} {v / max(triggers, 1):.0%}" for k, v in sorted(self.strategies.items(), key=lambda kv: -kv[1]))
         lines = [

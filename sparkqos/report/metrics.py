@@ -63,6 +63,10 @@ SCHEMA = pa.schema(
         ("backlogRows", pa.float64()),
         ("catchUpEtaS", pa.float64()),
         ("intakeWaitS", pa.float64()),
+        # rows the query's parts evaluated by Spark gave this trigger, and the seconds Spark took
+        # for them (the plan row: all parts); NaN where no part is evaluated by Spark
+        ("sparkRows", pa.float64()),
+        ("sparkS", pa.float64()),
     ]
 )
 

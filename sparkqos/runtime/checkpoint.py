@@ -21,6 +21,7 @@ and tools without a JVM.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -35,7 +36,7 @@ import pyarrow as pa
 from sparkqos.atomic import write_atomic
 from sparkqos.errors import CheckpointCorrupt, CheckpointError, check_number
 
-__all__ = ["Checkpoint", "CheckpointStore"]
+__all__ = ["Checkpoint", "CheckpointStore", "checkpoint_bytes", "read_checkpoint_bytes"]
 
 MAGIC = b"SQCKPT01"
 END = b"SQCKEND1"
@@ -112,17 +113,7 @@ class CheckpointStore:
         state_bytes = state if isinstance(state, bytes) else self.state_bytes(batch_id, state)
 
         final = self.path / f"{batch_id:020d}.ckpt"
-
-        def write(f) -> None:
-            f.write(MAGIC)
-            sections = [_write_section(f, "state", "json", state_bytes)]
-            for name, table in queues.items():
-                sections.append(_write_section(f, name, "arrow", _ipc_bytes(table)))
-            manifest = json.dumps({"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True).encode()
-            f.write(manifest)
-            f.write(_FOOTER.pack(len(manifest), hashlib.sha256(manifest).digest(), END))
-
-        write_atomic(final, write, fsync=self.fsync)
+        write_atomic(final, lambda f: _write_checkpoint(f, batch_id, queues, state_bytes), fsync=self.fsync)
         self._prune()
         return final
 
@@ -169,6 +160,45 @@ class CheckpointStore:
         return self.load(ids[-1]) if ids else None
 
 
+def checkpoint_bytes(batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any] | bytes) -> bytes:
+    """One checkpoint as bytes, in the file layout above: what a sharded executor keeps in
+    Spark's state store (one blob per shard per micro-batch). :func:`read_checkpoint_bytes` reads it.
+
+    >>> import pyarrow as pa
+    >>> blob = checkpoint_bytes(4, {"q#0": pa.table({"x": [1, 2]})}, {"step": 4})
+    >>> ck = read_checkpoint_bytes(blob)
+    >>> ck.batch_id, ck.queues["q#0"]["x"].to_pylist(), ck.state
+    (4, [1, 2], {'step': 4})
+    """
+    state_bytes = state if isinstance(state, bytes) else CheckpointStore.state_bytes(batch_id, state)
+    out = io.BytesIO()
+    _write_checkpoint(out, batch_id, queues, state_bytes)
+    return out.getvalue()
+
+
+def read_checkpoint_bytes(data: bytes, where: str = "state blob") -> Checkpoint:
+    """The checkpoint :func:`checkpoint_bytes` wrote; ``CheckpointCorrupt`` (naming ``where``) when damaged."""
+    if len(data) < len(MAGIC) + _FOOTER.size:
+        raise CheckpointCorrupt(f"checkpoint {where} is corrupt: {len(data)} bytes")
+    length, _, _ = _FOOTER.unpack_from(data, len(data) - _FOOTER.size)
+    start = len(data) - _FOOTER.size - length
+    try:
+        batch_id = json.loads(data[start : start + length])["batch_id"]
+    except (ValueError, KeyError, TypeError):
+        batch_id = None
+    return _decode(data, where, batch_id)
+
+
+def _write_checkpoint(f, batch_id: int, queues: Mapping[str, pa.Table], state_bytes: bytes) -> None:
+    f.write(MAGIC)
+    sections = [_write_section(f, "state", "json", state_bytes)]
+    for name, table in queues.items():
+        sections.append(_write_section(f, name, "arrow", _ipc_bytes(table)))
+    manifest = json.dumps({"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True).encode()
+    f.write(manifest)
+    f.write(_FOOTER.pack(len(manifest), hashlib.sha256(manifest).digest(), END))
+
+
 def _ipc_bytes(table: pa.Table | pa.RecordBatch) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -188,7 +218,7 @@ def _write_section(f, name: str, kind: str, data) -> dict[str, Any]:
     }
 
 
-def _decode(data: bytes, file: Path, batch_id: int) -> Checkpoint:
+def _decode(data: bytes, file: Path | str, batch_id: int | None) -> Checkpoint:
     def corrupt(why: str) -> CheckpointCorrupt:
         return CheckpointCorrupt(f"checkpoint {file} is corrupt: {why}")
 

@@ -122,6 +122,8 @@ FAULT_POINTS = (
     "in_pause",
     # continuous mode with early writes: in the worker, right after it wrote a part of batch N
     "after_early_write",
+    # sharded lane: the Python worker serving a shard, once, in that shard's micro-batch N
+    "in_shard",
 )
 
 

@@ -22,6 +22,7 @@ Sinks that write through Spark (``DataFrameSink``) are in :mod:`sparkqos.spark.s
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -45,6 +46,10 @@ __all__ = [
 
 _QUERY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _BATCH_FILE = re.compile(r"^batch=(\d+)(?:-(\d+))?\.parquet$")
+#: A compacted file: batches A to B of one query in one file (ParquetSink.checkpointed).
+_COMPACT_FILE = re.compile(r"^batches=(\d+)-(\d+)\.parquet$")
+#: Key of a compacted file's metadata listing its batches and their row counts, in order.
+_BATCHES_KEY = b"sparkqos.batches"
 #: Sort key of the trigger's own file of a batch: after that batch's parts.
 _LAST = 1 << 62
 
@@ -78,6 +83,10 @@ class Sink:
 
     def write_part(self, batch_id: int, outputs: Mapping[str, pa.Table], first: bool) -> None:
         raise SinkError(f"{type(self).__name__} takes whole batches only (supports_parts is False)")
+
+    def checkpointed(self, batch_id: int) -> None:
+        """Batch ``batch_id`` and every one before it are final (checkpointed: never replayed);
+        a sink may reorganise what it holds of them. Nothing by default."""
 
 
 class PartedSink(Sink):
@@ -119,12 +128,23 @@ class ParquetSink(PartedSink):
     >>> sink.write(1, {"fire": pa.table({"t": [80.0, 90.0]})})   # replayed after a crash
     >>> {q: t.num_rows for q, t in sorted(sink.read().items())}
     {'fire': 3, 'stats': 1}
+
+    Compaction (``compact_every``, default 64; None: never): once that many batches are final
+    (:meth:`checkpointed`), each query's files of those batches become one
+    ``batches=A-B.parquet`` (rows in batch order, the batches and their row counts in the file's
+    metadata, so :func:`read_parquet_sink` still gives each row's batch), written atomically before
+    the small files are removed; a reader ignores small files a compacted file covers (a crash
+    between the two steps), and the next compaction removes them. Final batches are never replayed,
+    so a replay never touches a compacted file.
     """
 
-    def __init__(self, path: str | os.PathLike, compression: str = "zstd", fsync: bool = True):
+    def __init__(self, path: str | os.PathLike, compression: str = "zstd", fsync: bool = True, compact_every: int | None = 64):
+        check_number("compact_every", compact_every, low=1, integer=True, none_ok=True, error=SinkError)
         self.path = Path(path)
         self.compression = compression
         self.fsync = fsync
+        self.compact_every = compact_every
+        self._compacted_through: int | None = None  # newest batch in a compacted file (None: not read yet)
         self.path.mkdir(parents=True, exist_ok=True)
         #: batch id → query → parts written in this attempt (write_part)
         self._parts: dict[int, dict[str, int]] = {}
@@ -210,27 +230,83 @@ class ParquetSink(PartedSink):
     def read(self, with_batch_id: bool = False) -> dict[str, pa.Table]:
         return read_parquet_sink(self.path, with_batch_id=with_batch_id)
 
+    def checkpointed(self, batch_id: int) -> None:
+        """Compact every query's files of final batches once ``compact_every`` of them wait (class docstring)."""
+        if self.compact_every is None:
+            return
+        if self._compacted_through is None:
+            ends = [int(m.group(2)) for f in self.path.glob("query=*/batches=*") if (m := _COMPACT_FILE.match(f.name))]
+            self._compacted_through = max(ends, default=-1)
+        if batch_id - self._compacted_through < self.compact_every:
+            return
+        first = self._compacted_through + 1
+        for folder in self.path.glob("query=*"):
+            self._compact(folder, first, batch_id)
+        self._compacted_through = batch_id
+
+    def _compact(self, folder: Path, first: int, last: int) -> None:
+        files, _ = _batch_files(folder)
+        todo = [(b, f) for b, _, f in files if first <= b <= last]
+        if todo:
+            tables = [pq.read_table(f) for _, f in todo]
+            counts: dict[int, int] = {}
+            for (b, _), t in zip(todo, tables, strict=True):
+                counts[b] = counts.get(b, 0) + t.num_rows
+            merged = pa.concat_tables(tables, promote_options="default")
+            meta = {**(merged.schema.metadata or {}), _BATCHES_KEY: json.dumps(sorted(counts.items())).encode()}
+            merged = merged.replace_schema_metadata(meta)
+            write_atomic(
+                folder / f"batches={first}-{last}.parquet",
+                lambda f: pq.write_table(merged, f, compression=self.compression),
+                fsync=self.fsync,
+                sync_dir=False,
+            )
+        # the files just merged, and any a crash left after an earlier compaction
+        small = [folder / e for e in os.listdir(folder) if (m := _BATCH_FILE.match(e)) and int(m.group(1)) <= last]
+        for f in small:
+            f.unlink()
+        if self.fsync and small:
+            fsync_dir(folder)
+
+
+def _batch_files(folder: Path) -> tuple[list[tuple[int, int, Path]], list[tuple[int, int, Path]]]:
+    """A query folder's small files ``(batch, part, path)`` not covered by a compacted file (parts
+    1, 2, ... before the trigger's own file) and its compacted files ``(first, last, path)``."""
+    small, compacted = [], []
+    for entry in os.listdir(folder):
+        if m := _BATCH_FILE.match(entry):
+            small.append((int(m.group(1)), _LAST if m.group(2) is None else int(m.group(2)), folder / entry))
+        elif m := _COMPACT_FILE.match(entry):
+            compacted.append((int(m.group(1)), int(m.group(2)), folder / entry))
+    covered = max((b for _, b, _ in compacted), default=-1)
+    return sorted(f for f in small if f[0] > covered), sorted(compacted)
+
 
 def read_parquet_sink(path: str | os.PathLike, with_batch_id: bool = False) -> dict[str, pa.Table]:
     """Load a ``ParquetSink`` directory: ``{query: rows in batch order}``.
 
     Each batch lives in one file, or in its parts then that file (read in that order), all of
-    one attempt, so there is nothing to deduplicate. ``with_batch_id`` adds an int64 ``batch_id``
-    column. Hidden temp files of an interrupted write are ignored.
+    one attempt, so there is nothing to deduplicate; final batches may be merged into compacted
+    files (``batches=A-B.parquet``, read first), and small files they cover are ignored.
+    ``with_batch_id`` adds an int64 ``batch_id`` column. Hidden temp files of an interrupted write are ignored.
     """
     root = Path(path)
     if not root.is_dir():
         raise SinkError(f"sink directory {str(root)!r} does not exist")
     result = {}
     for folder in sorted(root.glob("query=*")):
-        files = []
-        for entry in os.listdir(folder):
-            m = _BATCH_FILE.match(entry)
-            if m:
-                part = _LAST if m.group(2) is None else int(m.group(2))
-                files.append((int(m.group(1)), part, folder / entry))
+        small, compacted = _batch_files(folder)
         tables = []
-        for batch_id, _, file in sorted(files):
+        for _, _, file in compacted:
+            table = pq.read_table(file)
+            if with_batch_id:
+                counts = json.loads(table.schema.metadata[_BATCHES_KEY])
+                ids = [b for b, n in counts for _ in range(n)]
+                table = table.append_column("batch_id", pa.array(ids, pa.int64()))
+            tables.append(
+                table.replace_schema_metadata({k: v for k, v in (table.schema.metadata or {}).items() if k != _BATCHES_KEY})
+            )
+        for batch_id, _, file in small:
             table = pq.read_table(file)
             if with_batch_id:
                 table = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))

@@ -103,6 +103,12 @@ class Scheduler(ABC):
         if state:
             raise SchedulerError(f"{type(self).__name__} holds no state, got {sorted(state)}")
 
+    def reseed(self, seed: int) -> None:
+        """Restart the strategy's random generator from ``seed`` (the sharded lane derives one per
+        shard and micro-batch, so a replayed batch makes the same draws). Deterministic
+        strategies have none: nothing to do."""
+        del seed
+
     # -- engine protocol --------------------------------------------------------------------
     def attach(self, state: SchedulerState) -> None:
         """Start serving ``state``: subscribe to its events and build priorities from scratch."""

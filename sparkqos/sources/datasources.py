@@ -48,10 +48,14 @@ from sparkqos.sources.generators import (
     _Options,
     payload_table,
 )
+from sparkqos.sources.pyenv import check_python_workers
 
 
 def register(spark) -> None:
-    """Register ``sparkqos.bursty``, ``sparkqos.poisson`` and ``sparkqos.replay`` on ``spark``."""
+    """Register ``sparkqos.bursty``, ``sparkqos.poisson`` and ``sparkqos.replay`` on ``spark``,
+    after checking that Spark's Python workers can run them (:func:`~sparkqos.sources.pyenv.check_python_workers`:
+    for a local master it points them at the driver's Python, else it says what to set)."""
+    check_python_workers(spark)
     for source in (BurstySource, PoissonSource, ReplaySource):
         spark.dataSource.register(source)
 

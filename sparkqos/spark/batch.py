@@ -18,6 +18,28 @@ from typing import Any
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
+from sparkqos.spark.spark_part import evaluate_parts, reads_input
+
+
+def describe_jobs(spark: Any, name: str, batch_id: int, last: dict[str, Any] | None) -> None:
+    """Name the Spark jobs of this trigger after sparkqos's figures of the one before — queued
+    rows, p99 delay per query class, the strategy in force — so Spark's UI (Jobs, and the
+    streaming query's batches) shows them beside Spark's own. Under Spark Connect the client has
+    no SparkContext to name jobs with: nothing is set."""
+    try:
+        sc = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect
+        return
+    text = f"sparkqos {name} batch {batch_id}"
+    if last is not None:
+        p99: dict[str, float] = {}
+        for q in last["queries"]:
+            d = q["delayP99_s"]
+            if d == d:  # not NaN: the class wrote rows
+                p99[q["klass"]] = max(p99.get(q["klass"], 0.0), d)
+        classes = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(p99.items())) or "-"
+        text += f" | before it: queued {last['queuedRows']:.0f} rows, p99 {classes}, strategy {last['strategy']}"
+    sc.setJobDescription(text)
 
 
 class BatchFunction:
@@ -47,7 +69,33 @@ class BatchFunction:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         loop = self.loop
+        compiled = self.compiled
+        parts: dict[str, Any] = {}
+        if compiled.spark_parts and batch_id > loop.restore():
+            # the parts of queries Spark evaluates, higher classes first, before the input's own
+            # rows are read (a batch already checkpointed is not evaluated again)
+            t0 = time.perf_counter()
+            tables, seconds = evaluate_parts(compiled.spark_parts, compiled.plan.classes, batch_df)
+            parts = {s: (t, seconds[s]) for s, t in tables.items()}
+            loop.phase_s["spark"] += time.perf_counter() - t0
+        describe_jobs(batch_df.sparkSession, self.config.name, batch_id, loop.progress.last)
         t0 = time.perf_counter()
-        table = batch_df.toArrow()  # Spark reads the source here
+        if reads_input(compiled):
+            table = batch_df.toArrow()  # Spark reads the source here
+        else:
+            table = compiled.sources[loop.stream].empty_table()
         loop.phase_s["toArrow"] += time.perf_counter() - t0
-        loop.process(table, batch_id)
+        loop.process(table, batch_id, parts)
+
+
+def stop_between_triggers(query, wait_s: float) -> None:
+    """Stop a streaming query between triggers: wait up to ``wait_s`` for the running trigger to
+    end first. Stopping inside a trigger that is reading a Python data source made Spark's stream
+    thread die of a StackOverflowError in its own error handling (harmless — the trigger is
+    replayed on restart — but a page of stack trace)."""
+    if query is None:
+        return
+    by = time.time() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
+        time.sleep(0.05)
+    query.stop()

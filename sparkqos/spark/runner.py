@@ -16,7 +16,6 @@ Fault injection for crash tests is an option like any other (``fault="after_sink
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.compile.builder import QuerySet
+from sparkqos.compile.explain import explain_compiled
+from sparkqos.compile.spark_part import check_placement
 from sparkqos.errors import RunnerError
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import FAULT_POINTS, RunConfig, parse_faults
@@ -31,10 +32,12 @@ from sparkqos.runtime.deadletter import RowChecks
 from sparkqos.runtime.progress import read_progress, strategy_in_force
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
-from sparkqos.spark.batch import BatchFunction
+from sparkqos.sources.pyenv import check_python_workers
+from sparkqos.spark.batch import BatchFunction, stop_between_triggers
+from sparkqos.spark.sharded import ShardedStream
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
 
-__all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "parse_faults", "stream"]
+__all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "ShardedStream", "parse_faults", "stream"]
 
 
 class QosStream:
@@ -98,6 +101,14 @@ class QosStream:
     def strategy_in_force(self) -> tuple[str, dict[str, float]]:
         return strategy_in_force(self.loop.scheduler)
 
+    def explain(self, print_: bool = True) -> str:
+        """Each query's operators and where each runs (native, or Spark inside the micro-batch),
+        as :func:`sparkqos.explain` prints them; printed unless ``print_`` is False, and returned."""
+        text = explain_compiled(self.loop.compiled)
+        if print_:
+            print(text)
+        return text
+
     # -- the trigger loop ------------------------------------------------------------------------
     def restore(self) -> int:
         """Load the newest checkpoint (if any); returns its batch id or -1. A torn or corrupt
@@ -156,17 +167,9 @@ class QosStream:
         return self.query
 
     def stop(self, wait_s: float = 5.0) -> None:
-        """Stop the streaming query between triggers: wait up to ``wait_s`` for the running
-        trigger to end first. Stopping inside a trigger that is reading a Python data source made
-        Spark's stream thread die of a StackOverflowError in its own error handling (harmless —
-        the trigger is replayed on restart — but a page of stack trace). Then the continuous
-        worker, if any, is stopped and joined."""
-        query = self.query
-        if query is not None:
-            by = time.time() + wait_s
-            while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
-                time.sleep(0.05)
-            query.stop()
+        """Stop the streaming query between triggers (:func:`~sparkqos.spark.batch.stop_between_triggers`),
+        then the continuous worker, if any, and join it."""
+        stop_between_triggers(self.query, wait_s)
         self.loop.close()
 
 
@@ -176,16 +179,36 @@ def stream(
     *,
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
+    placement: str = "auto",
+    shards: int | None = None,
+    shard_by: str | None = None,
     **kwargs: Any,
-) -> QosStream:
+) -> QosStream | ShardedStream:
     """``sparkqos.stream(streaming_df, queries, strategy=..., qos=..., budget_s=..., checkpoint=...)``:
     the keywords are :class:`~sparkqos.runtime.config.RunConfig`'s parts and their shorthands
     (:data:`~sparkqos.runtime.config.SHORTHANDS`); ``.start()`` gives the
     StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
     → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
-    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter. Transforms
+    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter, and
+    ``placement`` (``"auto"``, ``"native"``, ``"spark"``: where the row-wise parts over the input
+    run, :mod:`sparkqos.compile.spark_part`). Transforms
     see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
-    values, not dead letters."""
+    values, not dead letters.
+
+    ``shards=K, shard_by="column"`` runs the sharded lane instead
+    (:class:`~sparkqos.spark.sharded.ShardedStream`): K executors inside Spark tasks, each serving
+    the rows of its values of ``shard_by``, their state in Spark's state store; every query must
+    keep its state per ``shard_by`` (:mod:`sparkqos.compile.shardable`), else ``NotShardable``."""
+    if (shards is None) != (shard_by is None):
+        missing = "shard_by" if shard_by is None else "shards"
+        raise RunnerError(
+            f"the sharded lane needs both shards= and shard_by=; {missing} is missing",
+            parameter=missing,
+            value=None,
+            expected="shards=K with shard_by='column'",
+        )
+    check_python_workers(df.sparkSession)  # before anything reads: Spark's workers must run sparkqos
+    check_placement(placement)
     config = RunConfig(**kwargs)
     if is_transforms(queries) and config.input.checks is None:
         config = config.replace(input=dataclasses.replace(config.input, checks=RowChecks(finite=False)))
@@ -194,7 +217,7 @@ def stream(
             raise RunnerError(
                 "sparkqos.stream needs a streaming DataFrame (spark.readStream…); for a static DataFrame use sparkqos.run"
             )
-        queries = compile_transforms(df, queries, classes, priorities)
+        queries = compile_transforms(df, queries, classes, priorities, placement)
     elif classes is not None or priorities is not None:
         raise RunnerError(
             "classes= and priorities= go with queries given as PySpark transforms; a QuerySet declares its own",
@@ -202,4 +225,7 @@ def stream(
             value=classes if classes is not None else priorities,
             expected="None with a QuerySet",
         )
+    if shards is not None:
+        compiled = queries.build() if isinstance(queries, QuerySet) else queries
+        return ShardedStream(df, compiled, config, shards, shard_by)
     return QosStream(df, queries, config)

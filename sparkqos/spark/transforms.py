@@ -20,6 +20,7 @@ For example (a Spark session is needed, so this is not a doctest)::
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sparkqos.compile.spark_part import check_placement
 from sparkqos.compile.spark_plan import DEFAULT_STREAM, compile_plans
 from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
 from sparkqos.executor.loop import replay
@@ -36,9 +38,11 @@ from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import StrategyConfig
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark import static_tables, udfs
+from sparkqos.spark.spark_part import ClassicStager, ConnectStager, evaluate_parts, reads_input
 
-__all__ = ["Transform", "compile_transforms", "is_transforms", "run"]
+__all__ = ["Transform", "compile_transforms", "input_tables", "is_transforms", "run", "run_compiled"]
 
 #: A continuous query written as PySpark code.
 Transform = Callable[[DataFrame], DataFrame]
@@ -54,11 +58,29 @@ CONTEXT_READERS: tuple[Callable[[str, DataFrame, Any, list[dict[str, Any]] | Non
 )
 
 
+@functools.lru_cache(maxsize=8)
+def _java_version(session: Any) -> int | None:
+    """The major version of the JDK Spark computes on (its ``Double.toString`` decides how
+    ``round`` reads a double, see sparkqos.executor.expressions.numeric); None when it cannot be read."""
+    try:
+        jvm = getattr(session, "_jvm", None)
+        if jvm is not None:
+            text = str(jvm.java.lang.System.getProperty("java.specification.version"))
+        else:  # Spark Connect: ask the server
+            prop = "java_method('java.lang.System', 'getProperty', 'java.specification.version')"
+            text = str(session.range(1).selectExpr(prop).first()[0])
+    except Exception:  # noqa: BLE001 - a session that cannot say: the round handler assumes a current JDK
+        return None
+    major = text.split(".")[1] if text.startswith("1.") else text.split(".")[0]
+    return int(major) if major.isdigit() else None
+
+
 def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
     """What the analyzed JSON leaves out for stateful operators: whether the input streams, and
     each watermark's delay in seconds by its event-time column's expression id
-    (``EventTimeWatermark.delay`` is a CalendarInterval the JSON writes as null)."""
-    facts: dict[str, Any] = {"streaming": bool(result.isStreaming)}
+    (``EventTimeWatermark.delay`` is a CalendarInterval the JSON writes as null); and the JDK
+    version Spark computes on."""
+    facts: dict[str, Any] = {"streaming": bool(result.isStreaming), "java_version": _java_version(result.sparkSession)}
     if jvm_plan is None:
         return facts
     from py4j.java_gateway import get_field
@@ -156,10 +178,12 @@ class _ClassicPlans:
         self.source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
         self.plans: dict[str, list[dict[str, Any]]] = {}
         self.context: dict[str, dict[str, Any]] = {}
+        self.stager = ClassicStager(df)
 
     def add(self, name: str, result: DataFrame) -> None:
         analyzed = _analyzed(result)
         self.plans[name] = json.loads(analyzed.toJSON())
+        self.stager.add(name, analyzed, self.plans[name])
         self.context[name] = _context(name, result, analyzed, self.plans[name])
         if '.Cast"' in json.dumps(self.plans[name]) and _may_try_cast(result, analyzed) and "TRY" in _cast_modes(analyzed):
             raise UnsupportedTransform(name, "Spark function 'try_cast'")
@@ -179,6 +203,7 @@ class _ConnectPlans:
         self.df = df
         self.results: dict[str, DataFrame] = {}
         self.context: dict[str, dict[str, Any]] = {}
+        self.stager = ConnectStager(df)
 
     def add(self, name: str, result: DataFrame) -> None:
         self.results[name] = result
@@ -190,7 +215,9 @@ class _ConnectPlans:
     def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
         from sparkqos.spark.connect_plan import connect_plans
 
-        return connect_plans(self.df, self.results, time_zone)
+        plans, source, ids = connect_plans(self.df, self.results, time_zone)
+        self.stager.plans = plans
+        return plans, source, ids
 
 
 def compile_transforms(
@@ -198,9 +225,12 @@ def compile_transforms(
     queries: Mapping[str, Transform],
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
+    placement: str = "auto",
 ) -> CompiledPlan:
-    """One :class:`CompiledPlan` for every transform of ``queries`` over ``df`` (the plan's one
-    stream is ``"input"``); ``classes`` maps query → class, ``priorities`` class → priority.
+    """One :class:`CompiledPlan` for every transform of ``queries`` over ``df`` (the input's
+    stream is ``"input"``; each part Spark evaluates feeds a stream of its own, see
+    :mod:`sparkqos.compile.spark_part`); ``classes`` maps query → class, ``priorities`` class →
+    priority, ``placement`` is ``"auto"``, ``"native"`` or ``"spark"``.
     Raises :class:`~sparkqos.errors.UnsupportedTransform` for what sparkqos cannot run."""
     if not isinstance(df, DataFrame):
         raise ArgumentError(f"expected a pyspark DataFrame, got {type(df).__name__}", parameter="df", value=df)
@@ -211,6 +241,7 @@ def compile_transforms(
             value=queries,
             expected="{name: transform, ...}",
         )
+    check_placement(placement)
     plans = (_ConnectPlans if type(df).__module__.startswith("pyspark.sql.connect") else _ClassicPlans)(df)
     outputs: dict[str, pa.Schema] = {}
     for name, transform in queries.items():
@@ -243,13 +274,18 @@ def compile_transforms(
         classes=classes,
         priorities=priorities,
         context=plans.contexts(),
+        placement=placement,
+        stager=plans.stager,
     )
 
 
-def _feeds(table: pa.Table, batch_rows: int) -> Iterator[tuple[float, str, pa.RecordBatch]]:
-    for i, batch in enumerate(table.combine_chunks().to_batches(max_chunksize=batch_rows)):
-        if batch.num_rows:
-            yield float(i), DEFAULT_STREAM, batch
+def _feeds(tables: Mapping[str, pa.Table], batch_rows: int) -> Iterator[tuple[float, str, pa.RecordBatch]]:
+    """Each stream's rows in batches of ``batch_rows``, the i-th batch of every stream at time i."""
+    chunks = {s: t.combine_chunks().to_batches(max_chunksize=batch_rows) for s, t in tables.items()}
+    for i in range(max((len(c) for c in chunks.values()), default=0)):
+        for stream, batches in chunks.items():
+            if i < len(batches) and batches[i].num_rows:
+                yield float(i), stream, batches[i]
 
 
 def run(
@@ -261,6 +297,7 @@ def run(
     priorities: Mapping[str, float] | None = None,
     batch_rows: int = 256,
     units_between: int = 3,
+    placement: str = "auto",
     executor: ExecutorOptions | None = None,
     strategy_params: Mapping[str, Any] | None = None,
     **executor_options: Any,
@@ -273,11 +310,15 @@ def run(
     :class:`~sparkqos.runtime.config.StrategyConfig` and
     :class:`~sparkqos.executor.options.ExecutorOptions` of :func:`sparkqos.stream`, with the same
     defaults; the strategy is sized to ``executor.budget_s`` (default 1 s, as a stream without an
-    interval). ``strategy_params`` is the deprecated spelling of ``StrategyConfig(params=...)``."""
+    interval). ``strategy_params`` is the deprecated spelling of ``StrategyConfig(params=...)``.
+    ``placement`` says where the row-wise parts over the input run (``"auto"``, ``"native"``,
+    ``"spark"``: :mod:`sparkqos.compile.spark_part`); the parts Spark evaluates run over ``df`` first."""
     check_number("batch_rows", batch_rows, integer=True, low=1)
     check_number("units_between", units_between, integer=True, low=0)
+    check_placement(placement)
     if df.isStreaming:
         raise RunnerError("sparkqos.run needs a finite DataFrame; give a streaming one to sparkqos.stream")
+    check_python_workers(df.sparkSession)
     if not isinstance(strategy, StrategyConfig):
         if strategy_params is not None:
             replacement = "strategy=StrategyConfig(name, params={...})"
@@ -291,13 +332,33 @@ def run(
             expected="None with a StrategyConfig",
         )
     options = ExecutorOptions.of(executor, **executor_options)
-    compiled = compile_transforms(df, queries, classes, priorities)
+    compiled = compile_transforms(df, queries, classes, priorities, placement)
     scheduler = strategy.make(compiled.plan, options.budget_s or 1.0)
-    schema = compiled.sources[DEFAULT_STREAM]
-    table = df.toArrow()
-    if not table.schema.equals(schema):
-        table = table.cast(schema)
-    ex = replay(compiled, scheduler, _feeds(table, batch_rows), units_between=_forever(units_between), options=options)
+    return run_compiled(compiled, input_tables(compiled, df), scheduler, batch_rows, units_between, options)
+
+
+def input_tables(compiled: CompiledPlan, df: DataFrame) -> dict[str, pa.Table]:
+    """What each stream of ``compiled`` takes from the finite DataFrame ``df``: the rows of every
+    part Spark evaluates, and ``df``'s own rows when a native operator reads them."""
+    tables, _ = evaluate_parts(compiled.spark_parts, compiled.plan.classes, df)
+    if reads_input(compiled):
+        schema = compiled.sources[DEFAULT_STREAM]
+        table = df.toArrow()
+        tables = {DEFAULT_STREAM: table if table.schema.equals(schema) else table.cast(schema), **tables}
+    return tables
+
+
+def run_compiled(
+    compiled: CompiledPlan,
+    tables: Mapping[str, pa.Table],
+    scheduler: Scheduler,
+    batch_rows: int = 256,
+    units_between: int = 3,
+    options: ExecutorOptions | None = None,
+) -> dict[str, pa.Table]:
+    """:func:`run` after compiling: each stream's rows (:func:`input_tables`) through the executor
+    under ``scheduler``, every query's output."""
+    ex = replay(compiled, scheduler, _feeds(tables, batch_rows), units_between=_forever(units_between), options=options)
     return {q: ex.result(q) for q in compiled.roots}
 
 

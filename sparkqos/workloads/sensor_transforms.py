@@ -6,9 +6,10 @@ and the throughput benchmark run.
   (:class:`sparkqos.workloads.sensors.ReadingModel`, a kernel density estimate scored with numpy in a
   pandas UDF); the readings it finds unlikely, with their score;
 * ``zone_stats`` (class N): per-zone count / mean temperature / max humidity per event-time window;
-* ``archive`` (class N): every reading enriched from a static sensor registry (a stream–static
-  join: site, and the sensor's calibration offset applied) and encoded as a JSON record by a
-  pandas UDF, for logging.
+* ``archive`` (class N): every reading keyed by a hash of its sensor id (``sha2``, which Spark
+  evaluates in the micro-batch), enriched from a static sensor registry (a stream–static join:
+  site, and the sensor's calibration offset applied) and encoded as a JSON record by a pandas
+  UDF, for logging.
 
 The two costly steps cost what their work costs: the model's grows with its reference sample
 (``model_size``), the archive's is a join and an encoding. (The papers' synthetic operator of
@@ -106,10 +107,12 @@ def sensor_transforms(
         )
 
     def archive(df: DataFrame) -> DataFrame:
-        enriched = df.join(sensor_registry(df.sparkSession), on="sensor_id", how="left").withColumn(
+        # each logged record carries a hash of its sensor id, the key log readers join on (Spark computes sha2)
+        keyed = df.withColumn("sensor_key", F.sha2(F.col("sensor_id").cast("string"), 256))
+        enriched = keyed.join(sensor_registry(df.sparkSession), on="sensor_id", how="left").withColumn(
             "calibrated", F.col("temperature") + F.coalesce(F.col("offset"), F.lit(0.0))
         )
         record = encode("sensor_id", "site", "location", "calibrated", "humidity", F.col("ts").cast("double"))
-        return enriched.select(*_READING, "site", record.alias("record"))
+        return enriched.select(*_READING, "sensor_key", "site", record.alias("record"))
 
     return {"fire": fire, "anomaly": anomaly, "zone_stats": zone_stats, "archive": archive}

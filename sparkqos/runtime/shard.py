@@ -1,0 +1,176 @@
+"""One shard of the sharded lane, without Spark: restore from a state blob, serve, snapshot.
+
+The sharded lane (:mod:`sparkqos.spark.sharded`) runs one sparkqos executor per shard inside a
+Spark task; between micro-batches its queues, operator state and strategy/controller state live
+in Spark's state store as one blob (:func:`~sparkqos.runtime.checkpoint.checkpoint_bytes`: the
+JSON state and one Arrow IPC stream per non-empty queue), so Spark's checkpoint, not ours, makes
+the lane exactly-once. What runs inside the task is here, testable on Arrow tables alone:
+
+>>> import pyarrow as pa
+>>> from sparkqos.compile.builder import QuerySet
+>>> from sparkqos.executor.expressions import col
+>>> from sparkqos.runtime.config import RunConfig
+>>> qs = QuerySet()
+>>> _ = qs.stream("s", {"k": pa.int64(), "v": pa.float64()}).where(col("v") > 1.0).sink("big")
+>>> work = ShardWork(qs.build(), RunConfig(checkpoint="/tmp/unused", strategy="fifo"), shards=2)
+>>> step = work.step(0, None, [pa.table({"k": [1, 2], "v": [0.5, 3.0]})], now=100.0)
+>>> step.outputs["big"].column("v").to_pylist(), step.metrics["step"], step.backlog
+([3.0], 0, False)
+>>> work.step(0, step.state, [], now=101.0).metrics["step"]
+1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from sparkqos.compile.shardable import refuse_spark_parts
+from sparkqos.errors import RunnerError, check_number
+from sparkqos.executor.loop import Executor, RunReport
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.runtime.assembly import priority_levels, serve_by_class, stream_of
+from sparkqos.runtime.checkpoint import checkpoint_bytes, read_checkpoint_bytes
+from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.deadletter import RowChecks
+from sparkqos.runtime.ingest import ingest
+from sparkqos.runtime.progress import strategy_in_force
+from sparkqos.runtime.trigger import decode_state, encode_state
+
+__all__ = ["ShardStep", "ShardWork", "shard_seed"]
+
+
+def shard_seed(seed: int | None, shard: int, step: int) -> int:
+    """The seed of ``shard``'s random draws in its micro-batch ``step``: a hash of all three, so
+    shards draw independently and a replayed micro-batch (restored from the same state, same
+    step) draws the same.
+
+    >>> shard_seed(0, 1, 5) == shard_seed(0, 1, 5), shard_seed(0, 1, 5) == shard_seed(0, 2, 5)
+    (True, False)
+    """
+    digest = hashlib.blake2b(f"{seed}/{shard}/{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+@dataclass
+class ShardStep:
+    """What one micro-batch of a shard gives back: the new state blob, the outputs of every
+    query (with the executor's ``__arrival`` column, from which the driver takes delays), the
+    rows its checks rejected, the shard's metrics (JSON-able), and whether work is left."""
+
+    state: bytes
+    outputs: dict[str, pa.Table]
+    dead: pa.Table | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    backlog: bool = False
+
+
+class ShardWork:
+    """The work of every shard: the compiled plan and the run's options, pickled to Spark's
+    executors once when the stream starts. :meth:`step` serves one shard's micro-batch,
+    :meth:`finish` drains a shard at the end of a finite input."""
+
+    def __init__(self, compiled: CompiledPlan, config: RunConfig, shards: int):
+        check_number("shards", shards, low=1, integer=True, error=RunnerError)
+        refuse_spark_parts(compiled)
+        stream, arrival_col = stream_of(compiled, config)
+        self.compiled = compiled
+        self.config = config
+        self.shards = int(shards)
+        self.stream = stream
+        self.arrival_col = arrival_col
+        self.checks = config.input.checks if config.input.checks is not None else RowChecks()
+        self.seed = config.strategy.params.get("seed", 0)
+        self.levels = priority_levels(compiled) if config.strategy.class_shares else []
+        # a shard is one Spark task on one core: no cluster threads unless asked for
+        options = config.executor
+        self.options = options if options.cluster_threads is not None else dataclasses.replace(options, cluster_threads=0)
+
+    def _executor(self, shard: int, blob: bytes | None) -> tuple[Executor, int, int]:
+        """A fresh executor of the plan with the run's strategy, restored from ``blob``; with the
+        shard's step count and the rows its checks rejected so far."""
+        scheduler = self.config.make_scheduler(self.compiled.plan)
+        executor = Executor(self.compiled.fresh(), scheduler, clock=time.time, options=self.options)
+        step, dead_total = 0, 0
+        if blob is not None:
+            ckpt = read_checkpoint_bytes(blob, where=f"of shard {shard}")
+            executor.load_state(decode_state(ckpt.state["executor"]))
+            executor.load_queue_tables(ckpt.queues)
+            step, dead_total = ckpt.state["step"] + 1, ckpt.state["dead_lettered_total"]
+        scheduler.reseed(shard_seed(self.seed, shard, step))
+        return executor, step, dead_total
+
+    def step(self, shard: int, blob: bytes | None, inputs: Sequence[pa.Table], now: float | None = None) -> ShardStep:
+        """One micro-batch of ``shard``: restore its executor from ``blob`` (None: the shard's
+        first), queue ``inputs`` (its rows of this micro-batch, in order), serve for the run's
+        budget with its strategy, and snapshot."""
+        started = time.time() if now is None else now
+        executor, step, dead_total = self._executor(shard, blob)
+        rows_in, dead_parts = 0, []
+        for table in inputs:
+            rows_in += table.num_rows
+            if table.num_rows:
+                dead, _ = ingest(executor, self.compiled, self.stream, self.checks, table, step, self.arrival_col, started)
+                dead_parts.append(dead)
+        # the top classes first (class shares on, several levels), so their rows are out in this
+        # micro-batch; then the strategy for what is left of the budget
+        report = serve_by_class(executor, self.levels, self.config.effective_top_class_s)
+        left = self.config.effective_budget_s - report.seconds
+        if left > 0:
+            report.add(executor.run(left))
+        dead = pa.concat_tables(dead_parts) if dead_parts else None
+        dead_rows = 0 if dead is None else dead.num_rows
+        return self._snapshot(executor, shard, step, dead_total + dead_rows, report, rows_in, dead)
+
+    def finish(self, shard: int, blob: bytes) -> ShardStep:
+        """End of a finite input for ``shard``: drain every queue and flush windows and joins."""
+        executor, step, dead_total = self._executor(shard, blob)
+        report = executor.finish()  # no budget: the answer on the finite input needs every row served
+        return self._snapshot(executor, shard, step, dead_total, report, 0, None)
+
+    def _snapshot(
+        self, executor: Executor, shard: int, step: int, dead_total: int, report: RunReport, rows_in: int, dead: pa.Table | None
+    ) -> ShardStep:
+        outputs = executor.take_outputs()
+        plan = self.compiled.plan
+        state = executor.state
+        queued_rows = {op: float(state.queued(op)) for op in plan.names}
+        queued_bytes = {op: float(state.queued_bytes(op)) for op in plan.names}
+        strategy, scores = strategy_in_force(executor.scheduler)
+        blob = checkpoint_bytes(
+            step,
+            executor.queue_tables(),
+            {
+                "executor": encode_state(executor.to_state(queues=False)),
+                "step": step,
+                "dead_lettered_total": dead_total,
+            },
+        )
+        executor.close()
+        metrics = {
+            "shard": shard,
+            "step": step,
+            "rowsIn": rows_in,
+            "deadRows": 0 if dead is None else dead.num_rows,
+            "consumed": int(report.rows_consumed),
+            "busyS": float(report.seconds),
+            "cpuS": float(report.cpu_s),
+            "queuedRows": queued_rows,
+            "queuedBytes": queued_bytes,
+            "strategy": strategy,
+            "scores": scores,
+            "stateBytes": len(blob),
+            # the Python worker that served, and its parent (the daemon of its executor JVM)
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+        }
+        backlog = sum(queued_rows.values()) > 0
+        return ShardStep(blob, outputs, dead, json.loads(json.dumps(metrics, default=float)), backlog)

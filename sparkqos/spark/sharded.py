@@ -1,0 +1,399 @@
+"""The sharded lane: one sparkqos executor per shard, inside Spark tasks, state in Spark's state store.
+
+``sparkqos.stream(df, queries, shards=K, shard_by="mmsi", ...)`` builds a :class:`ShardedStream`.
+Each micro-batch:
+
+1. every row gets its shard, ``pmod(hash(shard_by), K)`` (Spark's Murmur3, stable across runs);
+   a ``mapInArrow`` over the input packs each input partition's rows of each shard into one
+   Arrow IPC blob — rows cross the shuffle as a few blobs per shard, never one by one;
+2. ``groupBy(shard).applyInPandasWithState`` runs one call per shard in a Spark task: it
+   restores the shard's executor from its state (one blob: JSON state plus an Arrow IPC stream
+   per queue, :func:`~sparkqos.runtime.checkpoint.checkpoint_bytes`), queues the new rows, serves
+   them with the run's strategy for the budget (:class:`~sparkqos.runtime.shard.ShardWork`), and
+   stores the new blob; it returns each query's outputs, the rejected rows and the shard's metrics
+   as a few blob rows. A shard with work left sets a processing-time timeout, so Spark runs
+   micro-batches without new input and the shard keeps draining its backlog;
+3. ``foreachBatch`` on the driver collects those rows (the job in which Spark commits the state)
+   and writes every query's rows to the sink in one write, replacing that batch id whole, then
+   folds the shards' metrics into one progress record and the metrics table.
+
+Exactly-once is Spark's: a micro-batch the driver did not mark committed is replayed from the
+state version before it, and the sink replaces whatever an earlier attempt wrote for it.
+
+``applyInPandasWithState``, not ``transformWithStateInPandas``: its state travels inside the Arrow
+stream with the rows (no socket round trip per state call), and its processing-time timeout
+drains a backlog without new input; measured in pyspark 4.3 on local[2] (commit message of this
+module) ``transformWithStateInPandas`` with RocksDB did not get past its first micro-batch.
+
+The shards are Spark's state partitions: ``spark.sql.shuffle.partitions`` is set to ``K`` while
+the query starts (Spark then keeps it in the checkpoint), and shard ``s`` is grouped under a key
+that Spark's hash partitioning sends to partition ``s``, so K shards run as K parallel tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from sparkqos.compile.shardable import check_shardable
+from sparkqos.errors import RunnerError, check_number
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL
+from sparkqos.executor.loop import EMIT
+from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.executor.report import RunReport
+from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
+from sparkqos.runtime.shard import ShardWork
+from sparkqos.runtime.sinks import Sink
+from sparkqos.spark.batch import stop_between_triggers
+
+__all__ = ["ShardedStream"]
+
+#: The rows a shard hands back: ``kind`` is ``out`` (a query's rows), ``dead`` (rejected rows)
+#: or ``metrics`` (JSON); ``blob`` is Arrow IPC, or the JSON text.
+SHARD_ROWS = "kind string, query string, shard int, blob binary"
+_PACKED = "key long, part int, seq long, blob binary"
+_SHARD = "__shard"
+#: A shard with work left asks to be called again this soon (ms) without new input.
+_AGAIN_MS = 1
+
+
+def partition_keys(spark, shards: int) -> list[int]:
+    """One grouping key per shard such that Spark's hash partitioning into ``shards`` partitions
+    sends key ``i`` to partition ``i``: the shards then run as parallel tasks, none sharing one."""
+    found: dict[int, int] = {}
+    for row in spark.range(64 * shards).select("id", F.pmod(F.hash("id"), F.lit(shards)).alias("p")).collect():
+        found.setdefault(row["p"], row["id"])
+    return [found[i] for i in range(shards)]
+
+
+class _Pack:
+    """``mapInArrow``: an input partition's rows → one IPC blob per shard, tagged with the
+    partition and its position, so a shard queues its rows in the order the source gave them."""
+
+    def __init__(self, keys: list[int]):
+        self.keys = keys
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()
+        pieces: dict[int, list[pa.RecordBatch]] = {}
+        for batch in batches:
+            shard = batch.column(_SHARD).to_numpy(zero_copy_only=False)
+            rows = batch.drop_columns([_SHARD])
+            for s in np.unique(shard):
+                pieces.setdefault(int(s), []).append(rows.filter(pa.array(shard == s)))
+        for seq, (s, parts) in enumerate(sorted(pieces.items())):
+            blob = table_to_ipc(pa.Table.from_batches(parts))
+            yield pa.RecordBatch.from_pylist(
+                [{"key": self.keys[s], "part": part, "seq": seq, "blob": blob}], schema=pa.schema(_schema(_PACKED))
+            )
+
+
+def _schema(ddl: str) -> list[tuple[str, pa.DataType]]:
+    types = {"long": pa.int64(), "int": pa.int32(), "string": pa.string(), "binary": pa.binary()}
+    return [(name, types[kind]) for name, kind in (f.split() for f in ddl.split(", "))]
+
+
+def _shard_rows(shard: int, step: Any) -> pd.DataFrame:
+    """A shard's outputs, rejected rows and metrics as the rows :data:`SHARD_ROWS` describes."""
+    rows = [("out", q, shard, table_to_ipc(t)) for q, t in step.outputs.items() if t.num_rows]
+    if step.dead is not None and step.dead.num_rows:
+        rows.append(("dead", "", shard, table_to_ipc(step.dead)))
+    rows.append(("metrics", "", shard, json.dumps(step.metrics).encode()))
+    return pd.DataFrame(rows, columns=["kind", "query", "shard", "blob"])
+
+
+class _ServeShard:
+    """``applyInPandasWithState``: one micro-batch of one shard (its state one binary column)."""
+
+    def __init__(self, work: ShardWork, keys: list[int], fault: tuple[int, str] | None):
+        self.work = work
+        self.shard_of = {k: i for i, k in enumerate(keys)}
+        self.fault = fault  # (step, marker file): kill this Python worker once, mid-batch
+
+    def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
+        shard = self.shard_of[int(key[0])]
+        blob = state.get[0] if state.exists else None
+        packed = [f for f in frames if len(f)]
+        pieces = pd.concat(packed).sort_values(["part", "seq"]) if packed else None
+        inputs = [] if pieces is None else [ipc_to_table(b) for b in pieces["blob"]]
+        step = self.work.step(shard, None if blob is None else bytes(blob), inputs)
+        self._maybe_kill(shard, step.metrics["step"])
+        state.update((step.state,))
+        if step.backlog:
+            state.setTimeoutDuration(_AGAIN_MS)
+        yield _shard_rows(shard, step)
+
+    def _maybe_kill(self, shard: int, step: int) -> None:
+        if self.fault is None or self.fault[0] != step:
+            return
+        marker = Path(self.fault[1])
+        if marker.exists():  # killed once already: the retried task goes on
+            return
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"shard {shard} step {step}\n")
+        print(f"sparkqos: fault injection: SIGKILL of shard {shard}'s worker in step {step}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _FinishShard:
+    """``mapInArrow`` over the state store's rows: drain each shard at the end of a finite input."""
+
+    def __init__(self, work: ShardWork, keys: list[int]):
+        self.work = work
+        self.shard_of = {k: i for i, k in enumerate(keys)}
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for key, blob in zip(batch.column("key").to_pylist(), batch.column("state").to_pylist(), strict=True):
+                shard = self.shard_of[int(key)]
+                frame = _shard_rows(shard, self.work.finish(shard, blob))
+                yield pa.RecordBatch.from_pandas(frame, schema=pa.schema(_schema(SHARD_ROWS)), preserve_index=False)
+
+
+class ShardedStream:
+    """A query set served by K sparkqos executors inside Spark tasks (module docstring).
+
+    ``start()`` returns the real ``StreamingQuery``; ``lastProgress`` / ``recentProgress`` give one
+    record per trigger with every shard's work folded in (the same shape as the driver lane's,
+    :mod:`sparkqos.runtime.progress`), also written to the metrics table under ``output``.
+    ``finish()`` (after ``stop()``, at the end of a finite input) drains every shard and writes the
+    last outputs as the next batch id; the stream cannot be started again after it.
+    """
+
+    def __init__(self, df, compiled: CompiledPlan, config: RunConfig, shards: int, shard_by: str):
+        check_number("shards", shards, low=1, integer=True, error=RunnerError)
+        if not isinstance(shard_by, str) or shard_by not in df.columns:
+            raise RunnerError(
+                f"shard_by must name a column of the stream, got {shard_by!r} (columns: {df.columns})",
+                parameter="shard_by",
+                value=shard_by,
+                expected=f"one of {df.columns}",
+            )
+        if config.interval_s is None:
+            raise RunnerError(
+                "the sharded lane runs on a processing-time trigger: its shards keep serving their backlog in "
+                "micro-batches without input, so an available-now query would never end; give trigger_s=SECONDS "
+                "and stop() it (then finish() at the end of a finite input)",
+                parameter="trigger_s",
+                value=config.trigger,
+                expected="Trigger(processingTime=...)",
+            )
+        check_shardable(compiled, shard_by)
+        self.df = df
+        self.compiled = compiled
+        self.config = config
+        self.shards = int(shards)
+        self.shard_by = shard_by
+        # Pickled to the executors: no callbacks, sinks or progress (they stay on the driver).
+        storage = config.storage
+        remote = config.replace(
+            on_progress=None, on_delays=None, fault=None, storage=dataclasses.replace(storage, sink=None, dead_letter=None)
+        )
+        self.work = ShardWork(compiled, remote, self.shards)
+        self.sink: Sink = storage.make_sink()
+        self.dead_letter = storage.make_dead_letter()
+        self.progress = ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress)
+        #: reported for a trigger in which no shard ran (no input, no backlog)
+        self._idle_strategy = strategy_in_force(config.make_scheduler(compiled.plan))
+        self.phase_s: dict[str, float] = dict.fromkeys(("stateful", "sink", "progress"), 0.0)
+        self.last_batch = -1
+        self.query = None
+        self._keys: list[int] | None = None
+
+    @property
+    def output(self) -> Path | None:
+        return self.config.storage.output
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        return self.progress.recent
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        return self.progress.last
+
+    @property
+    def _spark_checkpoint(self) -> Path:
+        return self.config.storage.checkpoint / "spark"
+
+    @property
+    def _finished_marker(self) -> Path:
+        return self.config.storage.checkpoint / "sparkqos-sharded-finished"
+
+    # -- Spark -----------------------------------------------------------------------------------
+    def _shard_fault(self) -> tuple[int, str] | None:
+        steps = self.config.faults.get("in_shard")
+        if not steps:
+            return None
+        step = min(steps)
+        return step, str(self.config.storage.checkpoint / "faults" / f"in_shard-{step}")
+
+    def start(self):
+        """Start the streaming query (Spark restores its state and replays an uncommitted batch)."""
+        if self._finished_marker.exists():
+            raise RunnerError(
+                f"this sharded stream was drained by finish() ({self._finished_marker}); start a new one with a fresh checkpoint"
+            )
+        spark = self.df.sparkSession
+        self._keys = partition_keys(spark, self.shards)
+        keyed = self.df.withColumn(_SHARD, F.pmod(F.hash(F.col(self.shard_by)), F.lit(self.shards)).cast("int"))
+        packed = keyed.mapInArrow(_Pack(self._keys), _PACKED)
+        served = packed.groupBy("key").applyInPandasWithState(
+            _ServeShard(self.work, self._keys, self._shard_fault()),
+            SHARD_ROWS,
+            "state binary",
+            "append",
+            GroupStateTimeout.ProcessingTimeTimeout,
+        )
+        writer = (
+            served.writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", str(self._spark_checkpoint))
+            .queryName(self.config.name)
+        )
+        writer = writer.trigger(processingTime=f"{self.config.interval_s} seconds")
+        previous = spark.conf.get("spark.sql.shuffle.partitions")
+        spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))  # the state partitions: one per shard
+        try:
+            self.query = writer.start()
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", previous)
+        return self.query
+
+    def stop(self, wait_s: float = 5.0) -> None:
+        """Stop the streaming query between triggers (waiting up to ``wait_s`` for the running one)."""
+        stop_between_triggers(self.query, wait_s)
+
+    def _batch(self, batch_df, batch_id: int) -> None:
+        started = time.time()
+        t0 = time.perf_counter()
+        rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
+        self.phase_s["stateful"] += time.perf_counter() - t0
+        self._fault("after_run", batch_id)
+        self._commit(batch_id, rows, started)
+
+    def finish(self) -> dict[str, Any]:
+        """End of a finite input (stop the query first): drain every shard, as a Spark job over
+        the state store's newest committed version, and write the outputs as the next batch."""
+        if self.query is not None and self.query.isActive:
+            raise RunnerError("finish(): stop() the streaming query first")
+        spark = self.df.sparkSession
+        keys = self._keys if self._keys is not None else partition_keys(spark, self.shards)
+        commits = [int(p.name) for p in (self._spark_checkpoint / "commits").glob("[0-9]*")]
+        batch_id = max(commits, default=-1) + 1
+        started = time.time()
+        if batch_id == 0:
+            rows = pa.table({name: pa.array([], t) for name, t in _schema(SHARD_ROWS)})
+        else:
+            state = spark.read.format("statestore").load(str(self._spark_checkpoint))
+            flat = state.select(F.col("key.key").alias("key"), F.col("value.groupState.state").alias("state"))
+            rows = flat.mapInArrow(_FinishShard(self.work, keys), SHARD_ROWS).toArrow()
+        progress = self._commit(batch_id, rows, started)
+        self._finished_marker.write_text(f"{batch_id}\n")
+        return progress
+
+    # -- the driver's part of a trigger ----------------------------------------------------------
+    def _commit(self, batch_id: int, rows: pa.Table, started: float) -> dict[str, Any]:
+        """Write the shards' outputs of batch ``batch_id`` (replacing it whole), their dead
+        letters, and the progress record folding their metrics."""
+        t0 = time.perf_counter()
+        kinds = rows.column("kind").to_pylist()
+        queries = rows.column("query").to_pylist()
+        blobs = rows.column("blob").to_pylist()
+        parts: dict[str, list[pa.Table]] = {q: [] for q in self.compiled.plan.queries}
+        dead_parts, shard_metrics = [], []
+        for kind, query, blob in zip(kinds, queries, blobs, strict=True):
+            if kind == "out":
+                parts[query].append(ipc_to_table(blob))
+            elif kind == "dead":
+                dead_parts.append(ipc_to_table(blob))
+            else:
+                shard_metrics.append(json.loads(blob))
+        outputs = {q: self._concat(q, ts) for q, ts in parts.items()}
+        dead = None
+        if dead_parts:
+            dead = pa.concat_tables(dead_parts)
+            dead = dead.set_column(0, "batch_id", pa.array(np.full(dead.num_rows, batch_id), pa.int64()))
+            if self.dead_letter is None:
+                raise RunnerError(
+                    f"batch {batch_id}: {dead.num_rows} bad row(s), first: {dead.column('reason')[0].as_py()} "
+                    "(give dead_letter= or output= to keep them)"
+                )
+        if self.dead_letter is not None:
+            self.dead_letter.write(batch_id, dead)
+        self.sink.write(
+            batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
+        )
+        written = time.time()
+        delays = {
+            q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
+            for q, t in outputs.items()
+        }
+        if self.config.on_delays is not None:
+            self.config.on_delays(batch_id, delays)
+        t1 = time.perf_counter()
+        self.phase_s["sink"] += t1 - t0
+        self._fault("after_sink", batch_id)
+        progress = self._report(batch_id, started, shard_metrics, outputs, delays)
+        self.last_batch = batch_id
+        self.phase_s["progress"] += time.perf_counter() - t1
+        self._fault("after_progress", batch_id)
+        return progress
+
+    def _concat(self, query: str, tables: list[pa.Table]) -> pa.Table:
+        if tables:
+            return pa.concat_tables(tables)
+        schema = self.compiled.operators[self.compiled.root(query)].schema
+        return schema.empty_table()
+
+    def _report(self, batch_id: int, started: float, shards: list[dict[str, Any]], outputs, delays) -> dict[str, Any]:
+        """One progress record for the trigger: the shards' metrics summed (queues, rows, busy
+        and CPU seconds), the strategy most shards ran and its mean scores."""
+        plan = self.compiled.plan
+        rows = {op: sum(m["queuedRows"][op] for m in shards) for op in plan.names}
+        nbytes = {op: sum(m["queuedBytes"][op] for m in shards) for op in plan.names}
+        ran = Counter(m["strategy"] for m in shards)
+        strategy = ran.most_common(1)[0][0] if ran else self._idle_strategy[0]
+        scored = [m["scores"] for m in shards if m["strategy"] == strategy and m["scores"]]
+        scores = {k: float(np.mean([s[k] for s in scored if k in s])) for k in scored[0]} if scored else {}
+        progress = self.progress.report(
+            batch_id,
+            started,
+            rows_in=sum(m["rowsIn"] for m in shards),
+            dead_rows=sum(m["deadRows"] for m in shards),
+            served=RunReport(
+                rows_consumed=sum(m["consumed"] for m in shards),
+                seconds=sum(m["busyS"] for m in shards),
+                cpu_s=sum(m["cpuS"] for m in shards),
+            ),
+            rows_out={q: t.num_rows for q, t in outputs.items()},
+            delays=delays,
+            state=QueuedSizes(rows, nbytes),
+            strategy=(strategy, scores),
+        )
+        # each shard that ran: where, which of its micro-batches, its work and state size
+        keep = ("shard", "step", "rowsIn", "consumed", "busyS", "strategy", "stateBytes", "pid", "ppid")
+        progress["shards"] = [{k: m[k] for k in keep} | {"queuedRows": sum(m["queuedRows"].values())} for m in shards]
+        return progress
+
+    def _fault(self, point: str, batch_id: int) -> None:
+        if batch_id in self.config.faults.get(point, ()):
+            print(f"sparkqos: fault injection: SIGKILL at {point} of batch {batch_id}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)

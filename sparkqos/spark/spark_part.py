@@ -1,0 +1,250 @@
+"""The parts of queries Spark evaluates inside each micro-batch (see :mod:`sparkqos.compile.spark_part`).
+
+At compile time the compiler names, per query, the node of the query's analyzed plan at the top
+of the part Spark evaluates and the input's plan under it; a stager here finds that node in Spark's
+own plan and keeps it as a *recipe*. Each trigger the recipe is applied to ``batch_df``:
+
+* classic pyspark: the part's analyzed JVM plan with the input's plan replaced by the batch's
+  (under a Project giving the batch's columns the input's expression ids), run as a Dataset —
+  Spark's own analyzed expressions, UDFs included, so its rows are Spark's by construction;
+* Spark Connect: the part's client plan (protobuf) with the input's relation replaced by the
+  batch's (keeping the input's plan id, so ``df["x"]`` references still resolve) — plain bytes,
+  so the recipe travels with foreachBatch's pickled function to the server's Python worker,
+  where pandas UDFs and SQL strings run as Spark runs them.
+
+:func:`evaluate_parts` runs every part of a plan over one batch, the parts of higher classes
+first, and returns each part's rows as an Arrow table with the compiled names.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from sparkqos.errors import RunnerError, SparkPartError
+
+__all__ = ["RELATION_FIELD", "ClassicStager", "ConnectStager", "evaluate_parts", "reads_input"]
+
+#: Field of a Connect plan's JSON node holding its client relation (base64 protobuf).
+RELATION_FIELD = "sparkqosRelation"
+
+
+def _arrow(schema: StructType, large: bool) -> pa.Schema:
+    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=large)
+
+
+def _large(df: DataFrame) -> bool:
+    return df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+
+
+def _paths(nodes: list[dict[str, Any]]) -> list[tuple[int, ...]]:
+    """The child-index path from the root of every node of a pre-order JSON plan."""
+    paths: list[tuple[int, ...]] = []
+    stack: list[list[Any]] = []  # [path, children left, next child index]
+    for d in nodes:
+        if stack:
+            top = stack[-1]
+            path = (*top[0], top[2])
+            top[1] -= 1
+            top[2] += 1
+        else:
+            path = ()
+        paths.append(path)
+        while stack and stack[-1][1] == 0:
+            stack.pop()
+        kids = int(d.get("num-children", 0))
+        if kids:
+            stack.append([path, kids, 0])
+    return paths
+
+
+class ClassicRecipe:
+    """A part's JVM nodes top down to the input's plan, and the input's attributes in that plan.
+    Pickles without them (a plan pickled for elsewhere cannot evaluate the part; it says so)."""
+
+    def __init__(self, chain: list[Any], source_output: Any):
+        self.chain, self.source_output = chain, source_output
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"chain": None, "source_output": None}
+
+    def dataframe(self, batch_df: DataFrame, cache: dict[str, Any]) -> DataFrame:
+        if self.chain is None:
+            raise RunnerError("a part Spark evaluates was compiled in another process; compile the queries here")
+        jvm = batch_df.sparkSession._jvm
+        expressions = jvm.org.apache.spark.sql.catalyst.expressions
+        logical = jvm.org.apache.spark.sql.catalyst.plans.logical
+        src = self.source_output
+        src_ids = tuple(src.apply(i).exprId().id() for i in range(src.size()))
+        key = f"leaf{src_ids}"  # queries reading the input twice (a union) see renumbered copies
+        if key not in cache:
+            batch = cache.setdefault("batch", batch_df._jdf.queryExecution().analyzed())
+            out = batch.output()
+            if out.size() != src.size():
+                raise RunnerError(f"the micro-batch has {out.size()} columns, the input {src.size()}")
+            if tuple(out.apply(i).exprId().id() for i in range(out.size())) == src_ids:
+                cache[key] = batch  # a micro-batch keeps its source's attributes (and run() reads the input itself)
+            else:
+                empty = _seq(jvm, [])
+                aliases = [
+                    expressions.Alias(
+                        out.apply(i), src.apply(i).name(), src.apply(i).exprId(), empty, jvm.scala.Option.apply(None), empty
+                    )
+                    for i in range(src.size())
+                ]
+                cache[key] = logical.Project(_seq(jvm, aliases), batch)
+        plan = cache[key]
+        for node in reversed(self.chain):
+            plan = node.withNewChildren(_seq(jvm, [plan]))
+        session = batch_df.sparkSession
+        return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session._jsparkSession, plan), session)
+
+
+def _seq(jvm: Any, items: list[Any]) -> Any:
+    java = jvm.java.util.ArrayList()
+    for x in items:
+        java.add(x)
+    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(java)
+
+
+class ClassicStager:
+    """Finds each part's node in a query's analyzed JVM plan (classic pyspark)."""
+
+    def __init__(self, df: DataFrame):
+        self.large = _large(df)
+        self.plans: dict[str, tuple[Any, list[tuple[int, ...]]]] = {}
+
+    def add(self, query: str, jvm_plan: Any, nodes: list[dict[str, Any]]) -> None:
+        self.plans[query] = (jvm_plan, _paths(nodes))
+
+    def __call__(self, query: str, pos: int, source_pos: int) -> tuple[pa.Schema, ClassicRecipe]:
+        jvm_plan, paths = self.plans[query]
+        top, below = paths[pos], paths[source_pos]
+        node = jvm_plan
+        for i in top:
+            node = node.children().apply(i)
+        chain = []
+        for i in below[len(top) :]:
+            chain.append(node)
+            node = node.children().apply(i)
+        schema = StructType.fromJson(json.loads(chain[0].schema().json()))
+        return _arrow(schema, self.large), ClassicRecipe(chain, node.output())
+
+
+class ConnectRecipe:
+    """A part's client relation (protobuf bytes) and the plan id of the input's relation in it."""
+
+    def __init__(self, relation: bytes, source_id: int):
+        self.relation, self.source_id = relation, source_id
+
+    def dataframe(self, batch_df: DataFrame, cache: dict[str, Any]) -> DataFrame:
+        import pyspark.sql.connect.proto as proto
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+        from pyspark.sql.connect.plan import CachedRelation
+
+        session = batch_df.sparkSession
+        if "leaf" not in cache:
+            cache["leaf"] = batch_df._plan.plan(session.client)
+        rel = proto.Relation()
+        rel.ParseFromString(self.relation)
+        if not _replace(rel, self.source_id, cache["leaf"]):
+            raise RunnerError("the input's relation was not found in a part Spark evaluates")
+        return ConnectDataFrame(CachedRelation(rel), session)
+
+
+def _replace(msg: Any, source_id: int, leaf: Any) -> bool:
+    """Replace, in the relation ``msg``, every relation with plan id ``source_id`` by ``leaf``
+    (keeping that plan id); whether one was found."""
+    found = False
+    for field, value in msg.ListFields():
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        values = value if repeated else [value]
+        for v in values:
+            if field.message_type.name == "Relation" and v.HasField("common") and v.common.plan_id == source_id:
+                v.CopyFrom(leaf)
+                v.common.plan_id = source_id
+                found = True
+            else:
+                found = _replace(v, source_id, leaf) or found
+    return found
+
+
+class ConnectStager:
+    """Reads each part's client relation from the plan JSON :mod:`sparkqos.spark.connect_plan`
+    wrote (Spark Connect)."""
+
+    def __init__(self, df: DataFrame):
+        self.df = df
+        self.large = _large(df)
+        self.source_id = int(df._plan._plan_id)
+        self.plans: dict[str, list[dict[str, Any]]] = {}
+
+    def __call__(self, query: str, pos: int, source_pos: int) -> tuple[pa.Schema, ConnectRecipe]:
+        import pyspark.sql.connect.proto as proto
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+        from pyspark.sql.connect.plan import CachedRelation
+
+        raw = base64.b64decode(self.plans[query][pos][RELATION_FIELD])
+        rel = proto.Relation()
+        rel.ParseFromString(raw)
+        schema = ConnectDataFrame(CachedRelation(rel), self.df.sparkSession).schema
+        return _arrow(schema, self.large), ConnectRecipe(raw, self.source_id)
+
+
+def _problem(exc: Exception, functions: tuple[str, ...]) -> str:
+    """What went wrong, briefly: the UDF that raised (from the Python worker's traceback) and its
+    exception, else the first line of Spark's error."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    raised = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:", ln)]
+    where = [ln for ln in lines if ln.startswith("File ") and ", in " in ln]
+    udfs = [f for f in functions if f.startswith("udf ")]
+    named = [u for u in udfs for w in where if w.endswith(f", in {u[5:-1]}")]
+    head = f"{named[-1]} raised " if named else ""
+    detail = raised[-1] if raised else (lines[0] if lines else "")
+    return f"{head}{type(exc).__name__}: {detail[:500]}"
+
+
+def reads_input(compiled: Any) -> bool:
+    """Whether a native operator of ``compiled`` reads an input stream itself (else only parts
+    Spark evaluates do, and the micro-batch need not be read whole)."""
+    return any(s in compiled.sources and s not in compiled.spark_parts for op in compiled.plan for s in op.inputs)
+
+
+def _order(parts: Mapping[str, Any], priorities: Mapping[str, float]) -> list[str]:
+    """Streams of ``parts``, the parts of higher classes first (stable otherwise)."""
+    return sorted(parts, key=lambda s: -priorities.get(parts[s].klass, 0.0) if parts[s].klass is not None else 0.0)
+
+
+def evaluate_parts(
+    parts: Mapping[str, Any], priorities: Mapping[str, float], batch_df: DataFrame
+) -> tuple[dict[str, pa.Table], dict[str, float]]:
+    """Every part of ``parts`` (stream → SparkPart) over ``batch_df``, higher classes first: each
+    part's rows (named and typed as compiled) and the seconds Spark took for it. A failure becomes
+    :class:`~sparkqos.errors.SparkPartError` naming the query and what the part computes."""
+    tables: dict[str, pa.Table] = {}
+    seconds: dict[str, float] = {}
+    cache: dict[str, Any] = {}
+    for stream in _order(parts, priorities):
+        part = parts[stream]
+        t0 = time.perf_counter()
+        try:
+            table = part.recipe.dataframe(batch_df, cache).toArrow()
+        except Exception as exc:  # noqa: BLE001 - Spark's errors (a UDF's Python exception) named below
+            raise SparkPartError(part.query, part.functions, _problem(exc, part.functions)) from exc
+        table = table.rename_columns(part.schema.names)
+        if not table.schema.equals(part.schema):
+            table = table.cast(part.schema)
+        tables[stream] = table
+        seconds[stream] = time.perf_counter() - t0
+    return tables, seconds

@@ -1,0 +1,235 @@
+"""The sharded lane (issue 26): per-shard executors in Spark tasks, their state in Spark's state store.
+
+* Compile-time shardability: queries whose stateful operators are keyed by the shard key run,
+  the others are refused up front naming the query and the operator.
+* One shard's work without Spark (:class:`~sparkqos.runtime.shard.ShardWork`): the vessel job's
+  five per-vessel queries and the main job's per-sensor ones, served shard by shard over several
+  micro-batches (state restored from its blob every time), give Spark's rows and the driver
+  lane's under fifo, chain, cqc and adaptive.
+* ``sparkqos.stream(..., shards=2, shard_by="mmsi")`` on Spark (local[2]): after the replay ends
+  and ``finish()`` drains, every query's rows are Spark's; the progress folds the shards.
+* On two executor JVMs (``local-cluster[2,1,1024]``, in a process of its own: one SparkContext
+  per process, and the other tests share a local[2] one): the shards run in both, a shard's
+  Python worker killed mid-batch loses and duplicates nothing. It starts three JVMs, so it runs
+  only with ``SPARKQOS_CLUSTER_TESTS=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import sparkqos
+from sparkqos.compile.shardable import shard_report
+from sparkqos.errors import NotShardable, RunnerError
+from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.shard import ShardWork
+from sparkqos.runtime.sinks import MemorySink
+from sparkqos.spark.transforms import compile_transforms
+from sparkqos.testing import assert_same_rows
+from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
+from sparkqos.workloads.sensors import SENSOR_CLASSES, sensor_trace
+from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
+from tests.conftest import ROOT, replay, run_connect_job
+from tests.test_vessels import handmade
+
+PER_VESSEL = ("geofence", "speeding", "turning", "loitering", "archive")
+PER_SENSOR = ("fire", "anomaly")  # the archive keys its records by sha2, which Spark evaluates
+
+
+def vessel_queries(spark):
+    return {name: t for name, t in vessel_transforms(spark).items() if name in PER_VESSEL}
+
+
+def test_shardability_follows_the_shard_key(spark_sql):
+    df = spark_sql.createDataFrame(handmade())
+    compiled = compile_transforms(df, vessel_transforms(spark_sql), VESSEL_QUERY_CLASSES, VESSEL_PRIORITIES)
+    report = shard_report(compiled, "mmsi")
+    assert {q for q, r in report.items() if r is None} == set(PER_VESSEL)
+    refused = report["area_counts"]
+    assert refused.query == "area_counts" and refused.kind == "EventWindowAggregate", refused
+    # keyed by anything but the vessel, the per-vessel state is refused too; stateless queries never are
+    by_track = shard_report(compiled, "track")
+    assert by_track["geofence"] is None and by_track["archive"] is None
+    assert {by_track[q].kind for q in ("speeding", "turning", "loitering")} == {"KeyedLag", "EventWindowAggregate"}
+
+
+def test_the_sharded_lane_refuses_what_it_cannot_run(spark_sql, tmp_path):
+    df = replay(spark_sql, _trace(tmp_path))
+    with pytest.raises(NotShardable, match=r"query 'area_counts' cannot run sharded by 'mmsi': operator 'area_counts/"):
+        sparkqos.stream(df, vessel_transforms(spark_sql), shards=2, shard_by="mmsi", checkpoint=tmp_path / "c", trigger_s=0.5)
+    with pytest.raises(RunnerError, match="shard_by is missing"):
+        sparkqos.stream(df, vessel_queries(spark_sql), shards=2, checkpoint=tmp_path / "c")
+    with pytest.raises(RunnerError, match="processing-time trigger"):
+        sparkqos.stream(
+            df, vessel_queries(spark_sql), shards=2, shard_by="mmsi", checkpoint=tmp_path / "c", trigger_s="available_now"
+        )
+    with pytest.raises(RunnerError, match="shard_by must name a column"):
+        sparkqos.stream(df, vessel_queries(spark_sql), shards=2, shard_by="nope", checkpoint=tmp_path / "c", trigger_s=0.5)
+
+
+def _serve_in_shards(compiled, table: pa.Table, key: str, strategy: str, shards: int = 3, steps: int = 4) -> dict[str, pa.Table]:
+    """``table`` split by ``key`` into ``shards`` and each shard's rows into ``steps`` micro-batches
+    in order, each served by a :class:`ShardWork` restored from the blob of the one before, with
+    a budget so small that work is left queued across micro-batches; then every shard drained.
+    Returns every query's rows over all shards."""
+    work = ShardWork(compiled, RunConfig(checkpoint="/unused", strategy=strategy, trigger_s=0.25, budget_s=1e-4), shards)
+    shard_of = pc.cast(table.column(key), pa.int64()).to_numpy() % shards
+    got: dict[str, list[pa.Table]] = {q: [] for q in compiled.roots}
+    for s in range(shards):
+        mine = table.filter(pa.array(shard_of == s))
+        bounds = [round(i * mine.num_rows / steps) for i in range(steps + 1)]
+        blob = None
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            step = work.step(s, blob, [mine.slice(lo, hi - lo)])
+            blob = step.state
+            for q, t in step.outputs.items():
+                got[q].append(t)
+        for q, t in work.finish(s, blob).outputs.items():
+            got[q].append(t)
+    return {q: pa.concat_tables(ts).select(compiled.output_schema(q).names) for q, ts in got.items()}
+
+
+@pytest.fixture(scope="module")
+def vessels(spark_sql):
+    """The hand-made reports, the per-vessel queries compiled, and Spark's rows of each."""
+    table = handmade()
+    df = spark_sql.createDataFrame(table).coalesce(1)
+    queries = vessel_queries(spark_sql)
+    compiled = compile_transforms(df, queries, {q: VESSEL_QUERY_CLASSES[q] for q in queries}, VESSEL_PRIORITIES)
+    return table.sort_by("ts"), df, queries, compiled, {name: t(df).toArrow() for name, t in queries.items()}
+
+
+@pytest.fixture(scope="module")
+def sensors(spark_sql, tmp_path_factory):
+    """A sensor trace, the per-sensor queries compiled, and Spark's rows of each."""
+    path = tmp_path_factory.mktemp("sensors") / "trace.parquet"
+    sensor_trace(path, 1200, 20.0, seed=3, fire_probability=0.02)
+    df = spark_sql.read.parquet(str(path))
+    every = sensor_transforms(model_size=256)
+    queries = {q: t for q, t in every.items() if q in PER_SENSOR}
+    compiled = compile_transforms(df, queries, {q: SENSOR_QUERY_CLASSES[q] for q in queries}, SENSOR_CLASSES, "native")
+    assert all(r is None for r in shard_report(compiled, "sensor_id").values())
+    whole = compile_transforms(df, every)
+    assert shard_report(whole, "sensor_id")["zone_stats"] is not None  # grouped by location
+    with pytest.raises(NotShardable, match=r"queries \['archive'\] have parts Spark evaluates"):
+        ShardWork(whole, RunConfig(checkpoint="/unused"), 2)
+    return pq.read_table(path), compiled, {name: t(df).toArrow() for name, t in queries.items()}
+
+
+@pytest.mark.parametrize("strategy", ["fifo", "chain", "cqc", "adaptive"])
+def test_shards_give_sparks_rows_and_the_driver_lanes(vessels, sensors, strategy):
+    table, df, queries, compiled, spark_rows = vessels
+    sharded = _serve_in_shards(compiled, table, "mmsi", strategy)
+    driver = sparkqos.run(df, queries, strategy=strategy)
+    for name in queries:
+        assert_same_rows(sharded[name], spark_rows[name], f"{name} sharded under {strategy}", rel=1e-12)
+        assert_same_rows(sharded[name], driver[name], f"{name} sharded vs driver lane under {strategy}", rel=1e-12)
+    readings, compiled, spark_rows = sensors
+    sharded = _serve_in_shards(compiled, readings, "sensor_id", strategy)
+    for name, want in spark_rows.items():
+        assert_same_rows(sharded[name], want, f"{name} sharded under {strategy}", rel=1e-12)
+
+
+def _trace(tmp_path: Path) -> Path:
+    path = tmp_path / "vessels.parquet"
+    pq.write_table(handmade(), path)
+    return path
+
+
+def serve_to_end(handle, rows: int, timeout_s: float = 180.0, progress=None) -> list[dict]:
+    """Run ``handle`` until its triggers took ``rows`` input rows and left nothing queued; stop it.
+    ``progress()`` gives the records to count (default: this handle's; after a restart, the
+    metrics table's, which hold the batches earlier processes ran too)."""
+    query = handle.start()
+    ends = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < ends:
+            if query.exception() is not None:
+                raise query.exception()
+            recent = list(handle.recentProgress) if progress is None else progress()
+            if sum(p["numInputRows"] for p in recent) >= rows and recent[-1]["queuedRows"] == 0:
+                return recent
+            time.sleep(0.2)
+        raise AssertionError(f"the sharded stream did not take {rows} rows within {timeout_s:g} s")
+    finally:
+        handle.stop()
+
+
+def test_the_sharded_stream_gives_sparks_rows(spark_sql, tmp_path):
+    path = _trace(tmp_path)
+    queries = vessel_queries(spark_sql)
+    classes = {q: VESSEL_QUERY_CLASSES[q] for q in queries}
+    sink = MemorySink()
+    seen = []
+    handle = sparkqos.stream(
+        replay(spark_sql, path, seconds_per_trigger=600),
+        queries,
+        classes=classes,
+        priorities=VESSEL_PRIORITIES,
+        shards=2,
+        shard_by="mmsi",
+        strategy="cqc",
+        trigger_s=0.25,
+        checkpoint=tmp_path / "ckpt",
+        output=tmp_path / "out",
+        sink=sink,
+        on_progress=seen.append,
+    )
+    serve_to_end(handle, handmade().num_rows)
+    last = handle.finish()
+    static = spark_sql.read.parquet(str(path))
+    for name, transform in queries.items():
+        assert_same_rows(sink.table(name), transform(static).toArrow(), f"{name} sharded", rel=1e-12)
+    # the progress folds every shard's work: rows in, rows out per query, one record per trigger
+    records = handle.recentProgress
+    assert sum(p["numInputRows"] for p in records) == handmade().num_rows
+    assert sum(p["numOutputRows"] for p in records) == sum(sink.table(q).num_rows for q in queries)
+    assert {p["strategy"] for p in records} == {"cqc"} and seen[-1] is last is records[-1]
+    assert {s["shard"] for p in records for s in p["shards"]} == {0, 1}
+    stored = sparkqos.spark.runner.read_progress(tmp_path / "out", "sparkqos")
+    assert [p["batchId"] for p in stored] == [p["batchId"] for p in records]
+    with pytest.raises(RunnerError, match="drained by finish"):
+        handle.start()
+
+
+CLUSTER_TESTS = pytest.mark.skipif(
+    os.environ.get("SPARKQOS_CLUSTER_TESTS") != "1",
+    reason="starts JVMs of its own (minutes on 2 loaded cores): SPARKQOS_CLUSTER_TESTS=1",
+)
+
+
+@CLUSTER_TESTS
+def test_on_two_executor_jvms_a_killed_shard_worker_loses_and_duplicates_nothing(tmp_path):
+    """local-cluster[2,1,1024]: two executor JVMs; the shards' Python workers run in both. The
+    worker serving a shard is SIGKILLed in its second micro-batch; Spark retries the task from
+    the state before it, and the rows after draining are Spark's, each once."""
+    summary = run_connect_job("sharded_cluster_job.py", str(tmp_path), cwd=ROOT, timeout=600)
+    assert summary["executor_pids"] >= 2, summary
+    assert summary["killed"], summary
+    assert summary["mismatches"] == [], summary
+
+
+@CLUSTER_TESTS
+def test_a_driver_killed_between_state_commit_and_sink_write_or_after_it_loses_and_duplicates_nothing(tmp_path):
+    """The driver SIGKILLed after Spark committed the shards' state of batch 2 but before its
+    outputs were written (``after_run:2``), then after the sink write of batch 4 but before Spark
+    marked it done (``after_sink:4``); each restart replays the batch from the state before it and
+    the sink replaces its files. After draining, every query's rows are Spark's, each once."""
+    job = [sys.executable, str(ROOT / "tests" / "sharded_cluster_job.py"), str(tmp_path), "driver"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for fault in ("after_run:2", "after_sink:4"):
+        done = subprocess.run([*job, fault], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == -signal.SIGKILL, (fault, done.returncode, done.stderr[-3000:])
+        assert f"SIGKILL at {fault.split(':')[0]} of batch {fault.split(':')[1]}" in done.stderr
+    summary = run_connect_job("sharded_cluster_job.py", str(tmp_path), "driver", "-", cwd=ROOT, timeout=600)
+    assert summary["mismatches"] == [], summary
