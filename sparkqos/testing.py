@@ -296,15 +296,17 @@ def sensor_table(n: int, seed: int, start: float = 1_700_000_000.0) -> pa.Table:
 
 
 def _cell(v: Any) -> Any:
-    if isinstance(v, dict):  # a window struct: (start, end)
-        return tuple(v.values())
+    if isinstance(v, dict):  # a struct (a window's: (start, end)), its fields compared as cells
+        return tuple(_cell(x) for x in v.values())
+    if isinstance(v, list):  # an array
+        return tuple(_cell(x) for x in v)
     if isinstance(v, float):
         return "NaN" if math.isnan(v) else v + 0.0  # -0.0 and 0.0 sort as one value
     return v
 
 
 def sorted_rows(table: pa.Table) -> list[tuple]:
-    """``table``'s rows as tuples in a canonical order (NaN as "NaN", a struct as a tuple)."""
+    """``table``'s rows as tuples in a canonical order (NaN as "NaN", a struct or an array as a tuple)."""
     return sorted((tuple(_cell(v) for v in r.values()) for r in table.to_pylist()), key=repr)
 
 

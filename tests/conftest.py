@@ -24,6 +24,52 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: Test files whose tests wait on processes of their own (a notebook kernel, a Spark Connect
+#: server, a fresh virtualenv), longest first: they run first, so that with ``-n 2`` (pytest-xdist)
+#: they overlap the rest of the suite instead of ending it.
+FIRST = ("test_notebooks.py", "test_connect.py", "test_connect_transforms.py", "test_wheel.py", "test_experiments.py")
+
+#: The tests that start a local Spark Connect server (``remote("local[2]")``): it always listens
+#: on port 15002, so two of them at once fail to bind. They run one after another on one worker.
+CONNECT = (
+    "tests/test_connect.py",
+    "tests/test_connect_transforms.py",
+    "tests/test_notebooks.py::test_quickstart_runs_top_to_bottom[connect]",
+)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work one xdist worker takes whole: the test's file (its module-scoped fixtures
+    are built once), or ``spark-connect`` for the tests of :data:`CONNECT`, or for the notebooks
+    each test alone (each starts its own kernel)."""
+    if nodeid.startswith(CONNECT):
+        return "spark-connect"
+    path = nodeid.split("::")[0]
+    return nodeid if path == "tests/test_notebooks.py" else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduling with the units of :func:`xdist_scope`, handed out in
+    collection order (``--no-loadscope-reorder`` in pyproject.toml's addopts)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ScopeScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that takes the ``spark`` fixture ``spark`` (``-m "not spark"`` is the quick
+    subset), and order the files of :data:`FIRST` first (whole files, in their own order)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+    first = {name: rank for rank, name in enumerate(FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))
+
 
 def run_connect_job(script: str, *args: str, cwd: Path, timeout: float) -> dict:
     """Run ``tests/<script>`` (one ``remote("local[2]")`` session) in its own process, its Spark

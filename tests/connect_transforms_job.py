@@ -16,6 +16,7 @@ import math
 import re
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -93,6 +94,18 @@ def transforms():
             F.upper("s").alias("u"), F.isnan("d")
         ),
         "synthetic": lambda df: sparkqos.synthetic(df.where(F.col("l") != 0), 0.5, seed=3, key="l").select("l", "s"),
+        # struct fields, rounding and a decimal literal, natively (issue 24)
+        "nested": lambda df: (
+            df.select(
+                F.struct("i", F.col("d").alias("x")).alias("s1"),
+                F.round("d", 2).alias("r2"),
+                F.bround("d", -1).alias("b1"),
+                F.round("i", -1).alias("ri"),
+                (F.lit(Decimal("1.609")) * F.col("d")).alias("km"),
+            )
+            .where(F.col("s1.i").isNotNull() & (F.col("km") > F.lit(Decimal("-1.5"))))
+            .select(F.col("s1.x"), F.col("s1").getField("i").alias("ii"), "s1", "r2", "b1", "ri", "km")
+        ),
     }
 
 

@@ -29,6 +29,7 @@ def main(out: str, mode: str = "cluster", fault: str = "-") -> None:
     from pyspark.sql import SparkSession
 
     import sparkqos
+    from sparkqos.runtime.progress import read_progress
     from sparkqos.runtime.sinks import MemorySink, read_parquet_sink
     from sparkqos.testing import assert_same_rows
     from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES
@@ -65,7 +66,8 @@ def main(out: str, mode: str = "cluster", fault: str = "-") -> None:
         output=base / "out",
         fault="in_shard:1" if mode == "cluster" else (None if fault == "-" else fault),
     )
-    recent = serve_to_end(handle, handmade().num_rows, timeout_s=400)
+    table = None if mode == "cluster" else (lambda: read_progress(base / "out", "sparkqos"))
+    recent = serve_to_end(handle, handmade().num_rows, timeout_s=400, progress=table)
     handle.finish()
     written = {q: sink.table(q) for q in queries} if sink is not None else read_parquet_sink(base / "out" / "outputs")
     static = spark.read.parquet(str(path))

@@ -28,6 +28,8 @@ from tests.conftest import run_connect_job
 from tests.connect_transforms_job import SPARK_PARTS, describe, table, transforms
 from tests.test_transforms import canonical
 
+pytestmark = pytest.mark.spark  # a Spark Connect server in a process of its own
+
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> tuple[Path, dict]:

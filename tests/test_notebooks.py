@@ -10,6 +10,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.spark  # each test starts a kernel with a Spark session of its own
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -36,7 +38,7 @@ def test_quickstart_runs_top_to_bottom(tmp_path, session):
     delay per class and queued memory inline, reads the outputs back (its last cell checks the
     archive has rows)."""
     env = {
-        "SPARKQOS_QUICKSTART_SECONDS": "12",
+        "SPARKQOS_QUICKSTART_SECONDS": "6",
         "SPARKQOS_QUICKSTART_SESSION": session,
         "SPARKQOS_QUICKSTART_OUT": str(tmp_path / "out"),
         "PYSPARK_PYTHON": sys.executable,

@@ -11,9 +11,10 @@ from sparkqos import schedulers
 from sparkqos.errors import ConfigError, ExecutorOptionError, RunnerError, TriggerError
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.options import ExecutorOptions
+from sparkqos.runtime.assembly import executor_options
 from sparkqos.runtime.config import Continuous, Input, RunConfig, Storage, StrategyConfig, Trigger
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, PartedSink, Sink
-from sparkqos.runtime.trigger import TriggerLoop, executor_options
+from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers import ClusterScheduler, Cos
 from sparkqos.workloads.sensors import sensor_queries
 

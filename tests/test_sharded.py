@@ -146,15 +146,17 @@ def _trace(tmp_path: Path) -> Path:
     return path
 
 
-def serve_to_end(handle, rows: int, timeout_s: float = 180.0) -> list[dict]:
-    """Run ``handle`` until its triggers took ``rows`` input rows and left nothing queued; stop it."""
+def serve_to_end(handle, rows: int, timeout_s: float = 180.0, progress=None) -> list[dict]:
+    """Run ``handle`` until its triggers took ``rows`` input rows and left nothing queued; stop it.
+    ``progress()`` gives the records to count (default: this handle's; after a restart, the
+    metrics table's, which hold the batches earlier processes ran too)."""
     query = handle.start()
     ends = time.monotonic() + timeout_s
     try:
         while time.monotonic() < ends:
             if query.exception() is not None:
                 raise query.exception()
-            recent = list(handle.recentProgress)
+            recent = list(handle.recentProgress) if progress is None else progress()
             if sum(p["numInputRows"] for p in recent) >= rows and recent[-1]["queuedRows"] == 0:
                 return recent
             time.sleep(0.2)

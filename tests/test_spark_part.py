@@ -82,7 +82,8 @@ QUERIES = {
     "hash": lambda d: d.select(
         "id", F.concat_ws("|", "s", F.col("id").cast("string")).alias("c"), F.sha2(F.col("s"), 256).alias("h")
     ),
-    "explode": lambda d: d.select("id", F.explode(F.split(F.coalesce("s", F.lit("")), "-")).alias("w")).where(F.col("w") != "x"),
+    # split on a regular expression ("-+"): Spark's part (on a plain string, split and explode run natively)
+    "explode": lambda d: d.select("id", F.explode(F.split(F.coalesce("s", F.lit("")), "-+")).alias("w")).where(F.col("w") != "x"),
     "udf": lambda d: d.select("id", F.explode_outer(pieces("s")).alias("p")),
     "sql": lambda d: d.where("id > 1").selectExpr("id", "initcap(s) AS s2", "d * 2 AS d2"),
     "native_above": lambda d: d.select("id", F.sha2(F.col("s"), 224).alias("h")).where(F.col("id") > 1).select("h"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -370,7 +371,7 @@ def _iterator_udf():
 
 
 UNSUPPORTED = {
-    "Aggregate": lambda d: d.groupBy("s").count(),
+    "collect_list": lambda d: d.groupBy("s").agg(F.collect_list("i")),  # groupBy without a window runs; this does not
     "stream–stream join": lambda d: d.join(d.select("i"), "i"),  # no event-time range
     "dropDuplicatesWithinWatermark": lambda d: d.dropDuplicatesWithinWatermark(["s"]),  # Spark: streams only
     "Sort": lambda d: d.orderBy("i"),
@@ -382,7 +383,7 @@ UNSUPPORTED = {
     "regexp_extract": lambda d: d.select(F.regexp_extract("s", "a", 0).alias("r")),
     "substring": lambda d: d.select(F.substring("s", F.col("i"), 2).alias("r")),  # a position from a column
     "cast": lambda d: d.select(F.col("d").cast("string").alias("r")),
-    "round": lambda d: d.select(F.round("d", 2).alias("r")),
+    "round": lambda d: d.select(F.round(F.lit(Decimal("1.25")), 1).alias("r")),  # of a decimal (of a double: runs)
     "pmod": lambda d: d.select(F.pmod("i", F.lit(2)).alias("r")),
     "try_cast": lambda d: d.select(F.col("d").try_cast("int").alias("r")),  # null, not saturated, on overflow
     "sin": lambda d: d.select(F.sin("d").alias("r")),  # StrictMath: last bits differ from libm
@@ -485,8 +486,8 @@ def test_stream_equals_spark_on_the_static_data(spark_sql, sensor_trace, tmp_pat
 def test_stream_checks_transforms_before_starting(spark_sql, sensor_trace, tmp_path):
     sources.register(spark_sql)
     streaming = spark_sql.readStream.format("sparkqos.replay").option("path", str(sensor_trace)).load()
-    with pytest.raises(UnsupportedTransform, match="Aggregate"):
-        sparkqos.stream(streaming, {"counts": lambda d: d.groupBy("zone").count()}, checkpoint=tmp_path)
+    with pytest.raises(UnsupportedTransform, match="collect_list"):  # groupBy("zone").count() runs (update mode)
+        sparkqos.stream(streaming, {"lists": lambda d: d.groupBy("zone").agg(F.collect_list("ts"))}, checkpoint=tmp_path)
     with pytest.raises(UnsupportedTransform, match="Sort.*orderBy"):
         sparkqos.stream(streaming, {"sorted": lambda d: d.where("sensor_id > 1").orderBy("ts")}, checkpoint=tmp_path)
     assert not spark_sql.streams.active

@@ -92,14 +92,23 @@ def test_wheel_carries_the_package_data(wheel):
     assert not [n for n in names if n.startswith(("tests/", "jobs/", "benchmarks/"))]
 
 
+@pytest.mark.spark  # a Spark session in the fresh virtualenv
 def test_wheel_runs_a_stream_from_a_fresh_virtualenv(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
     python = env_dir / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
+    # Not from the checkout (nor with it on PYTHONPATH): `python -m pip` looks in its working
+    # directory too, where building the wheel left sparkqos.egg-info, and would call the wheel
+    # "already installed" and install nothing.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], cwd=tmp_path, env=env, check=True, capture_output=True
+    )
     purelib = Path(
         subprocess.run(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            cwd=tmp_path,
+            env=env,
             check=True,
             capture_output=True,
             text=True,
@@ -109,7 +118,6 @@ def test_wheel_runs_a_stream_from_a_fresh_virtualenv(wheel, tmp_path):
     (purelib / "zz_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(python)
     (work / "run.py").write_text(SCRIPT)
     done = subprocess.run(

@@ -92,6 +92,12 @@ def main(argv=None) -> int:
     ap.add_argument("--load", type=float, default=0.8, help="executor load at the base rate (share of one core)")
     ap.add_argument("--load-from", type=float, default=0.5)
     ap.add_argument("--load-to", type=float, default=1.5)
+    ap.add_argument(
+        "--quantum",
+        type=float,
+        default=None,
+        help="quantum of pc, simplified_segment and threshold, s (default: the runner's, a tenth of the budget)",
+    )
     args = ap.parse_args(argv)
     plan = scheduling_plan()
     unit = C.cost_unit_for(plan, args.rate, args.load)
@@ -104,7 +110,13 @@ def main(argv=None) -> int:
         return args.load_from + (args.load_to - args.load_from) * t / args.seconds
 
     results, rows = C.run_experiment(
-        "path_latency", args, {"paths": paths}, args.strategies.split(","), rate_profile=profile, run_name=lambda p, s: s
+        "path_latency",
+        args,
+        {"paths": paths},
+        args.strategies.split(","),
+        strategy_params=lambda p, s: {"quantum": args.quantum} if args.quantum and s != "chain" else {},
+        rate_profile=profile,
+        run_name=lambda p, s: s,
     )
     header = [
         "strategy",

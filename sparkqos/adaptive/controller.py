@@ -48,6 +48,7 @@ candidate alive: a clipped z of 0 would otherwise never be spun again and never 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Mapping, Sequence
@@ -56,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from sparkqos.adaptive.qos import QosSpec, Window, measure, resolve
+from sparkqos.adaptive.scoring import Scoring
 from sparkqos.errors import QosSpecError, SchedulerError, check_choice, check_number
 from sparkqos.model.state import SchedulerState, Unit
 from sparkqos.model.stats import DEFAULT_WEIGHT, smooth
@@ -371,12 +373,12 @@ class Adaptive(Scheduler):
 
     Parameters: ``candidates`` (registry names), ``qos`` (a :class:`~sparkqos.adaptive.qos.QosSpec`, a
     template name, a TOML path, …; default ``balanced``), ``seed`` of the roulette wheel (None: not
-    reproducible), ``decay`` and ``age_unit`` of eq 5.1, the evaluation window — every ``period``
-    time units of ``state.now`` and/or every ``period_picks`` picks — the ``starvation`` threshold
-    (consecutive picks of units with no work before a forced switch), smoothing weight ``w``
-    (eq 3.1), the ``spread`` reading of eq 5.1, the window ``delay_signal`` and ``memory_signal``,
-    the wheel's ``sharpness`` and ``explore`` share (see the module), ``log_limit``, how many
-    decisions ``decisions`` keeps (the newest; None: all), and ``member_params``, parameters of
+    reproducible), the evaluation window — every ``period`` time units of ``state.now`` and/or
+    every ``period_picks`` picks — the ``starvation`` threshold (consecutive picks of units with
+    no work before a forced switch), ``scoring``: how windows are scored and the wheel spun
+    (:class:`~sparkqos.adaptive.scoring.Scoring`: ``decay``, ``age_unit``, ``w``, ``spread``,
+    ``delay_signal``, ``memory_signal``, ``sharpness``, ``explore``, ``log_limit``; each may also be
+    given by name, ``Adaptive(decay=0.9)``), ``member_params``, parameters of
     the candidates by name (e.g. ``{"cqc": {"k": 0.5}}``; the others get their defaults), and
     ``class_shares``: None, or the parameters (``k``, ``quantum``) of the
     :class:`~sparkqos.schedulers.classes.ClassShares` each candidate then runs under, so CQC's
@@ -399,37 +401,23 @@ class Adaptive(Scheduler):
         candidates: Sequence[str] = ("fifo", "rr", "mtiq", "chain"),
         qos: Any = "balanced",
         seed: int | None = 0,
-        decay: float = 0.98,
-        age_unit: str = "picks",
         period: float | None = 1.0,
         period_picks: int | None = None,
         starvation: int = 3,
-        w: float = DEFAULT_WEIGHT,
-        spread: str = "strategies",
-        delay_signal: str = "little",
-        memory_signal: str = "release",
-        sharpness: float = 3.0,
-        explore: float = 0.05,
-        log_limit: int | None = 10_000,
+        scoring: Scoring | None = None,
         member_params: Mapping[str, Mapping[str, Any]] | None = None,
         class_shares: Mapping[str, Any] | None = None,
+        **scoring_values: Any,
     ):
-
         self.candidates = candidates
         self.qos = qos
         self.seed = seed
-        self.decay = decay
-        self.age_unit = age_unit
         self.period = period
         self.period_picks = period_picks
         self.starvation = starvation
-        self.w = w
-        self.spread = spread
-        self.delay_signal = delay_signal
-        self.memory_signal = memory_signal
-        self.sharpness = sharpness
-        self.explore = explore
-        self.log_limit = log_limit
+        if scoring is not None and not isinstance(scoring, Scoring):
+            raise SchedulerError(f"scoring must be a Scoring, got {scoring!r}")
+        self.scoring = Scoring.of(scoring, **scoring_values)
         names = [candidates] if isinstance(candidates, str) else list(candidates)
         if "adaptive" in names or any(not isinstance(n, str) for n in names):
             raise SchedulerError(f"candidates are names of non-adaptive registered strategies, got {candidates!r}")
@@ -438,9 +426,7 @@ class Adaptive(Scheduler):
         check_number("period", period, low=0, low_open=True, none_ok=True, error=SchedulerError)
         check_number("period_picks", period_picks, low=1, integer=True, none_ok=True, error=SchedulerError)
         check_number("starvation", starvation, low=1, integer=True, error=SchedulerError)
-        self.controller = AdaptiveController(
-            names, resolve(qos), seed, decay, age_unit, w, spread, delay_signal, memory_signal, sharpness, explore, log_limit
-        )
+        self.controller = AdaptiveController(names, resolve(qos), seed, **dataclasses.asdict(self.scoring))
         member_params = {} if member_params is None else member_params
         if not isinstance(member_params, Mapping) or any(not isinstance(v, Mapping) for v in member_params.values()):
             raise SchedulerError(f"member_params maps candidate names to parameter tables, got {member_params!r}")
@@ -525,7 +511,7 @@ class Adaptive(Scheduler):
         return math.fsum(state.queued(op) * self._yield[op] for op in plan.names)
 
     def _open(self, state: SchedulerState, now: float) -> None:
-        pending = self._pending(state) if self.delay_signal == "little" else 0.0
+        pending = self._pending(state) if self.scoring.delay_signal == "little" else 0.0
         self._window = {
             "start": now,
             "output": state.output_total,
@@ -576,7 +562,7 @@ class Adaptive(Scheduler):
             delay_sum=state.output_delay_total - win["delay"],
             queued_mean=queued,
             queued_bytes_mean=queued_bytes,
-            pending_mean=pending if self.delay_signal == "little" else None,
+            pending_mean=pending if self.scoring.delay_signal == "little" else None,
             # Windows restored from a state written before these counters existed lack them.
             inputs=state.input_total - win["input"] if "input" in win else None,
             work=state.work_total - win["work"] if "work" in win else None,
@@ -641,7 +627,7 @@ class Adaptive(Scheduler):
         win["last_b"] = b = state.total_queued_bytes
         win["sum"] += q
         win["sum_bytes"] += b
-        if self.delay_signal == "little":
+        if self.scoring.delay_signal == "little":
             # Σ queued × yield is O(operators): sampled every ⌈n/16⌉ picks it costs O(1) per pick,
             # the value held in between (the window's mean is time-weighted anyway).
             every = max(1, -(-len(state.plan) // 16))

@@ -6,6 +6,7 @@ works on these."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,16 @@ SPARK_TYPES = {
 }
 
 
-def spark_type(name: str) -> pa.DataType | None:
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def spark_type(name: Any) -> pa.DataType | None:
     """The Arrow type of a Spark type name of the plan JSON (None: not one sparkqos computes on)."""
+    if not isinstance(name, str):
+        return None
+    found = _DECIMAL.fullmatch(name)
+    if found:
+        return pa.decimal128(int(found.group(1)), int(found.group(2)))
     return SPARK_TYPES.get(name)
 
 

@@ -39,6 +39,7 @@ from sparkqos.executor.expressions import Alias, Col, Expr
 from sparkqos.executor.operators import (
     Deduplicate,
     EventWindowAggregate,
+    Generate,
     IntervalJoin,
     KeyedLag,
     PhysicalOperator,
@@ -75,7 +76,7 @@ class Refusal:
 
 #: Operators whose output rows each come from one input row (or one static-table match): they
 #: keep the shard key wherever their output keeps its column.
-_STATELESS = (Select, Synthetic, StaticJoin, Union)
+_STATELESS = (Select, Synthetic, StaticJoin, Union, Generate)
 #: Operators keeping state per key: the attribute(s) naming their keys.
 _KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate)
 

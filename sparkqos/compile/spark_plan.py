@@ -65,13 +65,13 @@ from sparkqos.executor.expressions import (
     Logical,
     Negate,
     Not,
-    SqlArith,
     SqlCompare,
     StringMatch,
     Substring,
     cast_supported,
     spark_cast,
 )
+from sparkqos.executor.expressions.numeric import decimal_value
 from sparkqos.executor.operators import PhysicalOperator, Project, Select, Synthetic, Union
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import with_internal
@@ -135,6 +135,8 @@ _FUNCTION_NAMES = {
     "Explode": "explode",
     "PosExplode": "posexplode",
     "GetStructField": "a struct field",
+    "CreateNamedStruct": "struct",
+    "CreateArray": "array",
     "GetArrayItem": "an array element",
     "RegExpReplace": "regexp_replace",
     "RLike": "rlike",
@@ -156,6 +158,8 @@ _FUNCTION_NAMES = {
     "BRound": "bround",
 }
 
+#: Arithmetic, mapped by compile/numeric.py (tables.EXPRESSIONS), which also types decimals.
+_ARITHMETIC = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%", "IntegralDivide": "div"}
 _COMPARISONS = {
     "EqualTo": "==",
     "LessThan": "<",
@@ -163,7 +167,6 @@ _COMPARISONS = {
     "GreaterThan": ">",
     "GreaterThanOrEqual": ">=",
 }
-_ARITHMETIC = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%", "IntegralDivide": "div"}
 _CALLS = {
     "Abs": "abs",
     "Sqrt": "sqrt",
@@ -206,7 +209,7 @@ _STRICT_MATH = {
 }
 _MATCHES = {"Contains": "contains", "StartsWith": "startswith", "EndsWith": "endswith", "Like": "like"}
 #: Every expression class :meth:`_QueryCompiler.expr` maps (some only with literal arguments:
-#: ``round`` with scale 0, ``substring`` and pattern matches with literal patterns), besides the
+#: ``substring`` and pattern matches with literal patterns), besides the
 #: handlers of tables.EXPRESSIONS. What a query computes beyond these, Spark evaluates.
 NATIVE_EXPRESSIONS = frozenset(
     {
@@ -386,8 +389,6 @@ class _QueryCompiler:
             return Lit(math.e, pa.float64())
         if cls in ("Alias", "UnaryPositive"):
             return sub(kids[0])
-        if cls in _ARITHMETIC:
-            return SqlArith(_ARITHMETIC[cls], sub(kids[0]), sub(kids[1]))
         if cls == "UnaryMinus":
             return Negate(sub(kids[0]))
         if cls in _COMPARISONS:
@@ -412,16 +413,7 @@ class _QueryCompiler:
             known = [t for t in types if not pa.types.is_null(t)]
             return CaseWhen(branches, otherwise, known[0] if known else pa.null())
         if cls == "Cast":
-            child = sub(kids[0])
-            to = spark_type(f["dataType"])
-            src = child.check(rel.schema, self.query)
-            if to is None or not cast_supported(src, to):
-                raise self.unsupported(f"Spark function 'cast' from {src} to {f['dataType']}")
-            if isinstance(child, Lit):
-                # The analyzer's casts of literals (60 → 60.0 beside a double column): cast once
-                # here, by the same function, rather than on every batch.
-                return Lit(spark_cast(child.evaluate(None), to).as_py(), to)
-            return Cast(child, to)
+            return self.cast(node, rel)
         if cls in ("StringTrim", "StringTrimLeft", "StringTrimRight"):
             if len(kids) != 1:
                 raise self.unsupported(f"Spark function '{cls}' with characters to trim")
@@ -431,11 +423,6 @@ class _QueryCompiler:
             if any(b is None for b in bounds):
                 raise self.unsupported("Spark function 'substring' with a position or length that is not a literal")
             return Substring(sub(kids[0]), int(bounds[0]), int(bounds[1]))
-        if cls == "Round":
-            scale = kids[1]
-            if scale.cls != "Literal" or scale.fields.get("value") != "0":
-                raise self.unsupported("Spark function 'round' with a scale other than 0")
-            return Call("round", sub(kids[0]))
         if cls in _CALLS:
             return Call(_CALLS[cls], *(sub(k) for k in kids))
         if cls in _MATCHES:
@@ -452,6 +439,20 @@ class _QueryCompiler:
             )
         name = _FUNCTION_NAMES.get(cls, cls)
         raise self.unsupported(f"Spark function {name!r}")
+
+    def cast(self, node: Node, rel: Rel, child: Expr | None = None) -> Expr:
+        """Spark's ``cast`` of ``node``'s child (:func:`cast_supported` says which); ``child``: that
+        child already compiled."""
+        child = self.expr(node.children[0], rel) if child is None else child
+        to = spark_type(node.fields["dataType"])
+        src = child.check(rel.schema, self.query)
+        if to is None or not cast_supported(src, to):
+            raise self.unsupported(f"Spark function 'cast' from {src} to {node.fields['dataType']}")
+        if isinstance(child, Lit):
+            # The analyzer's casts of literals (60 → 60.0 beside a double column): cast once
+            # here, by the same function, rather than on every batch.
+            return Lit(spark_cast(child.evaluate(None), to).as_py(), to)
+        return Cast(child, to)
 
     def literal(self, f: dict[str, Any]) -> Lit:
         t = spark_type(f["dataType"])
@@ -476,6 +477,8 @@ class _QueryCompiler:
             value = float(raw)  # "NaN", "Infinity" and "-Infinity" parse too
         elif pa.types.is_boolean(t):
             value = raw == "true"
+        elif pa.types.is_decimal(t):
+            value = decimal_value(raw, t)
         else:
             value = str(raw)
         return Lit(value, t)

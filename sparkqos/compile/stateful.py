@@ -11,20 +11,26 @@ itself. What the analyzed JSON leaves out comes from the plan context
 unresolved ``window(...)`` call), the watermark delay of the event-time column (from the
 ``EventTimeWatermark`` node) and whether the input is a stream.
 
+An ``Aggregate`` without a time window (``groupBy("k").agg(...)``, ``df.agg(...)``) maps to a
+:class:`~sparkqos.executor.operators.KeyedAggregate`: on a stream Spark's update output mode
+(each run emits the keys it changed; no watermark needed, the state is one row per key), on a
+finite DataFrame the final table.
+
 Supported aggregates: ``count`` (of rows, a literal or a column), ``sum``, ``avg``/``mean``,
 ``min``, ``max``, ``first``, ``last`` (``ignorenulls`` too), over columns or expressions, keys
-that are columns. An aggregation without a time window, a stream without a watermark, distinct
-aggregates, expressions over aggregates and other aggregate functions raise
+that are columns. A windowed aggregation on a stream without a watermark, ``session_window``,
+distinct aggregates, expressions over aggregates and other aggregate functions raise
 :class:`~sparkqos.errors.UnsupportedTransform` naming them.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
 from sparkqos.executor.expressions import Alias, Col
-from sparkqos.executor.operators import EventWindowAggregate, Project, WindowAgg
+from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, Project, WindowAgg
 
 _AGGREGATES = {"Count": "count", "Sum": "sum", "Average": "avg", "Min": "min", "Max": "max", "First": "first", "Last": "last"}
 _AGG_NAMES = {
@@ -134,15 +140,29 @@ def _window_params(qc: Any, child: Node) -> tuple[int, int, int]:
     return size, slide, start
 
 
+def _text(node: Node) -> str:
+    """The JSON of ``node``'s fields and its children's, as one string."""
+    return json.dumps(node.fields, default=str) + "".join(_text(k) for k in node.children)
+
+
 def _window_input(qc: Any, child: Node) -> tuple[Node, Node]:
     found = _rewrite(child)
     if found is None:
+        if "TimestampAddInterval" in _text(child):  # session_window's rewrite: end = ts + gap
+            raise qc.unsupported(
+                "Spark function 'session_window'", "sparkqos runs tumbling and sliding windows, window(ts, ...), natively"
+            )
         raise qc.unsupported("a groupBy whose window() sparkqos cannot place", "group by window(col, ...) and columns")
     return found
 
 
+def _windows(node: Node) -> list[Node]:
+    grouping = [parse_expr(g) for g in node.fields.get("groupingExpressions", [])]
+    return [g for g in grouping if g.cls == "AttributeReference" and _is_window_struct(g)]
+
+
 def aggregate_inputs(node: Node) -> list[Node]:
-    found = _rewrite(node.children[0]) if node.children else None
+    found = _rewrite(node.children[0]) if node.children and _windows(node) else None
     return node.children if found is None else [found[1]]
 
 
@@ -150,41 +170,65 @@ def aggregate(qc: Any, node: Node) -> Rel:
     if "groupingExpressions" not in node.fields:  # Spark Connect writes the node without its fields
         raise qc.unsupported("Spark operation 'Aggregate'", "groupBy/agg is not supported under Spark Connect yet")
     grouping = [parse_expr(g) for g in node.fields["groupingExpressions"]]
-    windows = [g for g in grouping if g.cls == "AttributeReference" and _is_window_struct(g)]
-    if not windows:
-        raise qc.unsupported(
-            "Spark operation 'Aggregate' (groupBy/agg) without a time window",
-            "a continuous query aggregates per event-time window: groupBy(window(ts, ...), ...) after withWatermark",
-        )
+    windows = _windows(node)
     if len(windows) > 1:
         raise qc.unsupported("a groupBy over two time windows")
-    window_id = _eid(windows[0])
-    ts, below = _window_input(qc, node.children[0])
-    size_us, slide_us, start_us = _window_params(qc, node.children[0])
-    base = qc.relation(below)
+    window_id = _eid(windows[0]) if windows else None
+    if windows:
+        ts, below = _window_input(qc, node.children[0])
+        size_us, slide_us, start_us = _window_params(qc, node.children[0])
+        base = qc.relation(below)
+    else:
+        base = qc.relation(node.children[0])
     names = dict(base.attrs)
-    if _eid(ts) not in names:
-        raise qc.unsupported("window() over a computed column", "add the column with withColumn before withWatermark")
-    time_col = names[_eid(ts)]
-    delay_s = (qc.context.get("watermarks") or {}).get(_eid(ts))
-    if delay_s is None and qc.context.get("streaming"):
-        raise qc.unsupported(
-            "groupBy(window(...)) on a stream without withWatermark",
-            f"Spark's append mode needs a watermark on {time_col!r} to know when a window is complete",
-        )
+    is_window = [g.cls == "AttributeReference" and _eid(g) == window_id for g in grouping]
     keys: list[str] = []
-    for g in grouping:
-        if g is windows[0]:
+    for g, w in zip(grouping, is_window, strict=True):
+        if w:
             continue
         if g.cls != "AttributeReference" or _eid(g) not in names:
             raise qc.unsupported("a groupBy key that is an expression", "add it with withColumn and group by its name")
         keys.append(names[_eid(g)])
-    # Aggregate arguments that are not plain columns are computed first, by a select.
+    key_ids = {_eid(g): names[_eid(g)] for g, w in zip(grouping, is_window, strict=True) if not w}
+    aggs, out_attrs, order, extra = _aggregates(qc, node, base, names, key_ids, window_id)
+    if extra:
+        cols = [Col(n) for _, n in base.attrs] + [Alias(e, n) for n, e in extra]
+        base = qc.add("select", Project(cols), [base], base.attrs + [(None, n) for n, _ in extra])
+    if windows:
+        if _eid(ts) not in names:
+            raise qc.unsupported("window() over a computed column", "add the column with withColumn before withWatermark")
+        time_col = names[_eid(ts)]
+        delay_s = (qc.context.get("watermarks") or {}).get(_eid(ts))
+        if delay_s is None and qc.context.get("streaming"):
+            raise qc.unsupported(
+                "groupBy(window(...)) on a stream without withWatermark",
+                f"Spark's append mode needs a watermark on {time_col!r} to know when a window is complete",
+            )
+        delay_us = None if delay_s is None else int(round(delay_s * 1e6))
+        op: Any = EventWindowAggregate(keys, aggs, time_col, size_us, slide_us, start_us, delay_us)
+        natural, label = ["window", *keys, *(a.name for a in aggs)], "window_agg"
+    else:
+        # Spark's update mode on a stream; the final table at the end of a finite DataFrame
+        op = KeyedAggregate(keys, aggs, update=bool(qc.context.get("streaming")))
+        natural, label = [*keys, *(a.name for a in aggs)], "aggregate"
+    rel = qc.add(label, op, [base], [(None, n) for n in natural])
+    if order == natural and [n for _, n in out_attrs] == natural:
+        rel.attrs = out_attrs
+        return rel
+    # agg() lists its columns in another order, or renames the window or a key: a select does it.
+    exprs = [Col(o) if o == n else Alias(Col(o), n) for (_, n), o in zip(out_attrs, order, strict=True)]
+    return qc.add("select", Project(exprs), [rel], out_attrs)
+
+
+def _aggregates(
+    qc: Any, node: Node, base: Rel, names: dict[int, str], key_ids: dict[int, str], window_id: int | None
+) -> tuple[list[WindowAgg], list[tuple[int, str]], list[str], list[tuple[str, Any]]]:
+    """The aggregates of ``node``'s agg() list; the output attributes and, for each, the operator's
+    column it reads (``order``); and the arguments a select must compute first (``extra``)."""
     extra: list[tuple[str, Any]] = []
     aggs: list[WindowAgg] = []
     out_attrs: list[tuple[int, str]] = []
     order: list[str] = []
-    key_ids = {_eid(g): names[_eid(g)] for g in grouping if g is not windows[0]}
     for item in node.fields["aggregateExpressions"]:
         tree = parse_expr(item)
         if tree.cls == "AttributeReference" and _eid(tree) == window_id:
@@ -234,20 +278,7 @@ def aggregate(qc: Any, node: Node) -> Rel:
         aggs.append(WindowAgg(fn, column, name, ignore))
         out_attrs.append((_eid(tree), name))
         order.append(name)
-    if extra:
-        cols = [Col(n) for _, n in base.attrs] + [Alias(e, n) for n, e in extra]
-        base = qc.add("select", Project(cols), [base], base.attrs + [(None, n) for n, _ in extra])
-    op = EventWindowAggregate(
-        keys, aggs, time_col, size_us, slide_us, start_us, None if delay_s is None else int(round(delay_s * 1e6))
-    )
-    natural = ["window", *keys, *(a.name for a in aggs)]
-    rel = qc.add("window_agg", op, [base], [(None, n) for n in natural])
-    if order == natural and [n for _, n in out_attrs] == natural:
-        rel.attrs = out_attrs
-        return rel
-    # agg() lists its columns in another order, or renames the window or a key: a select does it.
-    exprs = [Col(o) if o == n else Alias(Col(o), n) for (_, n), o in zip(out_attrs, order, strict=True)]
-    return qc.add("select", Project(exprs), [rel], out_attrs)
+    return aggs, out_attrs, order, extra
 
 
 def _argument(qc: Any, arg: Node, base: Rel, names: dict[int, str], extra: list[tuple[str, Any]]) -> str:

@@ -7,6 +7,7 @@ text; a test fails when the two differ, so the list cannot drift from the code.
 from __future__ import annotations
 
 from sparkqos.compile import spark_plan
+from sparkqos.compile.nested import GENERATORS
 from sparkqos.compile.spark_part import ROW_WISE
 from sparkqos.compile.tables import EXPRESSIONS, RELATIONS
 
@@ -68,9 +69,14 @@ def _name(cls: str) -> str | None:
 def supported_markdown() -> str:
     """The README's list of what runs natively, what Spark evaluates and what is refused."""
     native_ops = sorted({_operation(c) for c in ("Filter", "Project", "Union", *RELATIONS)})
-    functions = sorted({n for c in (*spark_plan.NATIVE_EXPRESSIONS, *EXPRESSIONS) if (n := _name(c))}, key=str.lower)
+    native = (*spark_plan.NATIVE_EXPRESSIONS, *EXPRESSIONS, *GENERATORS)
+    functions = sorted({n for c in native if (n := _name(c))}, key=str.lower)
     spark_only = sorted(
-        {n for c, n in spark_plan._FUNCTION_NAMES.items() if c not in spark_plan.NATIVE_EXPRESSIONS and c not in EXPRESSIONS},
+        {
+            n
+            for c, n in spark_plan._FUNCTION_NAMES.items()
+            if c not in spark_plan.NATIVE_EXPRESSIONS and c not in EXPRESSIONS and c not in GENERATORS
+        },
         key=str.lower,
     )
     refused = sorted({_operation(c) for c in spark_plan._OPERATION_HINTS if c not in RELATIONS and c not in ROW_WISE})

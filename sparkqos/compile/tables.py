@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparkqos.compile import joins, keyed, stateful, udf
+from sparkqos.compile import joins, keyed, nested, numeric, stateful, udf
 
 #: Further plan nodes: Spark class name → ``handler(compiler, node) -> Rel``.
 RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
@@ -20,6 +20,7 @@ RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
     "Window": keyed.window,
     "Deduplicate": keyed.deduplicate,
     "DeduplicateWithinWatermark": keyed.deduplicate,
+    "Generate": nested.generate,
 }
 #: For a handler of RELATIONS that maps some nodes under its own as part of itself (an Aggregate
 #: and the analyzer's rewrite of window()): Spark class name → ``inputs(node)``, the nodes below
@@ -32,4 +33,12 @@ INPUTS: dict[str, Callable[[Any], list[Any]]] = {
 #: ``handler(compiler, node, rel) -> Expr``.
 EXPRESSIONS: dict[str, Callable[[Any, Any, Any], Any]] = {
     "PythonUDF": udf.python_udf,
+    "GetStructField": nested.get_struct_field,
+    "CreateNamedStruct": nested.create_named_struct,
+    "CreateArray": nested.create_array,
+    "StringSplit": nested.string_split,
+    "Round": numeric.round_,
+    "BRound": numeric.round_,
+    "Cast": numeric.cast,
+    **dict.fromkeys(("Add", "Subtract", "Multiply", "Divide", "Remainder", "IntegralDivide"), numeric.arithmetic),
 }

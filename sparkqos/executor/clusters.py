@@ -23,42 +23,20 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from sparkqos.errors import SchedulerError
+from sparkqos.executor.report import RunReport
 from sparkqos.executor.state import ExecutorState
 from sparkqos.model.state import Unit
 from sparkqos.schedulers.base import ClusterScheduler
 
-__all__ = ["AGAIN", "ClusterThreads", "Crew", "Pick", "RunReport"]
+__all__ = ["AGAIN", "ClusterThreads", "Crew", "Pick"]
 
 #: What a pick returns when it found no work yet: the run loop takes another turn.
 AGAIN = object()
 
 #: A way to pick: the next unit, None to stop, or :data:`AGAIN`.
 Pick = Callable[[], "Unit | object | None"]
-
-
-@dataclass
-class RunReport:
-    """What one call of :meth:`~sparkqos.executor.loop.Executor.run` did."""
-
-    units: int = 0
-    operator_runs: int = 0
-    rows_consumed: int = 0
-    seconds: float = 0.0
-    idle: bool = False
-    #: CPU seconds the executor's threads used meanwhile (``time.thread_time`` of the calling
-    #: thread, or the sum over the cluster threads): over ``seconds`` it is the cores the run used.
-    cpu_s: float = 0.0
-
-    def add(self, other: RunReport) -> None:
-        """Add ``other``'s counts and times to this report (``idle`` is left alone)."""
-        self.units += other.units
-        self.operator_runs += other.operator_runs
-        self.rows_consumed += other.rows_consumed
-        self.seconds += other.seconds
-        self.cpu_s += other.cpu_s
 
 
 class Crew:

@@ -34,12 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ArgumentError, ExecutorOptionError, SchedulerError, SchemaMismatch, check_number
-from sparkqos.executor.clusters import AGAIN, ClusterThreads, Crew, Pick, RunReport
+from sparkqos.executor.clusters import AGAIN, ClusterThreads, Crew, Pick
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.operators import PhysicalOperator
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import BatchQueue, stamp, workload
+from sparkqos.executor.report import RunReport
 from sparkqos.executor.state import ExecutorState
 from sparkqos.model.state import Unit
 from sparkqos.model.stats import StatisticsGatherer

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from sparkqos.executor.report import RunReport
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState
 from sparkqos.report import metrics
@@ -66,6 +67,31 @@ def strategy_in_force(scheduler: Scheduler) -> tuple[str, dict[str, float]]:
     return scheduler.name or type(scheduler).__name__, {}
 
 
+class QueuedSizes:
+    """What the progress record reads of the executor's queues: rows and bytes per operator,
+    taken while the executor is still (the record is written after the worker went on), or
+    summed over the shards of the sharded lane."""
+
+    def __init__(self, rows: dict[str, float], nbytes: dict[str, float]):
+        self._rows = rows
+        self._bytes = nbytes
+        self.total_queued = float(sum(rows.values()))
+        self.total_queued_bytes = float(sum(nbytes.values()))
+
+    @classmethod
+    def of(cls, state: Any, plan: Any) -> QueuedSizes:
+        """The sizes of ``state``'s queues now, for every operator of ``plan``."""
+        sizes = cls({op: state.queued(op) for op in plan.names}, {op: state.queued_bytes(op) for op in plan.names})
+        sizes.total_queued, sizes.total_queued_bytes = state.total_queued, state.total_queued_bytes
+        return sizes
+
+    def queued(self, op: str) -> float:
+        return self._rows[op]
+
+    def queued_bytes(self, op: str) -> float:
+        return self._bytes[op]
+
+
 class ProgressReporter:
     """Builds each trigger's progress record, writes its metrics rows (under ``output``, when
     given), keeps the newest :data:`KEEP` records in ``recent`` and calls ``on_progress``."""
@@ -92,28 +118,27 @@ class ProgressReporter:
         *,
         rows_in: int,
         dead_rows: int,
-        consumed: int,
+        served: RunReport,
         rows_out: Mapping[str, int],
         delays: Mapping[str, np.ndarray],
         state: SchedulerState,
-        scheduler: Scheduler,
-        busy_s: float = 0.0,
-        cpu_s: float = math.nan,
+        strategy: tuple[str, dict[str, float]],
         continuous: bool = False,
-        strategy: tuple[str, dict[str, float]] | None = None,
         backlog: Mapping[str, float] | None = None,
         spark_parts: Mapping[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
-        ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``consumed`` rows the
-        executor served, ``rows_out`` and ``delays`` (seconds per output row) per query, the
-        queues left in ``state``, ``busy_s`` seconds the executor worked since the last record
-        (``continuous``: also between triggers) and ``cpu_s`` CPU seconds its threads used;
-        ``strategy``: :func:`strategy_in_force` taken earlier (default: asked of ``scheduler`` now);
+        ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``served``: what the
+        executor did since the last record (``continuous``: also between triggers; the rows it
+        consumed, its busy seconds and the CPU seconds its threads used), ``rows_out`` and
+        ``delays`` (seconds per output row) per query, the queues left in ``state``;
+        ``strategy``: the strategy in force and its scores (:func:`strategy_in_force`, taken while
+        the executor was still);
         ``backlog``: ``backlogS``, ``backlogRows``, ``catchUpEtaS`` and ``intakeWaitS``
         (:mod:`sparkqos.runtime.intake`); ``spark_parts``: query → (rows, seconds) of its parts Spark
         evaluated in this trigger."""
         spark_parts = spark_parts or {}
+        consumed, busy_s, cpu_s = served.rows_consumed, served.seconds, served.cpu_s
         now = time.time()
         duration = now - started
         since = now - self._last_start if self._last_start is not None else duration
@@ -121,7 +146,7 @@ class ProgressReporter:
         served_in = wall if continuous else duration
         self._last_start = started
         self._last_report = now
-        strategy, scores = strategy if strategy is not None else strategy_in_force(scheduler)
+        strategy, scores = strategy
         common = dict(
             run=self.name,
             batchId=batch_id,

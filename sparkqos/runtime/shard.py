@@ -37,11 +37,13 @@ from sparkqos.compile.shardable import refuse_spark_parts
 from sparkqos.errors import RunnerError, check_number
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.runtime.assembly import priority_levels, serve_by_class, stream_of
 from sparkqos.runtime.checkpoint import checkpoint_bytes, read_checkpoint_bytes
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.deadletter import RowChecks
+from sparkqos.runtime.ingest import ingest
 from sparkqos.runtime.progress import strategy_in_force
-from sparkqos.runtime.trigger import decode_state, encode_state, ingest, stream_of
+from sparkqos.runtime.trigger import decode_state, encode_state
 
 __all__ = ["ShardStep", "ShardWork", "shard_seed"]
 
@@ -87,6 +89,7 @@ class ShardWork:
         self.arrival_col = arrival_col
         self.checks = config.input.checks if config.input.checks is not None else RowChecks()
         self.seed = config.strategy.params.get("seed", 0)
+        self.levels = priority_levels(compiled) if config.strategy.class_shares else []
         # a shard is one Spark task on one core: no cluster threads unless asked for
         options = config.executor
         self.options = options if options.cluster_threads is not None else dataclasses.replace(options, cluster_threads=0)
@@ -117,7 +120,12 @@ class ShardWork:
             if table.num_rows:
                 dead, _ = ingest(executor, self.compiled, self.stream, self.checks, table, step, self.arrival_col, started)
                 dead_parts.append(dead)
-        report = executor.run(self.config.effective_budget_s)
+        # the top classes first (class shares on, several levels), so their rows are out in this
+        # micro-batch; then the strategy for what is left of the budget
+        report = serve_by_class(executor, self.levels, self.config.effective_top_class_s)
+        left = self.config.effective_budget_s - report.seconds
+        if left > 0:
+            report.add(executor.run(left))
         dead = pa.concat_tables(dead_parts) if dead_parts else None
         dead_rows = 0 if dead is None else dead.num_rows
         return self._snapshot(executor, shard, step, dead_total + dead_rows, report, rows_in, dead)

@@ -3,12 +3,13 @@
 Each trigger (docs/ARCHITECTURE.md, "One trigger on Spark"):
 
 1. each row's arrival is the source's event timestamp column when there is one (``ts`` by
-   default), else the trigger's start;
-2. the rows are queued at the leaves of every query that reads the stream (each query its copy);
-3. the executor serves units the strategy picks for the trigger's budget (default: the trigger
-   interval); what is left stays queued — that backlog is what the strategies manage;
-4. the trigger's outputs of all queries go to the sink in one call, idempotent per batch id;
-5. leftover queues, operator state and strategy/controller state are checkpointed atomically
+   default), else the trigger's start, and the rows are queued at the leaves of every query that
+   reads the stream, each query its copy (:mod:`sparkqos.runtime.ingest`);
+2. the executor serves units the strategy picks for the trigger's budget (default: the trigger
+   interval; in continuous mode see below); what is left stays queued — that backlog is what
+   the strategies manage;
+3. the trigger's outputs of all queries go to the sink in one call, idempotent per batch id;
+4. leftover queues, operator state and strategy/controller state are checkpointed atomically
    before :meth:`TriggerLoop.process` returns, then the progress record is reported.
 
 Exactly-once: a batch replayed after a crash either was checkpointed by us (it is skipped: its
@@ -19,31 +20,24 @@ Bad input never stops the loop: rows that do not fit the stream's schema or brea
 the same trigger, replaced like outputs on replay; the progress counts them (``numInputRows`` =
 ``processedRows`` + ``deadLetteredRows``).
 
-Continuous mode (``RunConfig(continuous=True)``, issue 13): the executor serves the queues on a
+Continuous mode (``RunConfig(continuous=...)``, on by default): the executor serves the queues on a
 worker thread between triggers too (:class:`~sparkqos.runtime.continuous.ContinuousWorker`), so the
-trigger's cadence no longer decides delay. A trigger then pauses the worker between two units,
+trigger's cadence does not decide delay. A trigger then pauses the worker between two units,
 ingests, serves what is queued right away for up to ``top_class_s`` — class by class from the
 top priority down when class shares are on and the plan has several priority levels (bypassing
 the strategy: class priority is honoured whatever the strategy, and what a higher class has
 queued is written by this trigger first), else with the strategy in force (its first picks are
 written by this trigger, not one trigger later) — writes everything produced since
 the last trigger as this batch's outputs, checkpoints, and resumes the worker. The trigger takes
-what it commits while the worker is paused — the outputs, the queues (immutable Arrow tables), the
-state as JSON bytes, the queue sizes for its progress record — and hands the executor back
-before it writes them (sink, then checkpoint, both before ``foreachBatch`` returns), so the
-worker serves while the files are written. The checkpoint is exactly the state after the outputs
-the sink holds for that batch; work the worker did after that snapshot is simply done again
-after a crash (its outputs were never written, or only as early parts the replay replaces).
-:meth:`TriggerLoop.close` stops the worker.
+what it commits while the worker is paused (:class:`Commit`: the outputs, the queues as immutable
+Arrow tables, the state as JSON bytes, the queue sizes for its progress record) and hands the
+executor back before it writes them (sink, then checkpoint, both before ``foreachBatch``
+returns), so the worker serves while the files are written. The checkpoint is exactly the state
+after the outputs the sink holds for that batch; work the worker did after that snapshot is
+simply done again after a crash (its outputs were never written, or only as early parts the
+replay replaces: :mod:`sparkqos.runtime.early`). :meth:`TriggerLoop.close` stops the worker.
 
-Early writes (``RunConfig.early_write_s``): the one exception to "only a trigger writes". After a
-slice, the worker writes what the top class's queries produced as a *part* of the batch the next
-trigger will commit (``Sink.write_part``), so a class-H row waits for the sink's file write, not
-for the next trigger. That trigger keeps those parts and writes the rest of the batch; a crash
-before it commits leaves parts that no checkpoint covers, and the replayed batch replaces them
-(its first write, part or whole, removes every file of that batch id), as it replaces the files of
-a batch whose trigger crashed after its sink write. The sink's final content is the same: each
-batch exactly its last attempt.
+What the loop is built of comes from :func:`~sparkqos.runtime.assembly.assemble`.
 
 This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` feeds it
 ``batch_df.toArrow()``, tests and tools feed it Arrow tables directly.
@@ -52,49 +46,32 @@ This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` f
 from __future__ import annotations
 
 import base64
-import dataclasses
 import math
 import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparkqos.compile.builder import QuerySet
-from sparkqos.errors import RunnerError, SchemaMismatch
-from sparkqos.executor.expressions import ARRIVAL, INTERNAL
-from sparkqos.executor.loop import EMIT, Executor, RunReport
-from sparkqos.executor.options import ExecutorOptions
+from sparkqos.errors import RunnerError
+from sparkqos.executor.expressions import ARRIVAL
+from sparkqos.executor.loop import RunReport
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.runtime.checkpoint import CheckpointStore
+from sparkqos.runtime.assembly import DEFAULT_ARRIVAL_COLUMN, assemble, priority_levels, serve_by_class, top_class
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.continuous import ContinuousWorker
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
+from sparkqos.runtime.early import EarlyParts, EarlyWriter, sink_tables
+from sparkqos.runtime.ingest import arrivals, epoch_seconds
 from sparkqos.runtime.intake import BacklogTracker, catch_up_line, warn_backlog
-from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
-from sparkqos.schedulers.base import ClusterScheduler, Scheduler
+from sparkqos.runtime.progress import QueuedSizes, strategy_in_force
 
-__all__ = [
-    "DEFAULT_ARRIVAL_COLUMN",
-    "PHASES",
-    "QueuedSizes",
-    "TriggerLoop",
-    "arrivals",
-    "conform",
-    "decode_state",
-    "encode_state",
-    "epoch_seconds",
-    "ingest",
-    "stream_of",
-    "top_class",
-]
+__all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "Commit", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
 
-#: Arrival column looked for when none is named.
-DEFAULT_ARRIVAL_COLUMN = "ts"
 #: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
 PHASES = ("toArrow", "spark", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
 
@@ -127,162 +104,19 @@ def decode_state(obj: Any) -> Any:
     return obj
 
 
-def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A timestamp or numeric column as float seconds since the epoch (dividing as Spark's
-    ``cast(ts as double)`` does, so both engines see the same numbers)."""
-    if pa.types.is_timestamp(column.type):
-        per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[column.type.unit]
-        return pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64) / per_second
-    return pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+@dataclass
+class Commit:
+    """What a trigger commits, taken while the executor is still: the outputs since the last
+    commit, the parts the worker wrote of the batch early (None: none), the queues (immutable
+    Arrow tables), the state as checkpoint bytes, the queue sizes and the strategy in force for
+    the progress record. Writing it needs nothing live, so the worker goes on meanwhile."""
 
-
-def arrivals(table: pa.Table, arrival_col: str | None, started: float) -> np.ndarray | float:
-    """Each row's arrival: its event time in ``arrival_col`` (a missing one is stamped
-    ``started``), or ``started`` for every row without an arrival column."""
-    if arrival_col is None or table.num_rows == 0:
-        return started
-    t = epoch_seconds(table.column(arrival_col))
-    bad = ~np.isfinite(t)
-    if bad.any():
-        t = t.copy()
-        t[bad] = started  # a missing event time is stamped at ingestion
-    return t
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Timestamps become float seconds where ``schema`` declares numbers (the executor's
-    windows run on numeric seconds). Other columns stay as they came: the checks cast them,
-    and a dead letter keeps the whole original row."""
-    for field in schema:
-        if field.name in table.column_names:
-            i = table.column_names.index(field.name)
-            col = table.column(i)
-            if pa.types.is_timestamp(col.type) and pa.types.is_floating(field.type):
-                table = table.set_column(i, field.name, pa.array(epoch_seconds(col), pa.float64()))
-    return table
-
-
-def ingest(
-    executor: Executor,
-    compiled: CompiledPlan,
-    stream: str,
-    checks: RowChecks,
-    table: pa.Table,
-    batch_id: int,
-    arrival_col: str | None,
-    started: float,
-) -> tuple[pa.Table, float]:
-    """Queue ``table``'s rows that pass ``checks`` at the leaves of every query reading ``stream``;
-    returns the rejected rows as a dead-letter table (the caller decides where they go) and the
-    newest arrival queued (NaN without an arrival column or rows)."""
-    good, dead = checks.split(conform(table, compiled.sources[stream]), compiled.sources[stream], batch_id)
-    newest = math.nan
-    if good.num_rows:
-        stamps = arrivals(good, arrival_col, started)
-        executor.ingest(stream, good, arrival=stamps)
-        if arrival_col is not None:
-            newest = float(np.max(stamps))
-    return dead, newest
-
-
-class QueuedSizes:
-    """What the progress record reads of the executor's queues: rows and bytes per operator,
-    taken while the executor is still (the record is written after the worker went on), or
-    summed over the shards of the sharded lane."""
-
-    def __init__(self, rows: dict[str, float], nbytes: dict[str, float]):
-        self._rows = rows
-        self._bytes = nbytes
-        self.total_queued = float(sum(rows.values()))
-        self.total_queued_bytes = float(sum(nbytes.values()))
-
-    @classmethod
-    def of(cls, state: Any, plan: Any) -> QueuedSizes:
-        """The sizes of ``state``'s queues now, for every operator of ``plan``."""
-        sizes = cls({op: state.queued(op) for op in plan.names}, {op: state.queued_bytes(op) for op in plan.names})
-        sizes.total_queued, sizes.total_queued_bytes = state.total_queued, state.total_queued_bytes
-        return sizes
-
-    def queued(self, op: str) -> float:
-        return self._rows[op]
-
-    def queued_bytes(self, op: str) -> float:
-        return self._bytes[op]
-
-
-def top_class(compiled: CompiledPlan) -> str | None:
-    """The class of the plan's queries with the highest priority, when one stands above the others
-    (None with a single class, or a tie at the top: then no class goes first)."""
-    plan = compiled.plan
-    used = {q.klass for q in plan.queries.values()}
-    ranked = sorted(((plan.classes[k], k) for k in used), reverse=True)
-    if len(ranked) < 2 or ranked[0][0] == ranked[1][0]:
-        return None
-    return ranked[0][1]
-
-
-def classes_by_priority(compiled: CompiledPlan) -> list[tuple[str, ...]]:
-    """The plan's query classes from the highest priority down, classes of equal priority
-    together; empty when there is nothing to put first (a single class, or all equal)."""
-    plan = compiled.plan
-    used = {q.klass for q in plan.queries.values()}
-    levels: dict[float, list[str]] = {}
-    for k in used:
-        levels.setdefault(plan.classes[k], []).append(k)
-    if len(levels) < 2:
-        return []
-    return [tuple(sorted(levels[p])) for p in sorted(levels, reverse=True)]
-
-
-def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:
-    """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
-    unless the executor's own is given, and with one cluster thread per core for a
-    strategy that serves clusters (COS §4.2) unless ``cluster_threads`` is given — its operators'
-    pyarrow and numpy kernels release the GIL, so clusters really run side by side."""
-    options = config.executor
-    if options.memory_limit_bytes is None and config.intake.memory_limit_bytes is not None:
-        options = dataclasses.replace(options, memory_limit_bytes=config.intake.memory_limit_bytes)  # spill, never OOM
-    cores = os.cpu_count() or 1
-    if options.cluster_threads is None:
-        threads = cores if isinstance(scheduler, ClusterScheduler) and cores > 1 else 0
-        options = dataclasses.replace(options, cluster_threads=threads)
-    return options
-
-
-def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | None]:
-    """The stream the run's DataFrame feeds (``config.input.stream``, or the plan's only one) and
-    its arrival column (``config.input.arrival_col``, else ``ts`` when the stream has it, else None)."""
-    # the streams the DataFrame feeds (the others are fed by parts of queries Spark evaluates)
-    streams = [s for s in compiled.sources if s not in compiled.spark_parts]
-    stream = config.input.stream
-    if stream is None:
-        if len(streams) != 1:
-            raise RunnerError(
-                f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
-                parameter="stream",
-                value=None,
-                expected=f"one of {streams}",
-            )
-        stream = streams[0]
-    elif stream not in compiled.sources:
-        raise RunnerError(
-            f"stream {stream!r} is not read by the query set; it reads {streams}",
-            parameter="stream",
-            value=stream,
-            expected=f"one of {streams}",
-        )
-    schema = compiled.sources[stream]
-    arrival_col = config.input.arrival_col
-    if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
-        arrival_col = DEFAULT_ARRIVAL_COLUMN
-    elif arrival_col is not None and arrival_col not in schema.names:
-        raise RunnerError(
-            f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
-            parameter="arrival_col",
-            value=arrival_col,
-            expected=f"one of {schema.names}",
-        )
-    return stream, arrival_col
+    outputs: dict[str, pa.Table]
+    early: EarlyParts | None
+    queues: dict[str, pa.Table]
+    state: bytes
+    queued: QueuedSizes
+    strategy: tuple[str, dict[str, float]]
 
 
 class TriggerLoop:
@@ -298,32 +132,20 @@ class TriggerLoop:
     """
 
     def __init__(self, queries: QuerySet | CompiledPlan, config: RunConfig):
-        compiled = queries.build() if isinstance(queries, QuerySet) else queries
-        if not isinstance(compiled, CompiledPlan):
-            raise RunnerError(
-                f"queries must be a QuerySet or a CompiledPlan, got {type(queries).__name__}",
-                parameter="queries",
-                value=queries,
-                expected="a QuerySet or a CompiledPlan",
-            )
-        stream, arrival_col = stream_of(compiled, config)
+        parts = assemble(queries, config)
         self.config = config
-        self.compiled = compiled
-        self.stream = stream
-        self.arrival_col = arrival_col
+        self.compiled = parts.compiled
+        self.scheduler = parts.scheduler
+        self.executor = parts.executor
+        self.ingest = parts.ingest
+        self.store = parts.store
+        self.sink = parts.sink
+        self.dead_letter = parts.dead_letter
+        self.progress = parts.progress
         self.budget_s = config.effective_budget_s
-        self.scheduler: Scheduler = config.make_scheduler(compiled.plan)
-        storage = config.storage
-        self.store = CheckpointStore(storage.checkpoint / "sparkqos", keep=storage.keep_checkpoints)
-        self.sink = storage.make_sink()
-        self.checks = config.input.checks if config.input.checks is not None else RowChecks()
-        self.dead_letter: DeadLetterSink | None = storage.make_dead_letter()
-        self.dead_lettered_total = 0
-        options = executor_options(config, self.scheduler)
-        self.executor = Executor(compiled.fresh(), self.scheduler, clock=time.time, options=options)
-        self.progress = ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress)
         self.backlog = BacklogTracker(config.intake.catch_up_lag_s)
         self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
+        self.dead_lettered_total = 0
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
         #: (added by the foreachBatch function: Spark reads the source and converts), ``spark``
@@ -333,48 +155,41 @@ class TriggerLoop:
         #: ``earlyWrite``, the continuous worker's early writes of the top class.
         self.phase_s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._restored = False
-        self.worker: ContinuousWorker | None = None
-        self.top_class: str | None = None
-        #: The operators a trigger serves at once, a tuple per priority level, highest first.
-        self._levels: list[tuple[str, ...]] = []
         self.closed = False  # close() was called: a trigger still in flight must not restart the worker
         #: A trigger (or finish) raised: this loop's memory may be ahead of its checkpoint (rows
         #: ingested, operators run, state moved), so it must not take the replayed batch again.
         #: :meth:`QosStream.start` builds a fresh loop from the checkpoint instead.
         self.failed = False
-        #: The top class's queries the worker writes early (RunConfig.early_write_s); empty: none.
-        self._early_queries: tuple[str, ...] = ()
-        #: The batch the worker's early parts belong to (None: no part since the last commit),
-        #: and what those parts held: rows and delays per query.
-        self._early_batch: int | None = None
-        self._early_rows: dict[str, int] = {}
-        self._early_delays: dict[str, list[np.ndarray]] = {}
-        self._early_at = 0.0  # time.monotonic() of the last early write
-        self._parts_batch = 0  # the batch the worker's early parts go to: the one after the last commit
         self._paused = False  # a trigger holds the executor and has not handed it back yet
+        self.worker: ContinuousWorker | None = None
+        self.early: EarlyWriter | None = None
+        self.top_class: str | None = None
+        #: The operators a trigger serves at once, a tuple per priority level, highest first.
+        self.levels: list[tuple[str, ...]] = []
+        if config.continuous is not None:
+            self._start_worker(config)
+
+    def _start_worker(self, config: RunConfig) -> None:
+        """The continuous worker, its early writer (with a top class and a sink that takes parts)
+        and the levels a trigger serves first (with class shares on)."""
         continuous = config.continuous
-        if continuous is not None:
-            on_event = self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None
+        self.top_class = top_class(self.compiled)
+        if self.top_class is not None and continuous.early_write_s > 0 and self.sink.supports_parts:
+            queries = tuple(q.name for q in self.compiled.plan.queries.values() if q.klass == self.top_class)
+            written = lambda batch_id: self._fault("after_early_write", batch_id)  # noqa: E731
+            self.early = EarlyWriter(self.executor, self.sink, queries, continuous.early_write_s, self.phase_s, written)
+        self.worker = ContinuousWorker(
+            self.executor,
+            continuous.slice_s,
+            name=f"sparkqos-continuous-{config.name}",
+            on_event=self._worker_event if {"between_triggers", "in_pause"} & set(config.faults) else None,
             # a worker not resumed by a trigger for this long ends by itself (Spark Connect: the stream was stopped)
-            orphan_s = max(60.0, 20 * (config.interval_s or 0.0))
-            self.top_class = top_class(compiled)
-            plan = compiled.plan
-            if self.top_class is not None and continuous.early_write_s > 0 and self.sink.supports_parts:
-                self._early_queries = tuple(q.name for q in plan.queries.values() if q.klass == self.top_class)
-            self.worker = ContinuousWorker(
-                self.executor,
-                continuous.slice_s,
-                name=f"sparkqos-continuous-{config.name}",
-                on_event=on_event,
-                orphan_s=orphan_s,
-                after_slice=self._early_write if self._early_queries else None,
-            )
-            self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
-            if config.strategy.class_shares:  # class priority above the strategy: the trigger honours it too
-                self._levels = [
-                    tuple(op for q in plan.queries.values() if q.klass in level for op in q.operators)
-                    for level in classes_by_priority(compiled)
-                ]
+            orphan_s=max(60.0, 20 * (config.interval_s or 0.0)),
+            after_slice=self.early.after_slice if self.early is not None else None,
+        )
+        self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
+        if config.strategy.class_shares:  # class priority above the strategy: the trigger honours it too
+            self.levels = priority_levels(self.compiled)
 
     # -- checkpoint ------------------------------------------------------------------------------
     @property
@@ -392,7 +207,8 @@ class TriggerLoop:
             self.executor.load_state(decode_state(ckpt.state["executor"]))
             self.executor.load_queue_tables(ckpt.queues)
             self.last_batch = ckpt.batch_id
-            self._parts_batch = ckpt.batch_id + 1
+            if self.early is not None:
+                self.early.parts_batch = ckpt.batch_id + 1
             self.dead_lettered_total = int(ckpt.state.get("dead_lettered_total", 0))
         self._restored = True
         return self.last_batch
@@ -491,22 +307,11 @@ class TriggerLoop:
     ) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         t0 = time.perf_counter()
-        rows_in = table.num_rows
-        dead = None
-        newest = math.nan
-        if rows_in:
-            dead, newest = ingest(
-                self.executor, self.compiled, self.stream, self.checks, table, batch_id, self.arrival_col, started
-            )
-            if dead.num_rows and self.dead_letter is None:
-                raise SchemaMismatch(
-                    f"batch {batch_id} of stream {self.stream!r}: {dead.num_rows} bad row(s), first: "
-                    f"{dead.column('reason')[0].as_py()} (give dead_letter= or output= to keep them)"
-                )
+        came = self.ingest(table, batch_id, started)
         spark_parts = self._ingest_parts(parts, started)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
-        backlog = {**self.backlog.observe(started, rows_in, newest), "intakeWaitS": waited}
+        backlog = {**self.backlog.observe(started, came.rows_in, came.newest), "intakeWaitS": waited}
         if math.isinf(backlog["catchUpEtaS"]):
             self._warn(f"{catch_up_line(backlog)}: the executor does not keep up with the stream")
         self._fault("after_ingest", batch_id)
@@ -518,7 +323,7 @@ class TriggerLoop:
             report = self._serve_by_class(self.config.effective_top_class_s)
         self._fault("after_run", batch_id)
         served.add(report)
-        return self._commit(batch_id, started, rows_in, served, dead, backlog, spark_parts)
+        return self._commit(batch_id, started, came.rows_in, served, came.dead, backlog, spark_parts)
 
     def _ingest_parts(self, parts: dict[str, tuple[pa.Table, float]], started: float) -> dict[str, tuple[int, float]]:
         """Queue the rows of the parts Spark evaluated (higher classes first, as they came); each
@@ -528,7 +333,7 @@ class TriggerLoop:
         for stream, (table, seconds) in parts.items():
             part = self.compiled.spark_parts[stream]
             if table.num_rows:
-                carried = dict(part.carried).get(self.arrival_col) if self.arrival_col else None
+                carried = dict(part.carried).get(self.ingest.arrival_col) if self.ingest.arrival_col else None
                 arrival = arrivals(table, carried, started) if carried else started
                 self.executor.ingest(stream, table, arrival=arrival)
             rows, secs = done.get(part.query, (0, 0.0))
@@ -542,15 +347,7 @@ class TriggerLoop:
         class always gets its round (:meth:`Executor.serve` makes progress on every call); a
         lower class only while time is left. Without levels (class shares off: the strategy alone
         decides; or a single priority level) the strategy in force serves for ``budget_s``."""
-        total = RunReport()
-        if not self._levels:
-            return self.executor.run(budget_s) if budget_s > 0 else total
-        for i, operators in enumerate(self._levels):
-            left = budget_s - total.seconds  # on the executor's clock
-            if budget_s <= 0 or (i > 0 and left <= 0):
-                break
-            total.add(self.executor.serve(operators, max(left, 0.0)))
-        return total
+        return serve_by_class(self.executor, self.levels, budget_s)
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
         """End of a finite input: stop the continuous worker, drain every queue, flush windows
@@ -593,35 +390,6 @@ class TriggerLoop:
         if batch_id in self.config.faults.get(point, ()):
             self._kill(point, batch_id)
 
-    def _early_write(self, report: RunReport) -> None:
-        """On the worker's thread, after a slice: write what the top class's queries produced
-        since the last write as a part of the next batch, once ``early_write_s`` has passed since
-        the last early write, or at once when the slice found nothing more to run (the worker is
-        about to wait for the next trigger). Their delays count from this write."""
-        if not report.idle and time.monotonic() - self._early_at < self.config.continuous.early_write_s:
-            return
-        outputs = {q: t for q, t in self.executor.take_outputs(self._early_queries).items() if t.num_rows}
-        if not outputs:
-            return
-        batch_id = self._parts_batch
-        first = self._early_batch != batch_id
-        t0 = time.perf_counter()
-        self.sink.write_part(batch_id, self._sink_tables(outputs), first=first)
-        written = time.time()
-        self._early_at = time.monotonic()
-        if first:
-            self._early_batch, self._early_rows, self._early_delays = batch_id, {}, {}
-        for q, t in outputs.items():
-            self._early_rows[q] = self._early_rows.get(q, 0) + t.num_rows
-            self._early_delays.setdefault(q, []).append(written - t.column(ARRIVAL).to_numpy(zero_copy_only=False))
-        self.phase_s["earlyWrite"] += time.perf_counter() - t0
-        self._fault("after_early_write", batch_id)
-
-    @staticmethod
-    def _sink_tables(outputs: dict[str, pa.Table]) -> dict[str, pa.Table]:
-        """Outputs as the sink gets them: without the executor's internal columns."""
-        return {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
-
     def _worker_event(self, event: str) -> None:
         """The continuous worker's crash points: ``in_pause:N`` while batch N's trigger pauses it;
         ``between_triggers:N`` after a slice served rows once batch N was committed."""
@@ -646,57 +414,22 @@ class TriggerLoop:
         spark_parts: dict[str, tuple[int, float]] | None = None,
     ) -> dict[str, Any]:
         """Write what the executor produced since the last trigger (``served``: what it did
-        meanwhile), checkpoint, and report batch ``batch_id``."""
+        meanwhile), checkpoint, and report batch ``batch_id``: the :class:`Commit` is taken while
+        the executor is still, the executor handed back, then the dead letters, the sink and the
+        checkpoint are written, in that order, before ``foreachBatch`` returns."""
         self.phase_s["executor"] += served.seconds
-        t0 = time.perf_counter()
-        # What this batch commits, taken while the executor is still: its outputs, the parts the
-        # worker wrote of it, the queues (immutable Arrow), the state (as JSON bytes) and the
-        # queue sizes for the progress record. The writes below need nothing live, so the worker
-        # goes on meanwhile (continuous mode): writing the sink and the checkpoint no longer
-        # idles the executor. They are done, in that order, before foreachBatch returns.
-        outputs = self.executor.take_outputs()
-        early = self._early_batch == batch_id  # the worker wrote parts of this batch: keep them
-        early_rows, early_delays = (self._early_rows, self._early_delays) if early else ({}, {})
-        self._early_batch, self._early_rows, self._early_delays = None, {}, {}
         dead_rows = 0 if dead is None else dead.num_rows
-        queues = self.executor.queue_tables()
-        state = self.store.state_bytes(
-            batch_id,
-            {
-                "executor": encode_state(self.executor.to_state(queues=False)),
-                "batch_id": batch_id,
-                "dead_lettered_total": self.dead_lettered_total + dead_rows,
-            },
-        )
-        queued = QueuedSizes.of(self.executor.state, self.compiled.plan)
-        strategy = strategy_in_force(self.scheduler)
+        t0 = time.perf_counter()
+        commit = self._take(batch_id, dead_rows)
         t_snap = time.perf_counter()
-        self._parts_batch = batch_id + 1  # the worker's early parts now belong to the next batch
         self._release_worker()
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        if early:
-            self.sink.write(batch_id, self._sink_tables(outputs), keep_parts=True)
-        else:
-            self.sink.write(batch_id, self._sink_tables(outputs))
-        # Delay is end to end: the moment the row is in its sink minus its event time (for a
-        # window, the newest row it covers), whenever the executor produced it; rows the worker
-        # wrote early count from their own write.
-        written = time.time()
-        delays = {
-            q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
-            for q, t in outputs.items()
-        }
-        rows_out = {q: t.num_rows for q, t in outputs.items()}
-        for q, parts in early_delays.items():
-            delays[q] = np.concatenate([*parts, delays.get(q, np.empty(0))])
-            rows_out[q] = rows_out.get(q, 0) + early_rows[q]
-        if self.config.on_delays is not None:
-            self.config.on_delays(batch_id, delays)
+        rows_out, delays = self._write(batch_id, commit)
         t1 = time.perf_counter()
         self.phase_s["sink"] += t1 - t_snap
         self._fault("after_sink", batch_id)
-        self.store.save(batch_id, queues, state)
+        self.store.save(batch_id, commit.queues, commit.state)
         self.sink.checkpointed(batch_id)  # final now: the sink may compact it
         t2 = time.perf_counter()
         self.phase_s["checkpoint"] += t2 - t1 + (t_snap - t0)
@@ -708,18 +441,56 @@ class TriggerLoop:
             started,
             rows_in=rows_in,
             dead_rows=dead_rows,
-            consumed=served.rows_consumed,
+            served=served,
             rows_out=rows_out,
             delays=delays,
-            busy_s=served.seconds,
-            cpu_s=served.cpu_s,
             continuous=self.worker is not None,
-            state=queued,
-            scheduler=self.scheduler,
-            strategy=strategy,
+            state=commit.queued,
+            strategy=commit.strategy,
             backlog=backlog,
             spark_parts=spark_parts,
         )
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)
         return progress
+
+    def _take(self, batch_id: int, dead_rows: int) -> Commit:
+        """What batch ``batch_id`` commits, taken while this thread alone holds the executor."""
+        queues = self.executor.queue_tables()
+        state = {
+            "executor": encode_state(self.executor.to_state(queues=False)),
+            "batch_id": batch_id,
+            "dead_lettered_total": self.dead_lettered_total + dead_rows,
+        }
+        return Commit(
+            outputs=self.executor.take_outputs(),
+            early=self.early.commit(batch_id) if self.early is not None else None,
+            queues=queues,
+            state=self.store.state_bytes(batch_id, state),
+            queued=QueuedSizes.of(self.executor.state, self.compiled.plan),
+            strategy=strategy_in_force(self.scheduler),
+        )
+
+    def _write(self, batch_id: int, commit: Commit) -> tuple[dict[str, int], dict[str, np.ndarray]]:
+        """The sink write of ``commit`` (keeping the worker's early parts of the batch, if any);
+        returns the rows out and the delays per query. Delay is end to end: the moment the row
+        is in its sink minus its event time (for a window, the newest row it covers), whenever
+        the executor produced it; rows the worker wrote early count from their own write."""
+        outputs = commit.outputs
+        if commit.early is not None:
+            self.sink.write(batch_id, sink_tables(outputs), keep_parts=True)
+        else:
+            self.sink.write(batch_id, sink_tables(outputs))
+        written = time.time()
+        delays = {
+            q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
+            for q, t in outputs.items()
+        }
+        rows_out = {q: t.num_rows for q, t in outputs.items()}
+        if commit.early is not None:
+            for q, parts in commit.early.delays.items():
+                delays[q] = np.concatenate([*parts, delays.get(q, np.empty(0))])
+                rows_out[q] = rows_out.get(q, 0) + commit.early.rows[q]
+        if self.config.on_delays is not None:
+            self.config.on_delays(batch_id, delays)
+        return rows_out, delays

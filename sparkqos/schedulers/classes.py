@@ -42,7 +42,7 @@ from sparkqos.model.plan import Plan
 from sparkqos.model.state import EventLogs, SchedulerState, Unit
 from sparkqos.schedulers import registry
 from sparkqos.schedulers.base import LazyHeap, Scheduler
-from sparkqos.schedulers.cqc import ClassTurns
+from sparkqos.schedulers.cqc import ClassTurns, SharesClasses
 
 
 class ClassView(EventLogs, SchedulerState):
@@ -141,7 +141,7 @@ def run_bound(state: SchedulerState, unit: Unit) -> float:
     return total
 
 
-class ClassShares(Scheduler):
+class ClassShares(SharesClasses):
     """CQC Algorithm 1's level 1 (weighted round robin over classes with quotas and credit)
     above any strategy ``inner``, which orders the work inside the class whose turn it is (see
     the module: one instance per class, each on a :class:`ClassView`).
@@ -193,7 +193,6 @@ class ClassShares(Scheduler):
         self._ready: dict[str, LazyHeap] = {}
         self._single: str | None = None
         self._parent: SchedulerState | None = None
-        self._restored_turns: dict[str, Any] | None = None
         self._restored_inner: dict[str, dict[str, Any]] = {}
 
     def _make_inner(self) -> Scheduler:
@@ -219,19 +218,10 @@ class ClassShares(Scheduler):
             params["inner_params"] = sized or None
         return super().sized_params(budget_s, period_s, **params)
 
-    @classmethod
-    def class_shares_params(cls, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Already class shares: unchanged."""
-        return name, dict(params)
-
     # -- derived structures -------------------------------------------------------------------
     def _rebuild(self, state: SchedulerState) -> None:
         plan = state.plan
-        turns = self._turns
-        turns.setup(plan.classes)
-        if self._restored_turns is not None:
-            turns.load_state_dict(self._restored_turns, where="ClassShares")
-            self._restored_turns = None
+        self._turns.setup(plan.classes, where="ClassShares")
         if state is not self._parent:  # a new engine state: new views, the inners re-attach
             used = sorted({plan.class_of(op) for op in plan.names})
             if set(self._inners) != set(used):
@@ -285,23 +275,13 @@ class ClassShares(Scheduler):
 
     # -- introspection and state ---------------------------------------------------------------
     @property
-    def quotas(self) -> dict[str, float]:
-        """Tᵢ of each class, highest priority first (empty until attached)."""
-        return dict(self._turns.slice)
-
-    @property
-    def credits(self) -> dict[str, float]:
-        """Quota each class may use in its next (or current) turn."""
-        return dict(self._turns.credit)
-
-    @property
     def inners(self) -> dict[str, Scheduler]:
         """The inner strategy of each class (empty until attached)."""
         return dict(self._inners)
 
     def state_dict(self) -> dict[str, Any]:
-        if self._restored_turns is not None:
-            turns = dict(self._restored_turns)
+        if self._turns.pending is not None:
+            turns = dict(self._turns.pending)
         elif self._parent is None:
             turns = {}
         else:
@@ -318,7 +298,7 @@ class ClassShares(Scheduler):
         inner = state.get("inner", {})
         if not isinstance(inner, Mapping) or not all(isinstance(v, Mapping) for v in inner.values()):
             raise SchedulerError(f"ClassShares state: inner must map class names to strategy states, got {inner!r}")
-        self._restored_turns = dict(turns)
+        self._turns.pending = dict(turns)
         self._restored_inner = {str(c): dict(v) for c, v in inner.items()}
         if self._state is not None:
             attached = self._state

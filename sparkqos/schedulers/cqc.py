@@ -77,10 +77,13 @@ class ClassTurns:
         self.used = 0.0
         self.pick_time: float | None = None
         self.pick_cap = 0.0
+        #: A saved state (:meth:`state_dict`) the next :meth:`setup` continues from.
+        self.pending: dict[str, Any] | None = None
 
-    def setup(self, priorities: Mapping[str, float]) -> None:
+    def setup(self, priorities: Mapping[str, float], where: str = "Cqc") -> None:
         """The plan's classes and priorities (setup steps 1–2). Credits are kept when the
-        classes are the same (a rebuild after a statistics update), else reset to the quotas."""
+        classes are the same (a rebuild after a statistics update), else reset to the quotas;
+        then a ``pending`` saved state is loaded (``where`` names the strategy in its errors)."""
         self.order = sorted(priorities, key=lambda c: (-priorities[c], c))
         self.slice = class_quotas({c: priorities[c] for c in self.order}, self.k)
         if not self.credit or set(self.credit) != set(self.order):
@@ -88,6 +91,9 @@ class ClassTurns:
             self.current = None
             self.used = 0.0
             self.pick_time = None
+        if self.pending is not None:
+            self.load_state_dict(self.pending, where=where)
+            self.pending = None
 
     def next_class(self, now: float, has_work: Callable[[str], bool]) -> str | None:
         """The class whose turn it is at ``now`` (the current one while it has credit and work),
@@ -173,7 +179,29 @@ class ClassTurns:
         self.pick_cap = float(saved.get("pick_cap", 0.0))
 
 
-class Cqc(Scheduler):
+class SharesClasses(Scheduler):
+    """A strategy that shares time between query classes itself, with CQC's level 1
+    (:class:`ClassTurns`, ``_turns``): class shares leave it as it is."""
+
+    _turns: ClassTurns
+
+    @property
+    def quotas(self) -> dict[str, float]:
+        """Tᵢ of each class, highest priority first (empty until attached)."""
+        return dict(self._turns.slice)
+
+    @property
+    def credits(self) -> dict[str, float]:
+        """Quota each class may use in its next (or current) turn."""
+        return dict(self._turns.credit)
+
+    @classmethod
+    def class_shares_params(cls, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Already shares time between classes: unchanged."""
+        return name, dict(params)
+
+
+class Cqc(SharesClasses):
     """Two-level class scheduler (CQC Algorithm 1).
 
     ``k`` is the length of one round of the weighted round robin, in the engine's time units
@@ -215,7 +243,6 @@ class Cqc(Scheduler):
         self._operational: dict[str, LazyHeap] = {}
         self._sources: dict[str, LazyHeap] = {}
         self._units: dict[str, Unit] = {}
-        self._restored: dict[str, Any] | None = None
 
     @classmethod
     def sized_params(cls, budget_s: float, period_s: float | None = None, **params: Any) -> dict[str, Any]:
@@ -230,19 +257,11 @@ class Cqc(Scheduler):
         params.setdefault("k", budget_s)
         return super().sized_params(budget_s, period_s, **params)
 
-    @classmethod
-    def class_shares_params(cls, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """CQC already shares time between classes: unchanged."""
-        return name, dict(params)
-
     # -- derived structures -------------------------------------------------------------------
     def _rebuild(self, state: SchedulerState) -> None:
         plan = state.plan
         turns = self._turns
         turns.setup(plan.classes)
-        if self._restored is not None:
-            turns.load_state_dict(self._restored)
-            self._restored = None
         prio = highest_rate_priorities(state)
         index = plan.index
         oldest = state.oldest
@@ -276,28 +295,18 @@ class Cqc(Scheduler):
         return self._units[op]
 
     # -- introspection and state ---------------------------------------------------------------
-    @property
-    def quotas(self) -> dict[str, float]:
-        """Tᵢ of each class, highest priority first (empty until attached)."""
-        return dict(self._turns.slice)
-
-    @property
-    def credits(self) -> dict[str, float]:
-        """Quota each class may use in its next (or current) turn."""
-        return dict(self._turns.credit)
-
     def charge(self, klass: str, used: float) -> None:
         """End ``klass``'s turn after it ran for ``used`` time units (Algorithm 1, step 3); for
         engines that run a class for a whole turn themselves, and for tests."""
         self._turns.charge(klass, used)
 
     def state_dict(self) -> dict[str, Any]:
-        if self._state is None and self._restored is not None:
-            return dict(self._restored)
+        if self._state is None and self._turns.pending is not None:
+            return dict(self._turns.pending)
         return self._turns.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ClassTurns.check_state(state)
-        self._restored = dict(state)
+        self._turns.pending = dict(state)
         if self._state is not None:
             self._rebuild(self._state)

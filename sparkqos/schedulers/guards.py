@@ -35,6 +35,23 @@ def _path_units(state: SchedulerState, inner: Scheduler) -> dict[str, Unit]:
     return PathCapacity().units(state)
 
 
+def _checked_count(state: dict[str, Any], keys: set[str], period: int, where: str) -> int:
+    """A guard's saved ``count`` (0 <= count < period), its state holding only ``keys``."""
+    unknown = set(state) - keys
+    if unknown:
+        raise SchedulerError(f"{where} state has unknown keys {sorted(unknown)}")
+    return check_number(
+        "count",
+        state.get("count", 0),
+        low=0,
+        high=period,
+        high_open=True,
+        integer=True,
+        error=SchedulerError,
+        where=f"{where} state: ",
+    )
+
+
 class OldestPathGuard(Scheduler):
     """Every ``period``-th dispatch serves the path holding the oldest tuple; the others are the
     inner strategy's (Jiang §4.2, "periodically schedule the path with the oldest tuple").
@@ -98,19 +115,7 @@ class OldestPathGuard(Scheduler):
         return {"count": self._count, "inner": self._inner.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        unknown = set(state) - {"count", "inner"}
-        if unknown:
-            raise SchedulerError(f"OldestPathGuard state has unknown keys {sorted(unknown)}")
-        self._count = check_number(
-            "count",
-            state.get("count", 0),
-            low=0,
-            high=self.period,
-            high_open=True,
-            integer=True,
-            error=SchedulerError,
-            where="OldestPathGuard state: ",
-        )
+        self._count = _checked_count(state, {"count", "inner"}, self.period, "OldestPathGuard")
         self._inner.load_state_dict(state.get("inner", {}))
 
 
@@ -215,19 +220,7 @@ class DynamicPriority(Scheduler):
         return {"count": count, "dynamic": dict(dynamic)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        unknown = set(state) - {"count", "dynamic"}
-        if unknown:
-            raise SchedulerError(f"DynamicPriority state has unknown keys {sorted(unknown)}")
-        count = check_number(
-            "count",
-            state.get("count", 0),
-            low=0,
-            high=self.period,
-            high_open=True,
-            integer=True,
-            error=SchedulerError,
-            where="DynamicPriority state: ",
-        )
+        count = _checked_count(state, {"count", "dynamic"}, self.period, "DynamicPriority")
         dynamic = state.get("dynamic", {})
         if not isinstance(dynamic, dict) or not all(
             isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) for k, v in dynamic.items()

@@ -76,7 +76,7 @@ _MATCHES = {
 }
 _VARIADIC = {"coalesce": "Coalesce", "greatest": "Greatest", "least": "Least"}
 #: The Connect functions mapped (their arguments are translated; others stay whole, unsupported).
-_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC}
+_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC, "round", "bround", "struct"}
 #: Aggregate functions: in a select they make Spark's plan an Aggregate (named as such).
 _AGGREGATES = {
     *("count", "sum", "avg", "mean", "min", "max", "first", "last", "any_value", "collect_list", "collect_set"),
@@ -89,7 +89,6 @@ _AGGREGATES = {
 _EXPRESSIONS = {
     "common_inline_user_defined_function": "PythonUDF",
     "window": "WindowExpression",
-    "unresolved_extract_value": "UnresolvedExtractValue (a field or element of a nested column)",
     "unresolved_regex": "colRegex",
     "lambda_function": "a lambda function",
 }
@@ -117,8 +116,17 @@ _RELATIONS = {
 }
 
 
-def _type_name(dt: Any) -> str:
-    return dt.typeName() if dt.typeName() not in ("decimal", "array", "map", "struct") else dt.simpleString()
+def _type_name(dt: Any) -> Any:
+    """A type as the analyzed plan's JSON writes it: a name, or a struct as its JSON object."""
+    if dt.typeName() == "struct":
+        return dt.jsonValue()
+    return dt.typeName() if dt.typeName() not in ("decimal", "array", "map") else dt.simpleString()
+
+
+def _field_index(t: Any, name: str) -> int | None:
+    """The position of field ``name`` in the struct type ``t`` (its JSON object), None if none."""
+    names = [f["name"] for f in t.get("fields", [])] if isinstance(t, dict) else []
+    return names.index(name) if name in names else None
 
 
 def _camel(kind: str) -> str:
@@ -340,6 +348,10 @@ class _Translator:
             if len(found) == 1 and found[0][0]["id"] in ids:
                 a = attrs[ids.index(found[0][0]["id"])]
                 return [_attr(a)], self.check(a[2], spark_t, name)
+            if not found and "." in bare and not ref.HasField("plan_id"):  # col("s.x"): a field of struct s
+                nodes = self.struct_path(bare, attrs)
+                if nodes is not None:
+                    return nodes, spark_t
             raise self.unsupported(
                 f"column {name!r}", "a reference sparkqos cannot resolve (ambiguous, nested, or of another DataFrame)"
             )
@@ -347,6 +359,14 @@ class _Translator:
             return [self.literal(e.literal, spark_t)], spark_t
         if kind == "alias":
             return sub(e.alias.expr)
+        if kind == "unresolved_extract_value":  # col("s").getField("x"), col("s")["x"]
+            child, ct = sub(e.unresolved_extract_value.child)
+            key, kt = sub(e.unresolved_extract_value.extraction)
+            name = key[0].get("value") if kt == "string" and short_class(key[0]["class"]) == "Literal" else None
+            i = None if name is None else _field_index(ct, name)
+            if i is None:
+                raise self.unsupported("a field or element of a nested column other than a struct field by name")
+            return [_get_field(i, name), *child], spark_t
         if kind == "cast":
             if e.cast.eval_mode == proto.Expression.Cast.EVAL_MODE_TRY:
                 raise self.unsupported("Spark function 'try_cast'")
@@ -385,6 +405,17 @@ class _Translator:
                 raise self.unsupported(f"Spark function {fn!r} on a {at}")
             out = "boolean" if cls in ("Not", "IsNull", "IsNotNull", "IsNaN") else t
             return [{"class": cls, "num-children": 1}, *self.to(a, at, t)], self.check(out, spark_t, fn)
+        if fn in ("round", "bround") and len(args) in (1, 2):
+            (a, at), *scale = args
+            scale_nodes = scale[0][0] if scale else [_literal("0", "integer")]
+            return [{"class": "BRound" if fn == "bround" else "Round", "num-children": 2}, *a, *scale_nodes], self.check(
+                at, spark_t, fn
+            )
+        if fn == "struct" and args and isinstance(spark_t, dict):
+            nodes = [{"class": "CreateNamedStruct", "num-children": 2 * len(args)}]
+            for f, (a, _) in zip(spark_t["fields"], args, strict=True):
+                nodes.extend([_literal(f["name"], "string"), *a])
+            return nodes, spark_t
         if fn in _MATCHES and len(args) == 2:
             (a, at), (b, bt) = args
             if at != "string" or bt != "string":
@@ -407,6 +438,22 @@ class _Translator:
         # Not mapped with these arguments: a node named after the function, which spark_plan rejects.
         return [{"class": fn, "num-children": 0}], spark_t
 
+    def struct_path(self, name: str, attrs: list[Any]) -> list[dict[str, Any]] | None:
+        """``s.x.y`` as GetStructField nodes over the struct column ``s`` (None: no such path)."""
+        head, *path = name.split(".")
+        found = [a for a in attrs if a[1] == head] or [a for a in attrs if a[1].lower() == head.lower()]
+        if len(found) != 1:
+            return None
+        nodes: list[dict[str, Any]] = [_attr(found[0])]
+        t = found[0][2]
+        for field in path:
+            i = _field_index(t, field)
+            if i is None:
+                return None
+            nodes.insert(0, _get_field(i, field))
+            t = t["fields"][i]["type"]
+        return nodes
+
     def operand_type(self, fn: str, rule: str, at: str, bt: str) -> str:
         if rule == "double":
             if at not in (*_NUMERIC, "void") or bt not in (*_NUMERIC, "void"):
@@ -418,11 +465,18 @@ class _Translator:
 
     def common(self, types: list[str], fn: str) -> str:
         """The type Spark's analyzer casts ``types`` to: the wider number, or the one type."""
+        if any(not isinstance(t, str) for t in types):
+            raise self.unsupported(f"{fn!r} on a struct")
         known = sorted({t for t in types if t != "void"}, key=lambda t: _NUMERIC.index(t) if t in _NUMERIC else -1)
         if not known:
             return "void"
         if len(known) == 1:
             return known[0]
+        if any(t.startswith("decimal") for t in known) and all(
+            t in ("float", "double") or t.startswith("decimal") for t in known
+        ):
+            if any(t in ("float", "double") for t in known):
+                return "double"  # Spark's rule: a decimal beside a float or double becomes a double
         if all(t in _NUMERIC for t in known):
             return known[-1]
         raise self.unsupported(f"Spark's implicit casts between {' and '.join(known)} (in {fn!r})", "cast explicitly")
@@ -450,6 +504,8 @@ class _Translator:
             node["value"] = repr(float(getattr(lit, kind)))
         elif kind == "boolean":
             node["value"] = "true" if lit.boolean else "false"
+        elif kind == "decimal":
+            node["value"] = lit.decimal.value
         elif kind in ("timestamp", "timestamp_ntz"):
             at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=getattr(lit, kind))
             if kind == "timestamp":
@@ -488,6 +544,14 @@ def _synthetic_marker(cond: proto.Expression) -> list[dict[str, Any]] | None:
     ]
 
 
+def _literal(value: str, t: str) -> dict[str, Any]:
+    return {"class": f"{_PKG}.expressions.Literal", "num-children": 0, "value": value, "dataType": t}
+
+
+def _get_field(ordinal: int, name: str) -> dict[str, Any]:
+    return {"class": f"{_PKG}.expressions.GetStructField", "num-children": 1, "ordinal": ordinal, "name": name}
+
+
 def short_class(cls: str) -> str:
     return cls.rsplit(".", 1)[-1]
 
@@ -499,7 +563,7 @@ def _attr(a: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
 
 def _is_mapped(e: proto.Expression) -> bool:
     kind = e.WhichOneof("expr_type")
-    if kind in ("unresolved_attribute", "literal", "alias", "cast"):
+    if kind in ("unresolved_attribute", "literal", "alias", "cast", "unresolved_extract_value"):
         return True
     f = e.unresolved_function
     return kind == "unresolved_function" and not f.is_distinct and f.function_name in _KNOWN
@@ -534,6 +598,9 @@ def _walk(e: proto.Expression, visit: Callable[[proto.Expression], None]) -> Non
         _walk(e.alias.expr, visit)
     elif kind == "cast":
         _walk(e.cast.expr, visit)
+    elif kind == "unresolved_extract_value":
+        _walk(e.unresolved_extract_value.child, visit)
+        _walk(e.unresolved_extract_value.extraction, visit)
     elif _is_mapped(e):
         for a in e.unresolved_function.arguments:
             _walk(a, visit)

@@ -55,11 +55,11 @@ from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.loop import EMIT
 from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.executor.report import RunReport
 from sparkqos.runtime.config import RunConfig
-from sparkqos.runtime.progress import ProgressReporter, strategy_in_force
+from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.sinks import Sink
-from sparkqos.runtime.trigger import QueuedSizes
 from sparkqos.spark.batch import stop_between_triggers
 
 __all__ = ["ShardedStream"]
@@ -378,13 +378,14 @@ class ShardedStream:
             started,
             rows_in=sum(m["rowsIn"] for m in shards),
             dead_rows=sum(m["deadRows"] for m in shards),
-            consumed=sum(m["consumed"] for m in shards),
+            served=RunReport(
+                rows_consumed=sum(m["consumed"] for m in shards),
+                seconds=sum(m["busyS"] for m in shards),
+                cpu_s=sum(m["cpuS"] for m in shards),
+            ),
             rows_out={q: t.num_rows for q, t in outputs.items()},
             delays=delays,
-            busy_s=sum(m["busyS"] for m in shards),
-            cpu_s=sum(m["cpuS"] for m in shards),
             state=QueuedSizes(rows, nbytes),
-            scheduler=None,
             strategy=(strategy, scores),
         )
         # each shard that ran: where, which of its micro-batches, its work and state size

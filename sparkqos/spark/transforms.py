@@ -20,6 +20,7 @@ For example (a Spark session is needed, so this is not a doctest)::
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -57,11 +58,29 @@ CONTEXT_READERS: tuple[Callable[[str, DataFrame, Any, list[dict[str, Any]] | Non
 )
 
 
+@functools.lru_cache(maxsize=8)
+def _java_version(session: Any) -> int | None:
+    """The major version of the JDK Spark computes on (its ``Double.toString`` decides how
+    ``round`` reads a double, see sparkqos.executor.expressions.numeric); None when it cannot be read."""
+    try:
+        jvm = getattr(session, "_jvm", None)
+        if jvm is not None:
+            text = str(jvm.java.lang.System.getProperty("java.specification.version"))
+        else:  # Spark Connect: ask the server
+            prop = "java_method('java.lang.System', 'getProperty', 'java.specification.version')"
+            text = str(session.range(1).selectExpr(prop).first()[0])
+    except Exception:  # noqa: BLE001 - a session that cannot say: the round handler assumes a current JDK
+        return None
+    major = text.split(".")[1] if text.startswith("1.") else text.split(".")[0]
+    return int(major) if major.isdigit() else None
+
+
 def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
     """What the analyzed JSON leaves out for stateful operators: whether the input streams, and
     each watermark's delay in seconds by its event-time column's expression id
-    (``EventTimeWatermark.delay`` is a CalendarInterval the JSON writes as null)."""
-    facts: dict[str, Any] = {"streaming": bool(result.isStreaming)}
+    (``EventTimeWatermark.delay`` is a CalendarInterval the JSON writes as null); and the JDK
+    version Spark computes on."""
+    facts: dict[str, Any] = {"streaming": bool(result.isStreaming), "java_version": _java_version(result.sparkSession)}
     if jvm_plan is None:
         return facts
     from py4j.java_gateway import get_field

@@ -54,9 +54,11 @@ import pyarrow.parquet as pq
 
 from sparkqos.atomic import write_atomic
 from sparkqos.errors import SourceError, check_number
+from sparkqos.runtime.deadletter import DEAD_LETTER_SCHEMA
 
 __all__ = [
     "AIS_FILES",
+    "Burstiness",
     "DEAD_LETTER_SCHEMA",
     "TRACE_SCHEMA",
     "TraceStats",
@@ -79,17 +81,6 @@ TRACE_SCHEMA = pa.schema(
         ("lat", pa.float64()),
         ("track", pa.string()),
         ("point", pa.int32()),
-    ]
-)
-#: The columns of sparkqos.runtime.deadletter.DEAD_LETTER_SCHEMA, repeated here to keep this module
-#: free of the spark package (tests check that the two agree).
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        ("batch_id", pa.int64()),
-        ("row", pa.int64()),
-        ("reason", pa.string()),
-        ("column", pa.string()),
-        ("record", pa.string()),
     ]
 )
 #: The AIS files of tracktable-data (name → what they hold).
@@ -304,10 +295,21 @@ def _reports(raw: dict[str, list[str]], tracks: np.ndarray, counts: np.ndarray, 
 
 
 @dataclass(frozen=True)
+class Burstiness:
+    """How bursty a trace is: per-second counts run over every second from the first report to the
+    last (empty seconds count); ``rows_per_s`` is their mean, ``cv`` their coefficient of
+    variation, ``poisson_cv`` = 1/√mean what Poisson arrivals at the same rate would give, and
+    ``max_per_s`` the busiest second."""
+
+    rows_per_s: float
+    cv: float
+    poisson_cv: float
+    max_per_s: int
+
+
+@dataclass(frozen=True)
 class TraceStats:
-    """What a trace holds and how bursty it is: per-second counts run over every second from the
-    first report to the last (empty seconds count), ``cv`` is their coefficient of variation and
-    ``poisson_cv`` = 1/√mean, what Poisson arrivals at the same rate would give."""
+    """What a trace holds (``rate``: how bursty it is) and what its parse set aside."""
 
     source: str
     rows: int
@@ -316,16 +318,37 @@ class TraceStats:
     start: str
     end: str
     span_s: int
-    rows_per_s: float
-    cv: float
-    poisson_cv: float
-    max_per_s: int
+    rate: Burstiness
     dead_letters: int
     dead_reasons: dict[str, int]
     parse_s: float
 
+    @property
+    def rows_per_s(self) -> float:
+        return self.rate.rows_per_s
+
+    @property
+    def cv(self) -> float:
+        return self.rate.cv
+
+    @property
+    def poisson_cv(self) -> float:
+        return self.rate.poisson_cv
+
+    @property
+    def max_per_s(self) -> int:
+        return self.rate.max_per_s
+
     def to_json(self) -> dict:
-        return asdict(self)
+        """The statistics as one flat JSON object (the rate's fields beside the others)."""
+        out = asdict(self)
+        return {**{k: v for k, v in out.items() if k != "rate"}, **out["rate"]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TraceStats:
+        """What :meth:`to_json` gave."""
+        rate = Burstiness(**{f: data[f] for f in ("rows_per_s", "cv", "poisson_cv", "max_per_s")})
+        return cls(rate=rate, **{k: v for k, v in data.items() if k not in Burstiness.__dataclass_fields__})
 
     def summary(self) -> str:
         """The lines the CLI prints."""
@@ -377,10 +400,7 @@ def trace_stats(good: pa.Table, dead: pa.Table, source: str = "", parse_s: float
         start=start,
         end=end,
         span_s=span,
-        rows_per_s=mean,
-        cv=cv,
-        poisson_cv=1 / np.sqrt(mean) if mean else 0.0,
-        max_per_s=int(counts.max()),
+        rate=Burstiness(rows_per_s=mean, cv=cv, poisson_cv=1 / np.sqrt(mean) if mean else 0.0, max_per_s=int(counts.max())),
         dead_letters=dead.num_rows,
         dead_reasons=dict(sorted(reasons.items())),
         parse_s=round(parse_s, 3),
@@ -438,7 +458,7 @@ def vessel_trace(
         try:
             saved = json.loads(sidecar.read_text())
             if saved.get("fingerprint") == fingerprint:
-                return path, TraceStats(**saved["stats"])
+                return path, TraceStats.from_json(saved["stats"])
         except (ValueError, KeyError, TypeError):
             pass  # an unreadable sidecar: build again
     began = time.perf_counter()

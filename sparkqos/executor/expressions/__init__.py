@@ -7,7 +7,10 @@
   Spark's plans (NaN ordering, wrapping integers, null on division by zero, ``CASE WHEN``);
 * :mod:`~sparkqos.executor.expressions.casts` — Spark's non-ANSI ``cast``;
 * :mod:`~sparkqos.executor.expressions.functions` — the function table and its calls;
-* :mod:`~sparkqos.executor.expressions.aggregates` — the aggregates of window aggregations.
+* :mod:`~sparkqos.executor.expressions.aggregates` — the aggregates of window aggregations;
+* :mod:`~sparkqos.executor.expressions.nested` — structs and arrays (struct fields, ``F.struct``,
+  ``F.array``, ``split``);
+* :mod:`~sparkqos.executor.expressions.numeric` — ``round`` / ``bround`` with a scale, decimals.
 
 Every expression is checked against a schema when a plan is built (:meth:`Expr.check`), evaluated
 on Arrow batches with ``pyarrow.compute`` (:meth:`Expr.evaluate`) and translated to a Spark

@@ -3,7 +3,8 @@
 One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.synthetic`,
 :mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
 aggregation, for PySpark transforms), :mod:`.lag` (per-key lag), :mod:`.dedup` (streaming
-deduplication), :mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
+deduplication), :mod:`.generate` (explode), :mod:`.keyed_agg` (aggregation
+without a time window, update mode), :mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
 (with a stored table) and :mod:`.interval_join` (two branches of the stream on an event-time
 range), on the base class of
 :mod:`.base`. Each operator is bound to its input schemas when a plan is built
@@ -22,8 +23,10 @@ never imports Spark).
 from sparkqos.executor.operators.base import PhysicalOperator
 from sparkqos.executor.operators.dedup import Deduplicate
 from sparkqos.executor.operators.event_window import EventWindowAggregate, WindowAgg
+from sparkqos.executor.operators.generate import Generate
 from sparkqos.executor.operators.interval_join import IntervalJoin
 from sparkqos.executor.operators.join import WindowJoin
+from sparkqos.executor.operators.keyed_agg import KeyedAggregate
 from sparkqos.executor.operators.lag import KeyedLag, Lag
 from sparkqos.executor.operators.project import Project
 from sparkqos.executor.operators.select import Select
@@ -35,7 +38,9 @@ from sparkqos.executor.operators.window import WindowAggregate
 __all__ = [
     "Deduplicate",
     "EventWindowAggregate",
+    "Generate",
     "IntervalJoin",
+    "KeyedAggregate",
     "KeyedLag",
     "Lag",
     "PhysicalOperator",

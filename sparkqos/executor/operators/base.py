@@ -142,3 +142,68 @@ class PhysicalOperator:
 
     def state_rows(self) -> int:
         return 0
+
+
+class TableStateOperator(PhysicalOperator):
+    """An operator whose state is one Arrow table (``_state``, None when empty) and a few plain
+    values: checkpointed as the table's IPC bytes under :attr:`STATE_TABLE` and each attribute
+    of :attr:`STATE_VALUES` under its name without the leading underscore."""
+
+    #: The checkpoint key of the state table.
+    STATE_TABLE: str = "state"
+    #: Attributes saved beside it.
+    STATE_VALUES: tuple[str, ...] = ()
+    _state: pa.Table | None = None
+
+    def state_rows(self) -> int:
+        return 0 if self._state is None else self._state.num_rows
+
+    def to_state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {self.STATE_TABLE: None if self._state is None else table_to_ipc(self._state)}
+        out.update({a.lstrip("_"): getattr(self, a) for a in self.STATE_VALUES})
+        return out
+
+    def from_state(self, state: dict[str, Any]) -> None:
+        blob = state[self.STATE_TABLE]
+        self._state = None if blob is None else ipc_to_table(blob)
+        for a in self.STATE_VALUES:
+            setattr(self, a, state[a.lstrip("_")])
+
+
+class WindowStateOperator(TableStateOperator):
+    """A window aggregation: the partial aggregates of its open windows are the state table, kept
+    with the watermark's inputs (the newest event time, windows closed until) and the late rows."""
+
+    STATE_TABLE = "partials"
+    STATE_VALUES = ("_max_time", "_closed_until", "late_rows")
+    kind = "aggregate"
+    selectivity = 0.1
+
+
+class SidedStateOperator(PhysicalOperator):
+    """A two-input operator whose state is one Arrow table per input (``_state``, None when
+    empty) and the newest event time seen on each (``_max_time``): checkpointed as IPC bytes under
+    ``state`` and the times under ``max_time``, with each attribute of :attr:`STATE_VALUES` under
+    its own name."""
+
+    #: Attributes saved beside the tables and times.
+    STATE_VALUES: tuple[str, ...] = ()
+    _state: list[pa.Table | None]
+    _max_time: list[float]
+
+    def state_rows(self) -> int:
+        return sum(0 if s is None else s.num_rows for s in self._state)
+
+    def to_state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "state": [None if s is None else table_to_ipc(s) for s in self._state],
+            "max_time": list(self._max_time),
+        }
+        out.update({a: getattr(self, a) for a in self.STATE_VALUES})
+        return out
+
+    def from_state(self, state: dict[str, Any]) -> None:
+        self._state = [None if s is None else ipc_to_table(s) for s in state["state"]]
+        self._max_time = list(state["max_time"])
+        for a in self.STATE_VALUES:
+            setattr(self, a, state[a])

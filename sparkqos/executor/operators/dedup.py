@@ -22,19 +22,18 @@ by the watermark and serialisable (Arrow IPC).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
-from sparkqos.executor.operators.base import PhysicalOperator, group_codes, ipc_to_table, table_to_ipc
+from sparkqos.executor.operators.base import TableStateOperator, group_codes
 
 _EXPIRES = "__expires"
 
 
-class Deduplicate(PhysicalOperator):
+class Deduplicate(TableStateOperator):
     """The first row of each ``keys`` value; ``time_col`` and ``delay_us`` give the watermark
     (None: none), ``within_watermark`` Spark's ``dropDuplicatesWithinWatermark``.
 
@@ -47,6 +46,9 @@ class Deduplicate(PhysicalOperator):
     >>> op.process(stamp(pa.record_batch({"k": ["b", "c"], "v": [4, 5]}), 1.0, 3)).column("v").to_pylist()
     [5]
     """
+
+    STATE_TABLE = "keys"
+    STATE_VALUES = ("_max_time", "late_rows")
 
     kind = "filter"
     selectivity = 0.5
@@ -139,18 +141,3 @@ class Deduplicate(PhysicalOperator):
             return
         if pc.any(gone).as_py():
             self._state = state.filter(pc.invert(gone))
-
-    def state_rows(self) -> int:
-        return 0 if self._state is None else self._state.num_rows
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "keys": None if self._state is None else table_to_ipc(self._state),
-            "max_time": self._max_time,
-            "late_rows": self.late_rows,
-        }
-
-    def from_state(self, state: dict[str, Any]) -> None:
-        self._state = None if state["keys"] is None else ipc_to_table(state["keys"])
-        self._max_time = state["max_time"]
-        self.late_rows = state["late_rows"]

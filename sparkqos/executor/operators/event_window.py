@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
-from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, normal_key, table_to_ipc
+from sparkqos.executor.operators.base import WindowStateOperator, normal_key
 
 #: Aggregate functions: ``count_all`` (rows), ``count`` (non-null values) and the rest over a column.
 FUNCTIONS = ("count_all", "count", "sum", "avg", "min", "max", "first", "last")
@@ -57,7 +57,7 @@ def _as_type(x: pa.Array, t: pa.DataType) -> pa.Array:
     return x if x.type == t else pc.cast(x, t)
 
 
-class EventWindowAggregate(PhysicalOperator):
+class EventWindowAggregate(WindowStateOperator):
     """Aggregates of ``aggs`` by ``keys`` over event-time windows of ``size_us`` microseconds,
     sliding every ``slide_us`` (tumbling when equal), offset ``start_us``, on the timestamp column
     ``time_col``; ``delay_us`` is the watermark delay (None: no watermark, emit at the end).
@@ -72,9 +72,6 @@ class EventWindowAggregate(PhysicalOperator):
     >>> out.column("n").to_pylist(), [w["end"].timestamp() for w in out.column("window").to_pylist()]
     ([2], [10.0])
     """
-
-    kind = "aggregate"
-    selectivity = 0.1
 
     def __init__(
         self,
@@ -123,11 +120,7 @@ class EventWindowAggregate(PhysicalOperator):
                 raise ExpressionError(f"operator {self.name!r}: unknown column {name!r}; columns are {src.names}")
             return src.field(i).type
 
-        if not pa.types.is_timestamp(field_type(self.time_col)):
-            raise ExpressionError(f"operator {self.name!r}: window time column {self.time_col!r} must be a timestamp")
-        self._time_type = field_type(self.time_col)
-        window_t = pa.struct([pa.field("start", self._time_type), pa.field("end", self._time_type)])
-        fields = [pa.field(self.window_name, window_t)] + [pa.field(k, field_type(k)) for k in self.keys]
+        fields = self._window_fields(field_type) + [pa.field(k, field_type(k)) for k in self.keys]
         self._partials: list[tuple[str, str | None, str, Any]] = []  # (state column, input, pyarrow fn, options)
         for i, a in enumerate(self.aggs):
             t = None if a.column is None else field_type(a.column)
@@ -173,6 +166,19 @@ class EventWindowAggregate(PhysicalOperator):
         if dup:
             raise ExpressionError(f"operator {self.name!r}: output column(s) {sorted(dup)} defined twice")
         return pa.schema(fields + [src.field(ARRIVAL), src.field(SEQ)])
+
+    def _window_fields(self, field_type: Any) -> list[pa.Field]:
+        """The output's window struct (``field_type(name)``: an input column's type)."""
+        if not pa.types.is_timestamp(field_type(self.time_col)):
+            raise ExpressionError(f"operator {self.name!r}: window time column {self.time_col!r} must be a timestamp")
+        self._time_type = field_type(self.time_col)
+        return [pa.field(self.window_name, pa.struct([pa.field("start", self._time_type), pa.field("end", self._time_type)]))]
+
+    def _window_arrays(self, part: pa.Table) -> list[Any]:
+        ws = part.column("__ws").combine_chunks()
+        start = pc.cast(ws, self._time_type)
+        end = pc.cast(pc.add(ws, self.size_us), self._time_type)
+        return [pa.StructArray.from_arrays([start, end], fields=list(self.schema.field(0).type))]
 
     # -- running ---------------------------------------------------------------------------------
     def _inputs(self, batch: pa.RecordBatch) -> dict[str, pa.Array]:
@@ -270,11 +276,7 @@ class EventWindowAggregate(PhysicalOperator):
         return self._finish(state.filter(done))
 
     def _finish(self, part: pa.Table) -> pa.RecordBatch:
-        ws = part.column("__ws").combine_chunks()
-        start = pc.cast(ws, self._time_type)
-        end = pc.cast(pc.add(ws, self.size_us), self._time_type)
-        arrays: list[Any] = [pa.StructArray.from_arrays([start, end], fields=list(self.schema.field(0).type))]
-        arrays += [part.column(k) for k in self.keys]
+        arrays: list[Any] = self._window_arrays(part) + [part.column(k) for k in self.keys]
         for i, a in enumerate(self.aggs):
             out_t = self.schema.field(a.name).type
             v = part.column(f"p{i}")
@@ -306,20 +308,3 @@ class EventWindowAggregate(PhysicalOperator):
             return []
         out = self._finish(state)
         return [] if out is None else [out]
-
-    def state_rows(self) -> int:
-        return 0 if self._state is None else self._state.num_rows
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "partials": None if self._state is None else table_to_ipc(self._state),
-            "max_time": self._max_time,
-            "closed_until": self._closed_until,
-            "late_rows": self.late_rows,
-        }
-
-    def from_state(self, state: dict[str, Any]) -> None:
-        self._state = None if state["partials"] is None else ipc_to_table(state["partials"])
-        self._max_time = state["max_time"]
-        self._closed_until = state["closed_until"]
-        self.late_rows = state["late_rows"]

@@ -28,11 +28,11 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Expr, as_expr, evaluate_array, kind
-from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, table_to_ipc, user_names
+from sparkqos.executor.operators.base import SidedStateOperator, user_names
 from sparkqos.executor.operators.static_join import as_batch, key_table, match
 
 
-class IntervalJoin(PhysicalOperator):
+class IntervalJoin(SidedStateOperator):
     """Inner join of two inputs on ``left_keys[i] == right_keys[i]`` (expressions over each
     side's columns) and ``lower_us ≤ tr − tl ≤ upper_us`` (``<`` where ``*_strict``), with
     ``tl``/``tr`` the timestamp columns ``times``; ``delays_us`` are the two inputs' watermark
@@ -51,6 +51,8 @@ class IntervalJoin(PhysicalOperator):
     >>> [(r["t"].timestamp(), r["t2"].timestamp()) for r in out.to_pylist()]
     [(0.0, 0.5)]
     """
+
+    STATE_VALUES = ("late_rows",)
 
     kind = "join"
     arity = 2
@@ -223,18 +225,3 @@ class IntervalJoin(PhysicalOperator):
 
     def flush(self) -> list[pa.RecordBatch]:
         return []
-
-    def state_rows(self) -> int:
-        return sum(0 if s is None else s.num_rows for s in self._state)
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "state": [None if s is None else table_to_ipc(s) for s in self._state],
-            "max_time": list(self._max_time),
-            "late_rows": self.late_rows,
-        }
-
-    def from_state(self, state: dict[str, Any]) -> None:
-        self._state = [None if s is None else ipc_to_table(s) for s in state["state"]]
-        self._max_time = list(state["max_time"])
-        self.late_rows = state["late_rows"]

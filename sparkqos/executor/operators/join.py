@@ -12,17 +12,16 @@ input, as a watermark with no delay would. State is bounded by the window and se
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, SEQ, as_expr, kind
-from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, table_to_ipc, user_names
+from sparkqos.executor.operators.base import SidedStateOperator, user_names
 
 
-class WindowJoin(PhysicalOperator):
+class WindowJoin(SidedStateOperator):
     """Sliding-window symmetric hash join on equal ``on`` keys (Chain §5; Jiang §2.1).
 
     Exactly one of ``rows`` (tuple-based window: the last ``rows`` rows of the other input) and
@@ -197,16 +196,3 @@ class WindowJoin(PhysicalOperator):
         if self._state[port] is not None and self._state[port].num_columns and len(self._state[port].column(0).chunks) > 8:
             self._state[port] = self._state[port].combine_chunks()
         return result
-
-    def state_rows(self) -> int:
-        return sum(0 if s is None else s.num_rows for s in self._state)
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "state": [None if s is None else table_to_ipc(s) for s in self._state],
-            "max_time": list(self._max_time),
-        }
-
-    def from_state(self, state: dict[str, Any]) -> None:
-        self._state = [None if s is None else ipc_to_table(s) for s in state["state"]]
-        self._max_time = list(state["max_time"])

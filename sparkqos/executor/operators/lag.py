@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
-from sparkqos.executor.operators.base import PhysicalOperator, group_codes, ipc_to_table, table_to_ipc, user_names
+from sparkqos.executor.operators.base import TableStateOperator, group_codes, user_names
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def _sortable(x: pa.Array) -> list[np.ndarray]:
     return keys
 
 
-class KeyedLag(PhysicalOperator):
+class KeyedLag(TableStateOperator):
     """``lags`` over the rows of each ``keys`` value ordered by ``order`` (columns, ascending).
 
     >>> import pyarrow as pa
@@ -75,6 +75,9 @@ class KeyedLag(PhysicalOperator):
     >>> op.process(stamp(pa.record_batch({"k": ["a"], "t": [3], "v": [30]}), 1.0, 3)).column("prev").to_pylist()
     [20]
     """
+
+    STATE_TABLE = "last_rows"
+    STATE_VALUES = ("out_of_order_rows",)
 
     kind = "map"
     preserves_order = True
@@ -183,16 +186,3 @@ class KeyedLag(PhysicalOperator):
         self._state = pa.table({c: a.take(rows) for c, a in cols.items()})
         arrays += [batch.column(ARRIVAL), batch.column(SEQ)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-    def state_rows(self) -> int:
-        return 0 if self._state is None else self._state.num_rows
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "last_rows": None if self._state is None else table_to_ipc(self._state),
-            "out_of_order_rows": self.out_of_order_rows,
-        }
-
-    def from_state(self, state: dict[str, Any]) -> None:
-        self._state = None if state["last_rows"] is None else ipc_to_table(state["last_rows"])
-        self.out_of_order_rows = state["out_of_order_rows"]

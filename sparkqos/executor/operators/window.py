@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ, Agg, as_expr
-from sparkqos.executor.operators.base import PhysicalOperator, ipc_to_table, table_to_ipc
+from sparkqos.executor.operators.base import WindowStateOperator
 
 
-class WindowAggregate(PhysicalOperator):
+class WindowAggregate(WindowStateOperator):
     """count/sum/avg/min/max by key over tumbling (``slide`` None) or sliding windows of the
     numeric event-time column ``time_col``; windows are [start, start + size) with start a
     multiple of ``slide``. Output columns: ``window_start``, ``window_end``, the keys, the
@@ -39,9 +38,6 @@ class WindowAggregate(PhysicalOperator):
     >>> op.flush()[0].column("window_start").to_pylist()
     [10.0]
     """
-
-    kind = "aggregate"
-    selectivity = 0.1
 
     def __init__(
         self,
@@ -216,20 +212,3 @@ class WindowAggregate(PhysicalOperator):
             return []
         self._state = None
         return [self._finish(state)]
-
-    def state_rows(self) -> int:
-        return 0 if self._state is None else self._state.num_rows
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "partials": None if self._state is None else table_to_ipc(self._state),
-            "max_time": self._max_time,
-            "closed_until": self._closed_until,
-            "late_rows": self.late_rows,
-        }
-
-    def from_state(self, state: dict[str, Any]) -> None:
-        self._state = None if state["partials"] is None else ipc_to_table(state["partials"])
-        self._max_time = state["max_time"]
-        self._closed_until = state["closed_until"]
-        self.late_rows = state["late_rows"]

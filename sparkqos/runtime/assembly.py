@@ -1,0 +1,182 @@
+"""What a trigger loop is built of, from a query set and a :class:`~sparkqos.runtime.config.RunConfig`.
+
+:func:`assemble` checks what depends on the plan (which stream the DataFrame feeds, its event-time
+column) and builds the collaborators of :class:`~sparkqos.runtime.trigger.TriggerLoop`: the
+strategy sized to the trigger, the executor with its options, the ingest of the stream (row
+checks, arrival times), the checkpoint store, the output and dead-letter sinks and the progress
+reporter (:class:`Parts`). The class levels a
+continuous trigger serves first come from :func:`priority_levels`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+
+from sparkqos.compile.builder import QuerySet
+from sparkqos.errors import RunnerError
+from sparkqos.executor.loop import Executor, RunReport
+from sparkqos.executor.options import ExecutorOptions
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.runtime.checkpoint import CheckpointStore
+from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
+from sparkqos.runtime.ingest import Ingest
+from sparkqos.runtime.progress import ProgressReporter
+from sparkqos.runtime.sinks import Sink
+from sparkqos.schedulers.base import ClusterScheduler, Scheduler
+
+__all__ = [
+    "DEFAULT_ARRIVAL_COLUMN",
+    "Parts",
+    "assemble",
+    "classes_by_priority",
+    "executor_options",
+    "priority_levels",
+    "serve_by_class",
+    "stream_of",
+    "top_class",
+]
+
+#: Arrival column looked for when none is named.
+DEFAULT_ARRIVAL_COLUMN = "ts"
+
+
+@dataclass
+class Parts:
+    """The collaborators of one trigger loop (see :func:`assemble`)."""
+
+    compiled: CompiledPlan
+    scheduler: Scheduler
+    executor: Executor
+    ingest: Ingest
+    store: CheckpointStore
+    sink: Sink
+    dead_letter: DeadLetterSink | None
+    progress: ProgressReporter
+
+
+def assemble(queries: QuerySet | CompiledPlan, config: RunConfig) -> Parts:
+    """The parts of a trigger loop serving ``queries`` as ``config`` says; raises
+    :class:`~sparkqos.errors.RunnerError` naming what does not fit the plan."""
+    compiled = queries.build() if isinstance(queries, QuerySet) else queries
+    if not isinstance(compiled, CompiledPlan):
+        expected = "a QuerySet or a CompiledPlan"
+        got = type(queries).__name__
+        raise RunnerError(f"queries must be {expected}, got {got}", parameter="queries", value=queries, expected=expected)
+    stream, arrival_col = stream_of(compiled, config)
+    scheduler = config.make_scheduler(compiled.plan)
+    executor = Executor(compiled.fresh(), scheduler, clock=time.time, options=executor_options(config, scheduler))
+    storage = config.storage
+    dead_letter = storage.make_dead_letter()
+    checks = config.input.checks if config.input.checks is not None else RowChecks()
+    return Parts(
+        compiled=compiled,
+        scheduler=scheduler,
+        executor=executor,
+        ingest=Ingest(executor, compiled, stream, arrival_col, checks, keep_dead=dead_letter is not None),
+        store=CheckpointStore(storage.checkpoint / "sparkqos", keep=storage.keep_checkpoints),
+        sink=storage.make_sink(),
+        dead_letter=dead_letter,
+        progress=ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress),
+    )
+
+
+def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | None]:
+    """The stream the run's DataFrame feeds (``config.input.stream``, or the plan's only one) and
+    its arrival column (``config.input.arrival_col``, else ``ts`` when the stream has it, else None)."""
+    # the streams the DataFrame feeds (the others are fed by parts of queries Spark evaluates)
+    streams = [s for s in compiled.sources if s not in compiled.spark_parts]
+    stream = config.input.stream
+    if stream is None:
+        if len(streams) != 1:
+            raise RunnerError(
+                f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
+                parameter="stream",
+                value=None,
+                expected=f"one of {streams}",
+            )
+        stream = streams[0]
+    elif stream not in compiled.sources:
+        raise RunnerError(
+            f"stream {stream!r} is not read by the query set; it reads {streams}",
+            parameter="stream",
+            value=stream,
+            expected=f"one of {streams}",
+        )
+    schema = compiled.sources[stream]
+    arrival_col = config.input.arrival_col
+    if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
+        arrival_col = DEFAULT_ARRIVAL_COLUMN
+    elif arrival_col is not None and arrival_col not in schema.names:
+        raise RunnerError(
+            f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
+            parameter="arrival_col",
+            value=arrival_col,
+            expected=f"one of {schema.names}",
+        )
+    return stream, arrival_col
+
+
+def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:
+    """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
+    unless the executor's own is given, and with one cluster thread per core for a strategy that
+    serves clusters (COS §4.2) unless ``cluster_threads`` is given — its operators' pyarrow and
+    numpy kernels release the GIL, so clusters really run side by side."""
+    options = config.executor
+    if options.memory_limit_bytes is None and config.intake.memory_limit_bytes is not None:
+        options = dataclasses.replace(options, memory_limit_bytes=config.intake.memory_limit_bytes)  # spill, never OOM
+    cores = os.cpu_count() or 1
+    if options.cluster_threads is None:
+        threads = cores if isinstance(scheduler, ClusterScheduler) and cores > 1 else 0
+        options = dataclasses.replace(options, cluster_threads=threads)
+    return options
+
+
+def top_class(compiled: CompiledPlan) -> str | None:
+    """The class of the plan's queries with the highest priority, when one stands above the others
+    (None with a single class, or a tie at the top: then no class goes first)."""
+    plan = compiled.plan
+    used = {q.klass for q in plan.queries.values()}
+    ranked = sorted(((plan.classes[k], k) for k in used), reverse=True)
+    if len(ranked) < 2 or ranked[0][0] == ranked[1][0]:
+        return None
+    return ranked[0][1]
+
+
+def classes_by_priority(compiled: CompiledPlan) -> list[tuple[str, ...]]:
+    """The plan's query classes from the highest priority down, classes of equal priority
+    together; empty when there is nothing to put first (a single class, or all equal)."""
+    plan = compiled.plan
+    used = {q.klass for q in plan.queries.values()}
+    levels: dict[float, list[str]] = {}
+    for k in used:
+        levels.setdefault(plan.classes[k], []).append(k)
+    if len(levels) < 2:
+        return []
+    return [tuple(sorted(levels[p])) for p in sorted(levels, reverse=True)]
+
+
+def priority_levels(compiled: CompiledPlan) -> list[tuple[str, ...]]:
+    """The operators of each priority level's queries, highest level first (what a continuous
+    trigger serves at once, level by level); empty when no class stands above another."""
+    queries = compiled.plan.queries.values()
+    return [tuple(op for q in queries if q.klass in level for op in q.operators) for level in classes_by_priority(compiled)]
+
+
+def serve_by_class(executor: Executor, levels: list[tuple[str, ...]], budget_s: float) -> RunReport:
+    """Serve what is queued class by class from the highest priority level (``levels``:
+    :func:`priority_levels`) for up to ``budget_s`` in all: the top level always gets its round
+    (:meth:`Executor.serve` makes progress on every call), a lower one only while time is left.
+    Without levels the strategy in force serves for ``budget_s``."""
+    total = RunReport()
+    if not levels:
+        return executor.run(budget_s) if budget_s > 0 else total
+    for i, operators in enumerate(levels):
+        left = budget_s - total.seconds  # on the executor's clock
+        if budget_s <= 0 or (i > 0 and left <= 0):
+            break
+        total.add(executor.serve(operators, max(left, 0.0)))
+    return total

@@ -1,0 +1,98 @@
+"""Early writes: the one exception to "only a trigger writes".
+
+After a slice, the continuous worker writes what the top class's queries produced as a *part* of
+the batch the next trigger will commit (:meth:`~sparkqos.runtime.sinks.PartedSink.write_part`), so
+a class-H row waits for the sink's file write, not for the next trigger. That trigger keeps those
+parts and writes the rest of the batch; a crash before it commits leaves parts that no checkpoint
+covers, and the replayed batch replaces them (its first write, part or whole, removes every file
+of that batch id), as it replaces the files of a batch whose trigger crashed after its sink write.
+The sink's final content is the same: each batch exactly its last attempt. Rows written early
+count their delay from their own write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from sparkqos.executor.expressions import ARRIVAL, INTERNAL
+from sparkqos.executor.loop import EMIT, Executor, RunReport
+from sparkqos.runtime.sinks import Sink
+
+__all__ = ["EarlyParts", "EarlyWriter", "sink_tables"]
+
+
+def sink_tables(outputs: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+    """Outputs as the sink gets them: without the executor's internal columns."""
+    return {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
+
+
+class EarlyParts:
+    """What the worker wrote early of one batch: rows and delays (seconds) per query."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+        self.delays: dict[str, list[np.ndarray]] = {}
+
+    def add(self, query: str, rows: int, delays: np.ndarray) -> None:
+        self.rows[query] = self.rows.get(query, 0) + rows
+        self.delays.setdefault(query, []).append(delays)
+
+
+class EarlyWriter:
+    """Writes the top class's new outputs (``queries``) from the worker's thread, at most every
+    ``every_s`` seconds (at once when a slice found nothing more to run: the worker is about to
+    wait for the next trigger), as parts of the batch after the last one committed.
+    ``written(batch_id)`` is called after each part (the crash point ``after_early_write``);
+    ``phase_s["earlyWrite"]`` adds up the time spent."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        sink: Sink,
+        queries: tuple[str, ...],
+        every_s: float,
+        phase_s: dict[str, float],
+        written: Callable[[int], None],
+    ):
+        self.executor, self.sink, self.queries, self.every_s = executor, sink, queries, every_s
+        self.phase_s = phase_s
+        self.written = written
+        #: The batch the parts go to: the one after the last commit.
+        self.parts_batch = 0
+        self._batch: int | None = None  # the batch the parts written since the last commit belong to
+        self._parts = EarlyParts()
+        self._at = 0.0  # time.monotonic() of the last early write
+
+    def after_slice(self, report: RunReport) -> None:
+        """On the worker's thread, after a slice: write what the top class produced since the last
+        write as a part of the next batch, when it is time."""
+        if not report.idle and time.monotonic() - self._at < self.every_s:
+            return
+        outputs = {q: t for q, t in self.executor.take_outputs(self.queries).items() if t.num_rows}
+        if not outputs:
+            return
+        batch_id = self.parts_batch
+        first = self._batch != batch_id
+        t0 = time.perf_counter()
+        self.sink.write_part(batch_id, sink_tables(outputs), first=first)
+        at = time.time()
+        self._at = time.monotonic()
+        if first:
+            self._batch, self._parts = batch_id, EarlyParts()
+        for q, t in outputs.items():
+            self._parts.add(q, t.num_rows, at - t.column(ARRIVAL).to_numpy(zero_copy_only=False))
+        self.phase_s["earlyWrite"] += time.perf_counter() - t0
+        self.written(batch_id)
+
+    def commit(self, batch_id: int) -> EarlyParts | None:
+        """Batch ``batch_id`` is being committed (the worker is paused): the parts written of it
+        (None: none, so its write replaces anything an earlier attempt left); later parts go to
+        the next batch."""
+        parts = self._parts if self._batch == batch_id else None
+        self._batch, self._parts = None, EarlyParts()
+        self.parts_batch = batch_id + 1
+        return parts
