@@ -33,7 +33,19 @@ def test_every_python_snippet_is_marked_and_has_a_runner():
     text = (ROOT / "README.md").read_text()
     found = snippets()
     assert len(found) == text.count("```python"), "a ```python block in README.md has no <!-- snippet: NAME --> marker"
-    assert set(found) == {"own-script", "config", "builder", "databricks-install", "databricks", "strategies"}
+    assert set(found) == {"own-script", "config", "builder", "databricks-install", "databricks", "strategies", "sharded"}
+
+
+def test_sharded_fragment_names_keywords_stream_takes():
+    """A fragment (``...`` for what the script above gives), so it is parsed, not run: the
+    keywords that switch lanes must be ``sparkqos.stream``'s."""
+    import inspect
+
+    from sparkqos.spark.runner import stream
+
+    call = ast.parse(snippets()["sharded"]).body[0].value
+    lane = {k.arg for k in call.keywords} & {"shards", "shard_by"}
+    assert lane == {"shards", "shard_by"} and lane <= set(inspect.signature(stream).parameters)
 
 
 def test_own_script_runs_with_the_venv_python_and_no_pyspark_python(tmp_path):
