@@ -27,7 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Test files whose tests wait on processes of their own (a notebook kernel, a Spark Connect
 #: server, a fresh virtualenv), longest first: they run first, so that with ``-n 2`` (pytest-xdist)
 #: they overlap the rest of the suite instead of ending it.
-FIRST = ("test_notebooks.py", "test_connect.py", "test_connect_transforms.py", "test_wheel.py", "test_experiments.py")
+FIRST = (
+    "test_readme.py",
+    "test_notebooks.py",
+    "test_connect.py",
+    "test_connect_transforms.py",
+    "test_wheel.py",
+    "test_experiments.py",
+)
 
 #: The tests that start a local Spark Connect server (``remote("local[2]")``): it always listens
 #: on port 15002, so two of them at once fail to bind. They run one after another on one worker.
