@@ -219,15 +219,21 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
     return merged
 
 
-def oracle(trace: pa.Table, compiled_factory) -> dict[str, pa.Table]:
+def oracle(trace: pa.Table, trace_path: Path, compiled_factory) -> dict[str, pa.Table]:
+    """Every query's rows of the whole trace in one batch through the executor: the trace's rows
+    for the natively read input, and Spark's rows for each part Spark evaluates (the archive's
+    hash), as a micro-batch of the job would give them."""
+    from pyspark.sql import SparkSession
+
     from sparkqos import schedulers
     from sparkqos.executor.loop import replay
+    from sparkqos.spark.transforms import input_tables
 
     compiled = compiled_factory()
-    (stream, schema), *_ = compiled.sources.items()
-    ts = trace.column("ts").cast(pa.int64()).to_numpy() / 1e6
-    batch = trace.cast(schema).combine_chunks().to_batches()[0]
-    ex = replay(compiled, schedulers.get("fifo"), [(float(ts.min()), stream, batch)])
+    tables = input_tables(compiled, SparkSession.builder.getOrCreate().read.parquet(str(trace_path)))
+    start = float(trace.column("ts").cast(pa.int64()).to_numpy().min() / 1e6)
+    feeds = [(start, stream, table.combine_chunks().to_batches()[0]) for stream, table in tables.items() if table.num_rows]
+    ex = replay(compiled, schedulers.get("fifo"), feeds)
     return {q: ex.result(q) for q in ex.compiled.roots}
 
 
@@ -373,7 +379,7 @@ def main() -> int:
         f"checkpoint batch {final['checkpoint_before']} -> {final['checkpoint_after']}"
     )
 
-    want = oracle(trace, factory)
+    want = oracle(trace, trace_path, factory)
     base = final_outputs(work / "baseline", factory)
     got = final_outputs(crashed, factory)
     print()

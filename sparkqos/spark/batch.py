@@ -83,7 +83,7 @@ class BatchFunction:
         if reads_input(compiled):
             table = batch_df.toArrow()  # Spark reads the source here
         else:
-            table = compiled.sources[loop.stream].empty_table()
+            table = compiled.sources[loop.ingest.stream].empty_table()
         loop.phase_s["toArrow"] += time.perf_counter() - t0
         loop.process(table, batch_id, parts)
 
