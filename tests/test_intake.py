@@ -30,6 +30,9 @@ from sparkqos.workloads.sensors import sensor_queries
 DOWN_S = 20 * 60  # the downtime
 RATE = 20.0  # rows per second: small, so the 20 minutes are 24,000 rows
 MAX_ROWS = 2_000
+#: declared CPU per row of the two costly sensor queries: a batch costs them 2 x 40 ms against the
+#: executor's 0.02 s per trigger, so it falls behind on any machine and back-pressure has work
+WORK_US = 20.0
 
 
 class SourceClock:
@@ -107,9 +110,15 @@ def test_resume_after_20_minutes_down_catches_up_bounded_and_exactly_once(tmp_pa
 
     def loop() -> TriggerLoop:
         config = RunConfig(
-            checkpoint=tmp_path / "ckpt", output=tmp_path / "out", strategy="fifo", continuous=False, budget_s=0.02, intake=intake
+            checkpoint=tmp_path / "ckpt",
+            output=tmp_path / "out",
+            strategy="fifo",
+            continuous=False,
+            budget_s=0.02,
+            whole_batches=False,  # runs cut to the 0.02 s budget, so the executor falls behind
+            intake=intake,
         )
-        return TriggerLoop(sensor_queries(work_us=0.0, window_s=5.0), config)
+        return TriggerLoop(sensor_queries(work_us=WORK_US, window_s=5.0), config)
 
     # before the downtime: 3 triggers 10 s apart
     first, simple = loop(), PoissonSource(opts).simpleStreamReader(None)
