@@ -25,8 +25,9 @@ from sparkqos.runtime.config import StrategyConfig, parse_faults
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
-    """The ``job`` keys; the defaults (0.25 s trigger, continuous) are the measured ones of the README."""
+def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str, Key]:
+    """The ``job`` keys; the defaults (0.25 s trigger, continuous) are the measured ones of the README.
+    ``shard_by`` is the column the job's sharded lane splits its stream by (``job.shards`` > 0)."""
     return {
         "name": Key(str, name, "query name (metrics 'run')"),
         "duration_s": Key(
@@ -57,6 +58,13 @@ def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
         ),
         "checkpoint": Key(str, "", "checkpoint folder; empty = <output>/_checkpoint"),
         "report": Key(bool, True, "render the HTML report at the end"),
+        "shards": Key(
+            int,
+            0,
+            "the sharded lane: this many executors inside Spark tasks, state in Spark's state store; 0 = the driver lane",
+            low=0,
+        ),
+        "shard_by": Key(str, shard_by, "the column the sharded lane splits the stream by (every query keeps its state per it)"),
     }
 
 
@@ -162,7 +170,17 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "on_progress": monitor.on_progress,
         "on_delays": monitor.on_delays,
         "fault": args.fault,
-    }
+    } | ({"shards": job["shards"], "shard_by": job["shard_by"]} if job["shards"] else {})
+
+
+def not_shardable(name: str, exc: Exception) -> int:
+    """A query of the job cannot run in the sharded lane: say which and how to leave it out; the exit code."""
+    print(
+        f"{name}: configuration error: job.shards > 0 runs the sharded lane, and {exc}; "
+        "leave that query out with --set 'queries.run=[...]' or run the driver lane (job.shards=0)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _delta_sink(output: Path) -> Any:
@@ -185,7 +203,9 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
     duration = job["duration_s"]
     over = " over " + ",".join(sched["candidates"]) if sched["strategy"] == "adaptive" else ""
     print(
-        f"{name}: {banner}, {len(handle.loop.executor.plan)} operators, strategy {sched['strategy']}{over}, "
+        f"{name}: {banner}, {len(handle.compiled.plan)} operators"
+        + (f" in {job['shards']} shards by {job['shard_by']}" if job["shards"] else "")
+        + f", strategy {sched['strategy']}{over}, "
         f"trigger {job['trigger_s']:g}s; "
         + (f"runs {duration:g}s from the first micro-batch" if duration else "runs until stopped (Ctrl-C)")
         + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),

@@ -27,9 +27,10 @@ import _jobkit as kit  # noqa: E402
 from sparkqos.config import ConfigError, Key  # noqa: E402
 
 ROOT = kit.ROOT
+QUERIES = ("fire", "anomaly", "zone_stats", "archive")  # sparkqos.workloads.sensor_transforms
 
 SCHEMA = {
-    "job": kit.job_section("sensor_monitor"),
+    "job": kit.job_section("sensor_monitor", shard_by="sensor_id"),
     "source": {
         "format": Key(
             str, "bursty", "the source: bursty ON/OFF flows, Poisson, or a recorded file", choices=("bursty", "poisson", "replay")
@@ -51,6 +52,7 @@ SCHEMA = {
     },
     "scheduler": kit.scheduler_section(),
     "queries": {
+        "run": Key(list, list(QUERIES), "which of the queries to run", choices=lambda: list(QUERIES)),
         "model_size": Key(int, 2048, "reference readings of the anomaly model (its cost per reading grows with it)", low=16),
         "window_s": Key(float, 10.0, "zone statistics window, seconds", low=0, low_open=True),
         "watermark_s": Key(float, 2.0, "zone statistics: a window closes this long after its end", low=0),
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import sparkqos
     from sparkqos import sources
+    from sparkqos.errors import NotShardable
     from sparkqos.report.console import ClassMonitor
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
     from sparkqos.workloads.sensors import SENSOR_CLASSES
@@ -110,16 +113,24 @@ def main(argv: list[str] | None = None) -> int:
     sources.register(spark)
     df = spark.readStream.format(f"sparkqos.{cfg['source']['format']}").options(**source_options(cfg)).load()
     qcfg = cfg["queries"]
-    queries = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
+    every = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
+    queries = {q: every[q] for q in qcfg["run"]}
+    if not queries:
+        print(f"{name}: configuration error: queries.run names no query", file=sys.stderr)
+        return 2
     print(f"{name}: compiling {len(queries)} queries …", flush=True)
-    monitor = ClassMonitor(SENSOR_QUERY_CLASSES, watch="fire", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
-    handle = sparkqos.stream(
-        df,
-        queries,
-        classes=SENSOR_QUERY_CLASSES,
-        priorities=SENSOR_CLASSES,
-        **kit.stream_options(cfg, args, checkpoint, output, monitor),
-    )
+    klass_of = {q: SENSOR_QUERY_CLASSES[q] for q in queries}
+    monitor = ClassMonitor(klass_of, watch="fire", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
+    try:
+        handle = sparkqos.stream(
+            df,
+            queries,
+            classes=klass_of,
+            priorities=SENSOR_CLASSES,
+            **kit.stream_options(cfg, args, checkpoint, output, monitor),
+        )
+    except NotShardable as exc:
+        return kit.not_shardable(name, exc)
     banner = f"{len(queries)} queries, source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s"
     return kit.run(spark, handle, cfg, monitor, banner)
 

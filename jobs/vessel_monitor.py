@@ -32,7 +32,7 @@ ROOT = kit.ROOT
 QUERIES = ("geofence", "speeding", "turning", "loitering", "area_counts", "archive")  # sparkqos.workloads.vessels
 
 SCHEMA = {
-    "job": kit.job_section("vessel_monitor"),
+    "job": kit.job_section("vessel_monitor", shard_by="mmsi"),
     "source": {
         "file": Key(str, "US_coastal_2020_06_30", "AIS file of tracktable-data, or a path to a .traj file"),
         "speed": Key(float, 1200.0, "replay pace: recorded seconds per wall second", low=0, low_open=True),
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"vessel_monitor: configuration error: {exc}", file=sys.stderr)
         return 2
-    from sparkqos.errors import SourceError
+    from sparkqos.errors import NotShardable, SourceError
     from sparkqos.workloads.ais import dead_letter_path, vessel_trace
 
     src = cfg["source"]
@@ -91,13 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"vessel_monitor: compiling {len(queries)} queries …", flush=True)
     klass_of = {q: VESSEL_QUERY_CLASSES[q] for q in queries}
     monitor = ClassMonitor(klass_of, watch="geofence", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
-    handle = sparkqos.stream(
-        df,
-        queries,
-        classes=klass_of,
-        priorities=VESSEL_PRIORITIES,
-        **kit.stream_options(cfg, args, checkpoint, output, monitor),
-    )
+    try:
+        handle = sparkqos.stream(
+            df,
+            queries,
+            classes=klass_of,
+            priorities=VESSEL_PRIORITIES,
+            **kit.stream_options(cfg, args, checkpoint, output, monitor),
+        )
+    except NotShardable as exc:
+        return kit.not_shardable(cfg["job"]["name"], exc)
     print(
         f"vessel_monitor: trace {trace} ({stats.rows:,} reports, {stats.dead_letters:,} dead letters in "
         f"{dead_letter_path(trace)}), replayed at {src['speed']:g}x ({stats.rows_per_s * src['speed']:,.0f} rows/s mean)",

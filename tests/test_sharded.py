@@ -34,6 +34,7 @@ from sparkqos.errors import NotShardable, RunnerError
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.sinks import MemorySink
+from sparkqos.spark.sharded import mean_scores
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows
 from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
@@ -138,6 +139,15 @@ def test_shards_give_sparks_rows_and_the_driver_lanes(vessels, sensors, strategy
     sharded = _serve_in_shards(compiled, readings, "sensor_id", strategy)
     for name, want in spark_rows.items():
         assert_same_rows(sharded[name], want, f"{name} sharded under {strategy}", rel=1e-12)
+
+
+def test_adaptive_scores_of_the_shards_fold_with_unscored_candidates():
+    """``adaptive`` reports None for a candidate it has not scored yet (it scores one only once it
+    ran); the trigger's record folds the shards' scores candidate by candidate over those that
+    scored it, and a candidate no shard scored stays None (a mean over None failed every trigger)."""
+    shards = [{"fifo": 0.4, "chain": None, "pc": None}, {"fifo": 0.6, "chain": 0.3, "pc": None}, {}]
+    assert mean_scores(shards) == {"fifo": pytest.approx(0.5), "chain": 0.3, "pc": None}
+    assert mean_scores([]) == {}
 
 
 def _trace(tmp_path: Path) -> Path:
