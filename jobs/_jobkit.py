@@ -1,8 +1,8 @@
 """What the monitoring jobs share (jobs/sensor_monitor.py, jobs/vessel_monitor.py): the command line
 (``--config``, ``--set``, ``--duration``, ``--output``, ``--checkpoint``, ``--fresh``, ``--quiet``,
 ``--fault``), the ``job`` and ``scheduler`` sections of their configuration, and the run itself —
-restore, start, run until the duration or Ctrl-C, stop between triggers, print the per-class
-summary and render the report.
+restore, start, run until the duration or Ctrl-C, stop between triggers, drain what is queued
+(``job.finish``), print the per-class summary and render the report.
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
         ),
         "checkpoint": Key(str, "", "checkpoint folder; empty = <output>/_checkpoint"),
         "report": Key(bool, True, "render the HTML report at the end"),
+        "finish": Key(
+            bool, False, "at the end of a finite input (a replayed trace): drain every queue and write the last outputs"
+        ),
         "shards": Key(
             int,
             0,
@@ -211,12 +214,13 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
         + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),
         flush=True,
     )
-    ui = spark.sparkContext.uiWebUrl
-    print(f"{name}: starting Spark's streaming query …" + (f" (Spark UI: {ui})" if ui else ""), flush=True)
-    query = handle.start()
+    # from here on a SIGTERM or Ctrl-C stops the query between triggers (and lets job.finish drain)
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    ui = spark.sparkContext.uiWebUrl
+    print(f"{name}: starting Spark's streaming query …" + (f" (Spark UI: {ui})" if ui else ""), flush=True)
+    query = handle.start()
     try:
         while not stop["now"] and query.isActive:
             first = monitor.first_batch_at  # the duration counts from the first micro-batch
@@ -225,10 +229,13 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
                 break
             query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
     finally:
-        handle.stop()
+        # draining needs the running trigger done: a batch Spark did not commit is not in the state
+        handle.stop(wait_s=120.0 if job["finish"] else 5.0)
     if query.exception() is not None:
         print(f"{name}: the streaming query failed: {query.exception()}", file=sys.stderr)
         return 1
+    if job["finish"]:
+        handle.finish()
     print()
     print(monitor.summary())
     output = Path(job["output"])

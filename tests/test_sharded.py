@@ -212,6 +212,33 @@ def test_the_sharded_stream_gives_sparks_rows(spark_sql, tmp_path):
         handle.start()
 
 
+def test_finish_refuses_a_batch_of_new_rows_spark_did_not_commit(spark_sql, tmp_path):
+    """A query stopped inside batch N of new rows (in Spark's offset log with offsets beyond N-1's,
+    not in its commit log) has rows in no committed state: draining then would lose them, so
+    finish() says to start the stream again (Spark replays N) instead."""
+    handle = sparkqos.stream(
+        replay(spark_sql, _trace(tmp_path)),
+        vessel_queries(spark_sql),
+        classes={q: VESSEL_QUERY_CLASSES[q] for q in PER_VESSEL},
+        priorities=VESSEL_PRIORITIES,
+        shards=2,
+        shard_by="mmsi",
+        trigger_s=0.25,
+        checkpoint=tmp_path / "ckpt",
+        sink=MemorySink(),
+    )
+    spark_log = tmp_path / "ckpt" / "spark"
+    (spark_log / "offsets").mkdir(parents=True)
+    (spark_log / "offsets" / "0").write_text('v1\n{}\n{"t_us": 10}\n')
+    with pytest.raises(RunnerError, match="batch 0 took new input but Spark did not commit it"):
+        handle.finish()
+    (spark_log / "commits").mkdir()
+    (spark_log / "commits" / "0").write_text("v1\n{}\n")
+    (spark_log / "offsets" / "1").write_text('v1\n{}\n{"t_us": 20}\n')
+    with pytest.raises(RunnerError, match="batch 1 took new input"):
+        handle.finish()
+
+
 CLUSTER_TESTS = pytest.mark.skipif(
     os.environ.get("SPARKQOS_CLUSTER_TESTS") != "1",
     reason="starts JVMs of its own (minutes on 2 loaded cores): SPARKQOS_CLUSTER_TESTS=1",

@@ -315,6 +315,13 @@ class ShardedStream:
         spark = self.df.sparkSession
         keys = self._keys if self._keys is not None else partition_keys(spark, self.shards)
         batch_id = self.restore() + 1
+        if self._planned_with_input(batch_id):
+            # its rows are in no committed state: the drain would lose them (Spark replays the
+            # batch on start()); a batch without new input is redone by the drain under its id
+            raise RunnerError(
+                f"finish(): batch {batch_id} took new input but Spark did not commit it (the query stopped inside it); "
+                "start() the stream again so Spark completes it, stop() it between triggers, then finish()"
+            )
         started = time.time()
         if batch_id == 0:
             rows = pa.table({name: pa.array([], t) for name, t in _schema(SHARD_ROWS)})
@@ -325,6 +332,23 @@ class ShardedStream:
         progress = self._commit(batch_id, rows, started)
         self._finished_marker.write_text(f"{batch_id}\n")
         return progress
+
+    def _planned_with_input(self, batch_id: int) -> bool:
+        """Whether Spark's offset log holds batch ``batch_id`` with source offsets beyond the batch
+        before it (a batch of new rows). Spark plans a batch without new input at every trigger
+        (the processing-time timeouts), so a stop often falls inside one of those."""
+        offsets = self._spark_checkpoint / "offsets"
+        planned = offsets / str(batch_id)
+        if not planned.exists():
+            return False
+        before = offsets / str(batch_id - 1)
+        if not before.exists():
+            return True
+
+        def sources(path: Path) -> list[str]:  # the log's lines: version, metadata, one per source
+            return path.read_text().splitlines()[2:]
+
+        return sources(planned) != sources(before)
 
     # -- the driver's part of a trigger ----------------------------------------------------------
     def _commit(self, batch_id: int, rows: pa.Table, started: float) -> dict[str, Any]:
