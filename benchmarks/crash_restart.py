@@ -180,14 +180,16 @@ def run_job(
     last: int,
     fault: str | None = None,
     kill_after: float | None = None,
-    timeout: float = 300,
+    timeout: float | None = None,
     extra: list[str] | None = None,
     rows: int = 0,
 ) -> dict:
     """One run of the job; returns how it ended. It is stopped (SIGTERM) once batch ``last`` is
     checkpointed (sharded lane: once the job took all ``rows`` of the trace), killed by its own
     fault, or SIGKILLed (group) ``kill_after`` s after its first batch. A shard's worker killed by
-    its fault (``in_shard``) leaves the job running: it is stopped once a later batch is done."""
+    its fault (``in_shard``) leaves the job running: it is stopped once a later batch is done.
+    ``timeout``: 300 s, 600 s for the sharded lane (Spark's state store commit in every batch)."""
+    timeout = timeout if timeout is not None else 600 if LANE[0] == "sharded" else 300
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("SPARKQOS_FAULT", None)  # the job's default for --fault: only the fault asked for here may fire
     if LANE[0] == "sharded":
