@@ -229,13 +229,17 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
                 break
             query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
     finally:
-        # draining needs the running trigger done: a batch Spark did not commit is not in the state
-        handle.stop(wait_s=120.0 if job["finish"] else 5.0)
+        handle.stop()
     if query.exception() is not None:
         print(f"{name}: the streaming query failed: {query.exception()}", file=sys.stderr)
         return 1
     if job["finish"]:
-        handle.finish()
+        try:
+            handle.finish()
+        except SparkqosError as exc:  # e.g. stopped inside a batch of new rows: draining would lose them
+            print(f"{name}: cannot drain: {exc}", file=sys.stderr)
+            spark.stop()
+            return 1
     print()
     print(monitor.summary())
     output = Path(job["output"])
