@@ -75,12 +75,19 @@ class SessionWindowAggregate(EventWindowAggregate):
     # -- building --------------------------------------------------------------------------------
     def _output_schema(self) -> pa.Schema:
         schema = super()._output_schema()
-        # Merging sessions combines their partials grouped by session id; last() takes a second
-        # pass over the sessions in order of their end (the time of their last row).
-        partials = self._columns[True][len(self._group) :]
-        self._merge_specs = [*self._specs[True], ("__ws", "min"), ("__we", "max")]
+        # first/last of merged sessions: the value of the piece whose time is the earliest/latest,
+        # the time of a piece being its start/end, or with ignorenulls the time of its first/last
+        # non-null value (a state column of its own, "<partial>_t"). The other partials merge
+        # grouped by session.
+        self._picks = [
+            (f"p{i}", a.fn, f"p{i}_t" if a.ignore_nulls else ("__ws" if a.fn == "first" else "__we"))
+            for i, a in enumerate(self.aggs)
+            if a.fn in ("first", "last")
+        ]
+        picked = {name for name, _, _ in self._picks}
+        self._merge_specs = [s for s in self._specs[True] if s[0] not in picked] + [("__ws", "min"), ("__we", "max")]
+        partials = [(name, column) for name, column in self._columns[True][len(self._group) :] if name not in picked]
         self._merge_columns = [("__ws", "__ws_min"), *((k, k) for k in self.keys), *partials, ("__we", "__we_max")]
-        self._last_specs = [(name, "last", opts) for name, _, fn, opts in self._partials if fn == "last"]
         return schema
 
     def _window_arrays(self, part: pa.Table) -> list[Any]:
@@ -113,7 +120,12 @@ class SessionWindowAggregate(EventWindowAggregate):
         rows = {"__ws": pa.array(us)} | {k: normal_key(batch.column(k)) for k in self.keys} | self._inputs(batch)
         rows[ARRIVAL], rows[SEQ] = batch.column(ARRIVAL), batch.column(SEQ)
         part = self._aggregate(pa.table(rows), combine=False)
-        return part.append_column("__we", pc.add(part.column("__ws"), self.gap_us)), late, newest
+        part = part.append_column("__we", pc.add(part.column("__ws"), self.gap_us))
+        for name, _, time in self._picks:
+            if time not in part.column_names:  # ignorenulls: the time of a non-null value
+                v = part.column(name)
+                part = part.append_column(time, pc.if_else(v.is_valid(), part.column("__ws"), pa.scalar(None, pa.int64())))
+        return part, late, newest
 
     def _merge(self, table: pa.Table) -> pa.Table:
         """The sessions of ``table`` with those of a key that overlap merged, Spark's rule: in
@@ -135,15 +147,12 @@ class SessionWindowAggregate(EventWindowAggregate):
         if new.all():
             return table
         sid = np.cumsum(new) - 1
-        table = table.append_column("__sid", pa.array(sid))
-        g = table.group_by(["__sid", *self.keys], use_threads=False).aggregate(self._merge_specs).sort_by("__sid")
+        g = table.append_column("__sid", pa.array(sid)).group_by(["__sid", *self.keys], use_threads=False)
+        g = g.aggregate(self._merge_specs).sort_by("__sid")
         merged = {name: g.column(column) for name, column in self._merge_columns}
-        if self._last_specs:
-            by_end = np.lexsort((order, we[order], sid))
-            lasts = table.take(by_end).group_by("__sid", use_threads=False).aggregate(self._last_specs).sort_by("__sid")
-            merged |= {name: lasts.column(f"{name}_last") for name, *_ in self._last_specs}
-        out, schema = pa.table(merged), table.schema.remove(table.num_columns - 1)  # without __sid
-        return out if out.schema == schema else out.cast(schema)
+        for name, fn, time in self._picks:
+            merged |= _pick(table, sid, order, name, fn, time)
+        return pa.table({n: merged[n] for n in table.column_names}).cast(table.schema)
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
         part, late, newest = self._sessions(batch)
@@ -156,3 +165,25 @@ class SessionWindowAggregate(EventWindowAggregate):
         if self.delay_us is None or self._max_time is None:
             return None
         return self._emit(self._max_time - self.delay_us)
+
+
+def _pick(table: pa.Table, sid: np.ndarray, pos: np.ndarray, name: str, fn: str, time: str) -> dict[str, pa.Array]:
+    """Per session ``sid`` (ascending over ``table``'s rows): ``name`` of its piece with the
+    earliest (``first``) or latest (``last``) ``time`` — a null time never chosen while another
+    is not — ties to the earlier/later ``pos`` (arrival); and that time, when a column of its own."""
+    t = table.column(time).combine_chunks()
+    valid = t.is_valid().to_numpy(zero_copy_only=False)
+    fill = np.iinfo(np.int64).max if fn == "first" else np.iinfo(np.int64).min
+    key = np.where(valid, t.fill_null(0).to_numpy(zero_copy_only=False), fill)
+    idx = np.lexsort((pos, key, sid))
+    s = sid[idx]
+    edge = np.ones(len(s), dtype=bool)
+    if fn == "first":
+        edge[1:] = s[1:] != s[:-1]
+    else:
+        edge[:-1] = s[1:] != s[:-1]
+    chosen = pa.array(idx[edge])
+    out = {name: table.column(name).take(chosen)}
+    if time.startswith(name):
+        out[time] = t.take(chosen)
+    return out
