@@ -213,10 +213,10 @@ def _static_join(qc: Any, node: Node, how: str, stream_side: int) -> Rel:
 
 
 # -- two branches of the stream joined on an event-time range --------------------------------------
-def interval_us(node: Node) -> int | None:
+def _interval(node: Node) -> int | None:
     """A day-time interval literal in µs (``INTERVAL 2 SECONDS``), possibly negated."""
     if node.cls == "UnaryMinus":
-        inner = interval_us(node.children[0])
+        inner = _interval(node.children[0])
         return None if inner is None else -inner
     t = str(node.fields.get("dataType", ""))
     if node.cls == "Literal" and t.startswith("interval ") and "year" not in t and "month" not in t:
@@ -237,7 +237,7 @@ def _time_term(node: Node) -> tuple[int, int] | None:
     if node.cls == "DatetimeSub" and node.children:  # its child is the TimestampAddInterval it stands for
         return _time_term(node.children[0])
     if node.cls == "TimestampAddInterval" and len(node.children) == 2:
-        base, offset = _time_term(node.children[0]), interval_us(node.children[1])
+        base, offset = _time_term(node.children[0]), _interval(node.children[1])
         if base is not None and offset is not None:
             return base[0], base[1] + offset
     return None

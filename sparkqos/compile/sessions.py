@@ -9,11 +9,11 @@ Aggregate handler of :mod:`sparkqos.compile.stateful`, which maps the whole of i
 :class:`~sparkqos.executor.operators.SessionWindowAggregate`.
 
 The gap must be a literal: an interval string as Spark reads it (``"5 minutes"``, ``"1 hour 30
-minutes"``, ``"2.5 seconds"``, ``"interval 1 day"``) or a day-time interval literal
-(``F.expr("INTERVAL 5 SECONDS")``). A gap computed per row (``session_window(ts, F.when(...))``),
-one in months or years (calendar arithmetic), one in days under a session time zone other than
-UTC (days of 23 or 25 hours), and a gap of zero or less (Spark drops every row) raise
-:class:`~sparkqos.errors.UnsupportedTransform` naming them.
+minutes"``, ``"2.5 seconds"``, ``"interval 1 day"``; Spark takes no day-time interval there). A
+gap computed per row (``session_window(ts, F.when(...))``), one in months or years (calendar
+arithmetic), one in days under a session time zone other than UTC (days of 23 or 25 hours), and a
+gap of zero or less (Spark drops every row) raise :class:`~sparkqos.errors.UnsupportedTransform`
+naming them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import functools
 import re
 from typing import Any
 
-from sparkqos.compile.joins import interval_us
 from sparkqos.compile.nodes import Node, parse_expr
 from sparkqos.compile.stateful import TimeWindow, time_column
 from sparkqos.executor.operators import SessionWindowAggregate, WindowAgg
@@ -96,10 +95,8 @@ def _gap_us(qc: Any, add: Node) -> int:
                 f"session_window with a gap in days ({value!r}) under the session time zone {zone!r}",
                 "a day there may last 23 or 25 hours; give the gap in hours",
             )
-    else:
-        gap_us = interval_us(gap)
-        if gap_us is None:
-            raise qc.unsupported(f"session_window with a gap of type {gap.fields.get('dataType')}", _HOW)
+    else:  # Spark itself takes only a calendar interval, which a literal gives as a string
+        raise qc.unsupported(f"session_window with a gap of type {gap.fields.get('dataType')}", _HOW)
     if gap_us <= 0:
         raise qc.unsupported(f"session_window with a gap of {gap_us} µs", f"Spark drops every row; {_HOW} above zero")
     return gap_us
