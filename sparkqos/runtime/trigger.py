@@ -321,6 +321,9 @@ class TriggerLoop:
             report = self.executor.run(self.budget_s)
         else:
             report = self._serve_by_class(self.config.effective_top_class_s)
+        # What is due at the trigger's end (update-mode aggregates: each key changed since the
+        # last trigger, once) goes into this trigger's outputs.
+        report.add(self.executor.end_trigger())
         self._fault("after_run", batch_id)
         served.add(report)
         return self._commit(batch_id, started, came.rows_in, served, came.dead, backlog, spark_parts)
