@@ -15,7 +15,8 @@ unresolved ``window(...)`` call), the watermark delay of the event-time column (
 
 An ``Aggregate`` without a time window (``groupBy("k").agg(...)``, ``df.agg(...)``) maps to a
 :class:`~sparkqos.executor.operators.KeyedAggregate`: on a stream Spark's update output mode
-(each run emits the keys it changed; no watermark needed, the state is one row per key), on a
+(each trigger emits the keys changed since the last one, once each; no watermark needed, the
+state is one row per key), on a
 finite DataFrame the final table.
 
 Supported aggregates: ``count`` (of rows, a literal or a column), ``sum``, ``avg``/``mean``,
