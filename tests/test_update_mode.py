@@ -12,6 +12,7 @@ serving every row between triggers, and a crash between a trigger's sink write a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -34,7 +35,7 @@ from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows
 from tests.conftest import stream_to_end
-from tests.test_transforms_native import overall, running, table_of
+from tests.test_transforms_native import last_per_key, overall, running, table_of
 
 #: A running aggregate per key with a filter and a projection above it, and a global one; each is a
 #: streaming query of its own in Spark's run (what makes the oracle cost).
@@ -112,9 +113,8 @@ def loop_of(compiled, checkpoint: Path, sink: MemorySink, strategy: str, **optio
         sink=sink,
         strategy=strategy,
         trigger=Trigger(availableNow=True),
-        executor=MANY_RUNS,
         checks=RowChecks(finite=False),  # NaN and ±inf are values in a PySpark transform
-        **{"continuous": False, **options},
+        **{"continuous": False, "executor": MANY_RUNS, **options},
     )
     return TriggerLoop(compiled.fresh(), config)
 
@@ -135,6 +135,32 @@ def test_each_trigger_writes_sparks_update_mode_rows_under_every_strategy(spark_
         if strategy in ("rr", "chain", "greedy", "mtiq"):  # operator units under fig 4.1's rule
             assert runs > 2 * len(inputs), f"{strategy}: the aggregates ran {runs} times in {len(inputs)} triggers"
         assert_per_trigger(sink, want, f"under {strategy}")
+
+
+@pytest.mark.parametrize("strategy", ["chain", "rr"])
+def test_with_a_backlog_each_trigger_writes_a_key_once_and_the_changelog_ends_as_sparks(spark_sql, oracle, tmp_path, strategy):
+    """A budget far below the micro-batch's work: rows stay queued from trigger to trigger, so a
+    trigger writes the keys changed by the rows it served — still each at most once — and the
+    changelog's last row per key is the table Spark's changelog leaves."""
+    stream, inputs, want = oracle
+    compiled = compile_transforms(stream(), QUERIES, placement="native")
+    sink = MemorySink()
+    tight = dataclasses.replace(MANY_RUNS, budget_s=1e-4)
+    loop = loop_of(compiled, tmp_path / "ckpt", sink, strategy, executor=tight)
+    behind = 0
+    for batch_id, table in inputs.items():
+        loop.process(table, batch_id)
+        behind += loop.executor.state.total_queued > 0
+    loop.finish()
+    assert behind == len(inputs), "every trigger left rows queued"
+    for name, keys in (("running", ["k"]), ("overall", [])):
+        for b, table in sink.batches(name).items():
+            written = [tuple(r[k] for k in keys) for r in table.to_pylist()]
+            assert len(written) == len(set(written)), f"{name} under {strategy}: batch {b} wrote a key twice: {written}"
+        spark_rows = pa.concat_tables(want[name][b] for b in sorted(want[name]))
+        ours = sink.table(name).select(spark_rows.schema.names).cast(spark_rows.schema)
+        final = last_per_key(spark_rows, keys)
+        assert_same_rows(last_per_key(ours, keys), final, f"{name} under {strategy}", rel=1e-12)
 
 
 def test_a_shards_micro_batches_write_sparks_update_mode_rows(spark_sql, oracle):
