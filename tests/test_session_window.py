@@ -179,8 +179,8 @@ def test_streamed_sessions_equal_sparks_streaming_run(spark_sql, tmp_path):
     path = tmp_path / "clicks.parquet"
     pq.write_table(table, path)
     queries = {"streamed": streamed}
-    sink = stream_to_end(replay(spark_sql, path, seconds_per_trigger=20), queries, tmp_path / "sparkqos", strategy="chain")
-    spark_run = spark_streams(queries, lambda: replay(spark_sql, path, 20), tmp_path / "spark")["streamed"]
+    sink = stream_to_end(replay(spark_sql, path, seconds_per_trigger=30), queries, tmp_path / "sparkqos", strategy="chain")
+    spark_run = spark_streams(queries, lambda: replay(spark_sql, path, 30), tmp_path / "spark")["streamed"]
     got = sink.table("streamed")
     closed = closed_by(got, spark_run.watermark, "session_window")
     assert_same(closed, spark_run.rows.cast(got.schema), "streamed")
