@@ -150,6 +150,18 @@ def test_adaptive_scores_of_the_shards_fold_with_unscored_candidates():
     assert mean_scores([]) == {}
 
 
+def test_a_job_run_sharded_names_the_query_the_lane_refuses(spark, tmp_path, capsys):
+    """``--set job.shards=2`` switches a job to the sharded lane; a query it cannot run there (the
+    sensor job's archive, whose hash Spark evaluates) is a configuration error naming the query
+    and how to leave it out, before any data moves."""
+    from jobs import sensor_monitor
+
+    argv = ["--set", "job.shards=2", "--output", str(tmp_path / "out"), "--duration", "1", "--quiet"]
+    assert sensor_monitor.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "job.shards > 0 runs the sharded lane" in err and "['archive']" in err and "queries.run" in err, err
+
+
 def _trace(tmp_path: Path) -> Path:
     path = tmp_path / "vessels.parquet"
     pq.write_table(handmade(), path)
