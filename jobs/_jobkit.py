@@ -176,14 +176,37 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
     } | ({"shards": job["shards"], "shard_by": job["shard_by"]} if job["shards"] else {})
 
 
-def not_shardable(name: str, exc: Exception) -> int:
-    """A query of the job cannot run in the sharded lane: say which and how to leave it out; the exit code."""
-    print(
-        f"{name}: configuration error: job.shards > 0 runs the sharded lane, and {exc}; "
-        "leave that query out with --set 'queries.run=[...]' or run the driver lane (job.shards=0)",
-        file=sys.stderr,
-    )
-    return 2
+def make_stream(
+    df: Any, every: dict, classes: dict, priorities: dict, watch: str, cfg: dict, args: argparse.Namespace, folders: tuple
+) -> tuple[Any, Any] | int:
+    """The queries of ``every`` that ``queries.run`` names, over ``df``, as a sparkqos stream on the
+    lane ``job.shards`` picks, with the monitor of the console lines (``watch``: the query whose
+    p99 each line shows): (handle, monitor), or the exit code of a configuration error."""
+    name = cfg["job"]["name"]
+    queries = {q: every[q] for q in cfg["queries"]["run"]}
+    if not queries:
+        print(f"{name}: configuration error: queries.run names no query", file=sys.stderr)
+        return 2
+    print(f"{name}: compiling {len(queries)} queries …", flush=True)
+    from sparkqos import stream
+    from sparkqos.errors import NotShardable
+    from sparkqos.report.console import ClassMonitor
+
+    klass_of = {q: classes[q] for q in queries}
+    monitor = ClassMonitor(klass_of, watch=watch, classes=("H", "C", "N"), print_fn=None if args.quiet else print)
+    output, checkpoint = folders
+    try:
+        handle = stream(
+            df, queries, classes=klass_of, priorities=priorities, **stream_options(cfg, args, checkpoint, output, monitor)
+        )
+    except NotShardable as exc:  # a query the sharded lane cannot run: say which and how to leave it out
+        print(
+            f"{name}: configuration error: job.shards > 0 runs the sharded lane, and {exc}; "
+            "leave that query out with --set 'queries.run=[...]' or run the driver lane (job.shards=0)",
+            file=sys.stderr,
+        )
+        return 2
+    return handle, monitor
 
 
 def _delta_sink(output: Path) -> Any:

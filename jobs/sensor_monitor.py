@@ -100,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     output, checkpoint = kit.folders(args, cfg["job"])
 
-    import sparkqos
     from sparkqos import sources
-    from sparkqos.errors import NotShardable
-    from sparkqos.report.console import ClassMonitor
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
     from sparkqos.workloads.sensors import SENSOR_CLASSES
 
@@ -114,24 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     df = spark.readStream.format(f"sparkqos.{cfg['source']['format']}").options(**source_options(cfg)).load()
     qcfg = cfg["queries"]
     every = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
-    queries = {q: every[q] for q in qcfg["run"]}
-    if not queries:
-        print(f"{name}: configuration error: queries.run names no query", file=sys.stderr)
-        return 2
-    print(f"{name}: compiling {len(queries)} queries …", flush=True)
-    klass_of = {q: SENSOR_QUERY_CLASSES[q] for q in queries}
-    monitor = ClassMonitor(klass_of, watch="fire", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
-    try:
-        handle = sparkqos.stream(
-            df,
-            queries,
-            classes=klass_of,
-            priorities=SENSOR_CLASSES,
-            **kit.stream_options(cfg, args, checkpoint, output, monitor),
-        )
-    except NotShardable as exc:
-        return kit.not_shardable(name, exc)
-    banner = f"{len(queries)} queries, source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s"
+    made = kit.make_stream(df, every, SENSOR_QUERY_CLASSES, SENSOR_CLASSES, "fire", cfg, args, (output, checkpoint))
+    if isinstance(made, int):
+        return made
+    handle, monitor = made
+    banner = f"{len(handle.compiled.plan.queries)} queries, source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s"
     return kit.run(spark, handle, cfg, monitor, banner)
 
 
