@@ -167,8 +167,8 @@ def aggregate_inputs(node: Node) -> list[Node]:
 
 
 def aggregate(qc: Any, node: Node) -> Rel:
-    if "groupingExpressions" not in node.fields:  # Spark Connect writes the node without its fields
-        raise qc.unsupported("Spark operation 'Aggregate'", "groupBy/agg is not supported under Spark Connect yet")
+    if "groupingExpressions" not in node.fields:  # a bare node of the Spark Connect reader (withColumn of an aggregate)
+        raise qc.unsupported("Spark operation 'Aggregate'", "an aggregation sparkqos does not read under Spark Connect")
     grouping = [parse_expr(g) for g in node.fields["groupingExpressions"]]
     windows = _windows(node)
     if len(windows) > 1:
