@@ -326,3 +326,33 @@ def test_small_files_a_compacted_file_covers_are_ignored_then_removed(tmp_path):
     sink.checkpointed(3)
     assert sorted(p.name for p in (tmp_path / "query=q").iterdir()) == ["batches=0-1.parquet", "batches=2-3.parquet"]
     assert read_parquet_sink(tmp_path)["q"].column("x").to_pylist() == [0, 0, 1, 1, 2, 3]
+
+
+def test_a_batch_reported_again_replaces_its_record(tmp_path):
+    """A batch stopped after its report but before Spark committed it runs again under the same id
+    (the sharded lane's finish() after a stop): its new record replaces the old one in
+    ``recentProgress``, as its metrics file and outputs are replaced, so the live records and the
+    ones read back from the metrics table stay one per batch."""
+    import time
+
+    import numpy as np
+
+    from sparkqos.executor.report import RunReport
+    from sparkqos.runtime.progress import QueuedSizes, read_progress
+
+    loop = make_loop(tmp_path, strategy="fifo")
+    first = [loop.process(BATCHES[b], b) for b in range(2)]
+    names, queries = loop.progress.plan.names, loop.progress.plan.queries
+    again = loop.progress.report(
+        1,
+        time.time(),
+        rows_in=0,
+        dead_rows=0,
+        served=RunReport(),
+        rows_out=dict.fromkeys(queries, 0),
+        delays={q: np.empty(0) for q in queries},
+        state=QueuedSizes(dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)),
+        strategy=("fifo", {}),
+    )
+    assert loop.progress.recent == [first[0], again] and loop.progress.last is again
+    assert [p["batchId"] for p in read_progress(tmp_path / "out", "sparkqos")] == [0, 1]

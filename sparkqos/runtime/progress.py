@@ -193,6 +193,9 @@ class ProgressReporter:
         if self.output is not None:
             metrics.write_batch(self.output, self.name, batch_id, [*per_query, plan_row])
         progress = record(plan_row, per_query)
+        # a batch run again (stopped after its report but before Spark committed it) replaces its
+        # record, as it replaces its metrics file and its outputs
+        self.recent[:] = [p for p in self.recent if p["batchId"] != batch_id]
         self.recent.append(progress)
         del self.recent[:-KEEP]
         if self.on_progress is not None:
