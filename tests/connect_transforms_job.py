@@ -112,12 +112,8 @@ def transforms():
 
 #: The update-mode queries of :func:`stateful` (a stream's sink holds a changelog): their keys.
 UPDATE_KEYS = {
-    "keyed": ["s"],
-    "keyed_agg": ["s"],
-    "total": [],
-    "select_agg": [],
-    "explode_above": ["f", "pos"],
-    "udf_above": ["s"],
+    **dict.fromkeys(("keyed", "keyed_agg", "udf_above", "sql_above"), ["s"]),
+    **{"total": [], "select_agg": [], "explode_above": ["f", "pos"], "sql_agg": ["f"]},
 }
 
 
@@ -169,6 +165,13 @@ def stateful():
         "udf_above": lambda df: (
             df.groupBy("s").agg(F.max("d").alias("m")).select("s", half("m").alias("h"), shout("s").alias("t"))
         ),
+        # SQL strings, read on the client where the server confirms the reading
+        "sql_native": lambda df: df.where("i > 0 AND s IS NOT NULL OR NOT f").selectExpr(
+            "d * 1.609 AS km", "i + 1 AS j", "CASE WHEN i > 1 THEN 'big' WHEN i IS NULL THEN NULL ELSE 'small' END AS c", "s"
+        ),
+        "between": lambda df: df.where("i BETWEEN 1 AND 3 OR d NOT BETWEEN -1 AND 2.5").select("i", "d"),
+        "sql_above": lambda df: df.groupBy("s").count().where("count > 1"),
+        "sql_agg": lambda df: df.groupBy("f").agg(F.expr("max(i)").alias("m"), F.expr("count(*)").alias("n")),
     }
 
 
@@ -189,7 +192,8 @@ def spark_parts():
         return None if t is None else t.isoformat()
 
     parts = {
-        "sql_where": lambda df: df.where("i > 0 AND s IS NOT NULL").selectExpr("i", "upper(s) AS u", "ts"),
+        # SQL strings sparkqos does not read (||): Spark evaluates them
+        "sql_where": lambda df: df.where("i > 0 AND s IS NOT NULL").selectExpr("i", "upper(s) || '!' AS u", "ts"),
         "pandas_udf": lambda df: df.select("i", seconds("ts").alias("h")).where(F.col("i") != 0),
         "py_udf": lambda df: df.select(stamp("ts").alias("t"), "l"),
         "json_regex": lambda df: df.select(F.to_json(F.struct("i", "s")).alias("j"), "l").select(
@@ -209,9 +213,10 @@ def unsupported():
         "count": lambda df: df.groupBy("s").agg(F.countDistinct("i")),
         "mixed": lambda df: df.where(F.col("s") == 1),  # Spark would cast the string: not reproduced
         "log": lambda df: df.select(F.log("d")),
-        "sql_string": lambda df: df.where("i > 0"),
+        "sql_string": lambda df: df.where("s || 'x' = 'ax'"),  # a SQL string sparkqos does not read
         "total": lambda df: df.select(F.collect_list("d")),
-        "sql_above": lambda df: df.groupBy("s").count().where("count > 1"),  # no Spark part above an aggregate
+        "sql_above": lambda df: df.groupBy("s").count().where("count || '' = '2'"),  # no Spark part above an aggregate
+        "sql_agg_unread": lambda df: df.selectExpr("max(i) FILTER (WHERE i > 0) AS m"),
         "window": lambda df: df.select("i", F.row_number().over(Window.orderBy("i")).alias("n")),
     }
 
@@ -247,11 +252,10 @@ def main(out: str) -> None:
     data = table()
     df = spark.createDataFrame(data)
     queries = transforms()
-    got = sparkqos.run(df, queries, strategy="chain", batch_rows=3)
+    parts = spark_parts()
+    got = sparkqos.run(df, {**queries, **parts}, strategy="chain", batch_rows=3)
     compiled = compile_transforms(df, queries)
     (base / "compiled.json").write_text(json.dumps(describe(compiled)))
-    parts = spark_parts()
-    got.update(sparkqos.run(df, parts, strategy="chain", batch_rows=3))
     for name, transform in {**queries, **parts}.items():
         pq.write_table(got[name], base / f"run_{name}.parquet")
         pq.write_table(transform(df).toArrow(), base / f"spark_{name}.parquet")

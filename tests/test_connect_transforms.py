@@ -83,6 +83,9 @@ def test_connect_unsupported_transforms_are_named(job):
     assert "query 'sql_string'" in errors["sql_string"] and "SQL expression string" in errors["sql_string"], errors
     assert "query 'total'" in errors["total"] and "aggregate function 'collect_list'" in errors["total"], errors
     assert "query 'sql_above'" in errors["sql_above"] and "SQL expression string" in errors["sql_above"], errors
+    # an aggregate in a SQL string sparkqos does not read: Spark must not evaluate it per micro-batch
+    unread = errors["sql_agg_unread"]
+    assert "query 'sql_agg_unread'" in unread and "SQL expression string under Spark Connect that sparkqos cannot read" in unread
     assert "query 'window'" in errors["window"] and "Spark operation 'Window'" in errors["window"], errors
 
 

@@ -12,7 +12,8 @@ another Spark's names of the node's output columns; sparkqos then makes the impl
 Aggregations, watermarks and generators, whose analyzed form is not the client's, are written as
 the analyzer writes them by :mod:`sparkqos.spark.connect_relations`; a Python UDF's function
 comes from the command the client pickled into the plan (the one classic pyspark puts in the JVM
-plan). SQL expression strings are not parsed here: natively refused, so Spark evaluates them.
+plan). A SQL expression string is read by :mod:`sparkqos.spark.connect_sql` where the server
+confirms the reading; one it does not confirm is natively refused (Spark evaluates it).
 What it cannot place (types mixed other than numbers with numbers, an unknown construct) raises
 :class:`~sparkqos.errors.UnsupportedTransform` or is written as a node of its own name, which
 spark_plan rejects naming it — always before any data moves.
@@ -38,6 +39,7 @@ from sparkqos.spark.connect_relations import AGGREGATE_FUNCTIONS, EXPR_ID, PKG, 
 from sparkqos.spark.connect_relations import attr as _attr
 from sparkqos.spark.connect_relations import literal as _literal
 from sparkqos.spark.connect_relations import type_name as _type_name
+from sparkqos.spark.connect_sql import is_sql, read_sql
 from sparkqos.spark.spark_part import RELATION_FIELD
 from sparkqos.spark.udfs import PickledFunction, check_worker_settings
 
@@ -84,7 +86,7 @@ _MATCHES = {
 }
 _VARIADIC = {"coalesce": "Coalesce", "greatest": "Greatest", "least": "Least"}
 #: The Connect functions mapped (their arguments are translated; others stay whole, unsupported).
-_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC, "round", "bround", "struct", "array", "split"}
+_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC, "round", "bround", "struct", "array", "split", "between"}
 #: Connect expression kinds not mapped → the Spark class spark_plan names when it rejects them.
 _EXPRESSIONS = {
     "common_inline_user_defined_function": "PythonUDF",
@@ -169,6 +171,8 @@ class _Translator:
             return [node], [(i, f.name, _type_name(f.dataType)) for i, f in zip(ids, fields, strict=True)]
         kind = rel.WhichOneof("rel_type")
         body = getattr(rel, kind)
+        if kind in ("filter", "project", "with_columns", "aggregate") and _contains(body, is_sql):
+            body = read_sql(body, self.df.sparkSession, self.unsupported)
         if kind == "filter":
             nodes, attrs = self.relation(body.input)
             marker = _synthetic_marker(body.condition)
@@ -432,6 +436,13 @@ class _Translator:
             for f, (a, _) in zip(spark_t["fields"], args, strict=True):
                 nodes.extend([_literal(f["name"], "string"), *a])
             return nodes, spark_t
+        if fn == "between" and len(args) == 3:  # Spark's replacement: x >= low AND x <= high
+            (x, xt), (lo, lt), (hi, ht) = args
+            sides = []
+            for cls, (b, bt) in (("GreaterThanOrEqual", (lo, lt)), ("LessThanOrEqual", (hi, ht))):
+                t = self.common([xt, bt], fn)
+                sides += [{"class": cls, "num-children": 2}, *self.to(x, xt, t), *self.to(b, bt, t)]
+            return [{"class": "And", "num-children": 2}, *sides], self.check("boolean", spark_t, fn)
         if fn == "array" and args:
             t = self.common([at for _, at in args], fn)
             return [
