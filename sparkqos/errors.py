@@ -232,3 +232,9 @@ def check_choice(
         expected = "one of " + ", ".join(repr(c) for c in options)
         raise error(f"{where}{parameter} must be {expected}, got {value!r}", parameter=parameter, value=value, expected=expected)
     return value
+
+
+def not_one_of(error: type[SparkqosError], message: str, parameter: str, value: Any, choices: Iterable[Any]) -> SparkqosError:
+    """``error(message)`` about ``parameter``, whose ``value`` is not among ``choices`` (a list of
+    names: columns, streams), for the caller to raise."""
+    return error(message, parameter=parameter, value=value, expected=f"one of {list(choices)}")

@@ -267,31 +267,29 @@ _THIRD = 1.0 / 3.0
 
 #: Built-in templates (thesis §5.1); templates/*.toml holds the same specs as files.
 TEMPLATES: dict[str, QosSpec] = {
-    "balanced": QosSpec.of(
-        ("delay", "minimize", _THIRD),
-        ("output_rate", "maximize", _THIRD),
-        ("queued", "minimize", _THIRD),
-        name="balanced",
-        description="The thesis default (§5.1): equal weight on delay, output rate and memory.",
-    ),
-    "low_latency": QosSpec.of(
-        ("delay", "minimize", 0.7),
-        ("output_rate", "maximize", 0.3),
-        name="low_latency",
-        description="70% minimise tuple delay, 30% maximise output rate (thesis fig 6.4).",
-    ),
-    "high_throughput": QosSpec.of(
-        ("output_rate", "maximize", 0.7),
-        ("delay", "minimize", 0.3),
-        name="high_throughput",
-        description="70% maximise output rate, 30% minimise tuple delay (thesis fig 6.5).",
-    ),
-    "low_memory": QosSpec.of(
-        ("queued", "minimize", 0.75),
-        ("output_rate", "maximize", 0.25),
-        name="low_memory",
-        description="75% minimise queued tuples, 25% maximise output (thesis table 5.1).",
-    ),
+    name: QosSpec.of(*goals, name=name, description=description)
+    for name, goals, description in (
+        (
+            "balanced",
+            [("delay", "minimize", _THIRD), ("output_rate", "maximize", _THIRD), ("queued", "minimize", _THIRD)],
+            "The thesis default (§5.1): equal weight on delay, output rate and memory.",
+        ),
+        (
+            "low_latency",
+            [("delay", "minimize", 0.7), ("output_rate", "maximize", 0.3)],
+            "70% minimise tuple delay, 30% maximise output rate (thesis fig 6.4).",
+        ),
+        (
+            "high_throughput",
+            [("output_rate", "maximize", 0.7), ("delay", "minimize", 0.3)],
+            "70% maximise output rate, 30% minimise tuple delay (thesis fig 6.5).",
+        ),
+        (
+            "low_memory",
+            [("queued", "minimize", 0.75), ("output_rate", "maximize", 0.25)],
+            "75% minimise queued tuples, 25% maximise output (thesis table 5.1).",
+        ),
+    )
 }
 
 DEFAULT = "balanced"

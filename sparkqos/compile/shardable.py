@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sparkqos.errors import NotShardable
+from sparkqos.errors import NotShardable, not_one_of
 from sparkqos.executor.expressions import Alias, Col, Expr
 from sparkqos.executor.operators import (
     Deduplicate,
@@ -61,8 +61,10 @@ class Refusal:
     """Why a query cannot run sharded: its first operator whose state is not per shard key."""
 
     query: str
+    #: the operator and its kind (window aggregate, join, dedup, lag...)
     operator: str
     kind: str
+    #: the keys its state is grouped by, which do not include ``shard_by``
     keys: tuple[str, ...]
     shard_by: str
 
@@ -155,11 +157,12 @@ def check_shardable(compiled: CompiledPlan, shard_by: str) -> None:
     refuse_spark_parts(compiled)
     for stream, schema in compiled.sources.items():
         if shard_by not in schema.names:
-            raise NotShardable(
+            raise not_one_of(
+                NotShardable,
                 f"shard_by {shard_by!r} is not a column of stream {stream!r} ({schema.names})",
-                parameter="shard_by",
-                value=shard_by,
-                expected=f"one of {schema.names}",
+                "shard_by",
+                shard_by,
+                schema.names,
             )
     for refusal in shard_report(compiled, shard_by).values():
         if refusal is not None:

@@ -4,33 +4,38 @@
 reaches the analyzer as an ``Aggregate`` over the window rewrite (Spark's TimeWindowing rule):
 tumbling, ``Project(window struct AS window, ...) ← Filter(isnotnull(ts))``; sliding,
 ``Filter(isnotnull(ts) AND ts in window) ← Expand(one projection per overlapping window)``. This
-module recognises that shape and maps the whole of it to one
+module recognises that shape (:func:`time_window`) and maps the whole of it to one
 :class:`~sparkqos.executor.operators.EventWindowAggregate`, which assigns rows to Spark's windows
-itself. What the analyzed JSON leaves out comes from the plan context
+itself. The time windows an Aggregate may group by are a table the compiler's tables hand to
+:func:`aggregate` (:data:`sparkqos.compile.tables.WINDOWS`): ``window`` read here,
+``session_window`` by :mod:`sparkqos.compile.sessions`. What the analyzed JSON leaves out comes from the plan context
 (:mod:`sparkqos.spark.transforms`): the window's duration, slide and start (read from the
 unresolved ``window(...)`` call), the watermark delay of the event-time column (from the
 ``EventTimeWatermark`` node) and whether the input is a stream.
 
 An ``Aggregate`` without a time window (``groupBy("k").agg(...)``, ``df.agg(...)``) maps to a
 :class:`~sparkqos.executor.operators.KeyedAggregate`: on a stream Spark's update output mode
-(each run emits the keys it changed; no watermark needed, the state is one row per key), on a
+(each trigger emits the keys changed since the last one, once each; no watermark needed, the
+state is one row per key), on a
 finite DataFrame the final table.
 
 Supported aggregates: ``count`` (of rows, a literal or a column), ``sum``, ``avg``/``mean``,
 ``min``, ``max``, ``first``, ``last`` (``ignorenulls`` too), over columns or expressions, keys
-that are columns. A windowed aggregation on a stream without a watermark, ``session_window``,
-distinct aggregates, expressions over aggregates and other aggregate functions raise
+that are columns. A windowed aggregation on a stream without a watermark, distinct aggregates,
+expressions over aggregates and other aggregate functions raise
 :class:`~sparkqos.errors.UnsupportedTransform` naming them.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
 from sparkqos.executor.expressions import Alias, Col
-from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, Project, WindowAgg
+from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, PhysicalOperator, Project, WindowAgg
 
 _AGGREGATES = {"Count": "count", "Sum": "sum", "Average": "avg", "Min": "min", "Max": "max", "First": "first", "Last": "last"}
 _AGG_NAMES = {
@@ -50,6 +55,24 @@ _AGG_NAMES = {
 }
 
 
+@dataclass(frozen=True)
+class TimeWindow:
+    """A time window of a groupBy as the analyzer rewrote it under the Aggregate: its event-time
+    attribute, the relation under the rewrite, the operator's label in the plan, and
+    ``operator(compiler, keys, aggs, time_col, delay_us, name)``, the operator grouping by it
+    (raising UnsupportedTransform for what of the window it cannot run)."""
+
+    time: Node
+    below: Node
+    label: str
+    operator: Callable[[Any, list[str], list[WindowAgg], str, int | None, str], PhysicalOperator]
+
+
+#: Reads the rewrite of one kind of time window from the node under an Aggregate: None when the
+#: node is not that rewrite.
+WindowReader = Callable[[Node], "TimeWindow | None"]
+
+
 def _is_window_struct(node: Node) -> bool:
     t = node.fields.get("dataType")
     if not isinstance(t, dict) or t.get("type") != "struct":
@@ -62,7 +85,7 @@ def _eid(node: Node) -> int:
     return node.fields["exprId"]["id"]
 
 
-def _time_column(cond: Node) -> Node | None:
+def time_column(cond: Node) -> Node | None:
     """The event-time attribute of the window rewrite's filter (``isnotnull(ts)``, or
     ``ts >= window.start AND ts < window.end``): its first timestamp attribute."""
     todo = [cond]
@@ -79,11 +102,11 @@ def _rewrite(child: Node) -> tuple[Node, Node] | None:
     ``window()`` under an Aggregate."""
     node = child
     if node.cls == "Project" and node.children and node.children[0].cls == "Filter":  # tumbling
-        ts = _time_column(parse_expr(node.children[0].fields["condition"]))
+        ts = time_column(parse_expr(node.children[0].fields["condition"]))
         if ts is not None:
             return ts, node.children[0].children[0]
     if node.cls == "Filter" and node.children and node.children[0].cls == "Expand":  # sliding
-        ts = _time_column(parse_expr(node.fields["condition"]))
+        ts = time_column(parse_expr(node.fields["condition"]))
         if ts is not None:
             return ts, node.children[0].children[0]
     return None
@@ -140,20 +163,27 @@ def _window_params(qc: Any, child: Node) -> tuple[int, int, int]:
     return size, slide, start
 
 
-def _text(node: Node) -> str:
-    """The JSON of ``node``'s fields and its children's, as one string."""
-    return json.dumps(node.fields, default=str) + "".join(_text(k) for k in node.children)
+def _event_window(
+    child: Node, qc: Any, keys: list[str], aggs: list[WindowAgg], time_col: str, delay_us: int | None, name: str
+) -> EventWindowAggregate:
+    size_us, slide_us, start_us = _window_params(qc, child)
+    return EventWindowAggregate(keys, aggs, time_col, size_us, slide_us, start_us, delay_us, name)
 
 
-def _window_input(qc: Any, child: Node) -> tuple[Node, Node]:
+def time_window(child: Node) -> TimeWindow | None:
+    """``window(ts, duration[, slide[, start]])`` when ``child`` is the analyzer's rewrite of it."""
     found = _rewrite(child)
     if found is None:
-        if "TimestampAddInterval" in _text(child):  # session_window's rewrite: end = ts + gap
-            raise qc.unsupported(
-                "Spark function 'session_window'", "sparkqos runs tumbling and sliding windows, window(ts, ...), natively"
-            )
-        raise qc.unsupported("a groupBy whose window() sparkqos cannot place", "group by window(col, ...) and columns")
-    return found
+        return None
+    return TimeWindow(found[0], found[1], "window_agg", functools.partial(_event_window, child))
+
+
+def _time_window(child: Node, windows: Mapping[str, WindowReader]) -> TimeWindow | None:
+    for read in windows.values():
+        found = read(child)
+        if found is not None:
+            return found
+    return None
 
 
 def _windows(node: Node) -> list[Node]:
@@ -161,23 +191,28 @@ def _windows(node: Node) -> list[Node]:
     return [g for g in grouping if g.cls == "AttributeReference" and _is_window_struct(g)]
 
 
-def aggregate_inputs(node: Node) -> list[Node]:
-    found = _rewrite(node.children[0]) if node.children and _windows(node) else None
-    return node.children if found is None else [found[1]]
+def aggregate_inputs(node: Node, windows: Mapping[str, WindowReader]) -> list[Node]:
+    found = _time_window(node.children[0], windows) if node.children and _windows(node) else None
+    return node.children if found is None else [found.below]
 
 
-def aggregate(qc: Any, node: Node) -> Rel:
+def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
+    """An Aggregate, grouped by one of the time ``windows`` (function name → reader of its
+    rewrite, :data:`sparkqos.compile.tables.WINDOWS`) or by keys alone."""
     if "groupingExpressions" not in node.fields:  # a bare node of the Spark Connect reader (withColumn of an aggregate)
         raise qc.unsupported("Spark operation 'Aggregate'", "an aggregation sparkqos does not read under Spark Connect")
     grouping = [parse_expr(g) for g in node.fields["groupingExpressions"]]
-    windows = _windows(node)
-    if len(windows) > 1:
+    window_attrs = _windows(node)
+    if len(window_attrs) > 1:
         raise qc.unsupported("a groupBy over two time windows")
-    window_id = _eid(windows[0]) if windows else None
-    if windows:
-        ts, below = _window_input(qc, node.children[0])
-        size_us, slide_us, start_us = _window_params(qc, node.children[0])
-        base = qc.relation(below)
+    window_id = _eid(window_attrs[0]) if window_attrs else None
+    wname = window_attrs[0].fields["name"] if window_attrs else "window"
+    if window_attrs:
+        window = _time_window(node.children[0], windows)
+        if window is None:
+            how = f"group by {' or '.join(windows)}(col, ...) and columns"
+            raise qc.unsupported("a groupBy whose time window sparkqos cannot place", how)
+        base = qc.relation(window.below)
     else:
         base = qc.relation(node.children[0])
     names = dict(base.attrs)
@@ -190,23 +225,24 @@ def aggregate(qc: Any, node: Node) -> Rel:
             raise qc.unsupported("a groupBy key that is an expression", "add it with withColumn and group by its name")
         keys.append(names[_eid(g)])
     key_ids = {_eid(g): names[_eid(g)] for g, w in zip(grouping, is_window, strict=True) if not w}
-    aggs, out_attrs, order, extra = _aggregates(qc, node, base, names, key_ids, window_id)
+    aggs, out_attrs, order, extra = _aggregates(qc, node, base, names, key_ids, window_id, wname)
     if extra:
         cols = [Col(n) for _, n in base.attrs] + [Alias(e, n) for n, e in extra]
         base = qc.add("select", Project(cols), [base], base.attrs + [(None, n) for n, _ in extra])
-    if windows:
+    if window_attrs:
+        ts = window.time
         if _eid(ts) not in names:
-            raise qc.unsupported("window() over a computed column", "add the column with withColumn before withWatermark")
+            raise qc.unsupported(f"{wname}() over a computed column", "add the column with withColumn before withWatermark")
         time_col = names[_eid(ts)]
         delay_s = (qc.context.get("watermarks") or {}).get(_eid(ts))
         if delay_s is None and qc.context.get("streaming"):
             raise qc.unsupported(
-                "groupBy(window(...)) on a stream without withWatermark",
+                f"groupBy({wname}(...)) on a stream without withWatermark",
                 f"Spark's append mode needs a watermark on {time_col!r} to know when a window is complete",
             )
         delay_us = None if delay_s is None else int(round(delay_s * 1e6))
-        op: Any = EventWindowAggregate(keys, aggs, time_col, size_us, slide_us, start_us, delay_us)
-        natural, label = ["window", *keys, *(a.name for a in aggs)], "window_agg"
+        op: Any = window.operator(qc, keys, aggs, time_col, delay_us, wname)
+        natural, label = [wname, *keys, *(a.name for a in aggs)], window.label
     else:
         # Spark's update mode on a stream; the final table at the end of a finite DataFrame
         op = KeyedAggregate(keys, aggs, update=bool(qc.context.get("streaming")))
@@ -221,7 +257,7 @@ def aggregate(qc: Any, node: Node) -> Rel:
 
 
 def _aggregates(
-    qc: Any, node: Node, base: Rel, names: dict[int, str], key_ids: dict[int, str], window_id: int | None
+    qc: Any, node: Node, base: Rel, names: dict[int, str], key_ids: dict[int, str], window_id: int | None, wname: str
 ) -> tuple[list[WindowAgg], list[tuple[int, str]], list[str], list[tuple[str, Any]]]:
     """The aggregates of ``node``'s agg() list; the output attributes and, for each, the operator's
     column it reads (``order``); and the arguments a select must compute first (``extra``)."""
@@ -233,7 +269,7 @@ def _aggregates(
         tree = parse_expr(item)
         if tree.cls == "AttributeReference" and _eid(tree) == window_id:
             out_attrs.append((_eid(tree), tree.fields["name"]))
-            order.append("window")
+            order.append(wname)
             continue
         if tree.cls == "AttributeReference" and _eid(tree) in key_ids:
             out_attrs.append((_eid(tree), key_ids[_eid(tree)]))
@@ -243,7 +279,7 @@ def _aggregates(
             inner = _eid(tree.children[0])
             if inner == window_id or inner in key_ids:
                 out_attrs.append((_eid(tree), tree.fields["name"]))
-                order.append("window" if inner == window_id else key_ids[inner])
+                order.append(wname if inner == window_id else key_ids[inner])
                 continue
         if tree.cls != "Alias" or tree.children[0].cls != "AggregateExpression":
             raise qc.unsupported("an expression over aggregates in agg()", "compute it with a select after the agg")

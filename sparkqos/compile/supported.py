@@ -9,7 +9,7 @@ from __future__ import annotations
 from sparkqos.compile import spark_plan
 from sparkqos.compile.nested import GENERATORS
 from sparkqos.compile.spark_part import ROW_WISE
-from sparkqos.compile.tables import EXPRESSIONS, RELATIONS
+from sparkqos.compile.tables import EXPRESSIONS, RELATIONS, WINDOWS
 
 __all__ = ["BEGIN", "END", "supported_markdown"]
 
@@ -87,6 +87,7 @@ def supported_markdown() -> str:
         "**Native** (sparkqos operators, scheduled by the strategy):",
         "",
         "* operations: " + ", ".join(f"`{o}`" for o in native_ops) + ";",
+        "* time windows of a `groupBy`: " + ", ".join(f"`{w}`" for w in WINDOWS) + ";",
         "* functions and operators: " + ", ".join(f"`{f}`" for f in functions) + ".",
         "",
         "**Evaluated by Spark inside the micro-batch** (placement `auto`, the default): the stateless,",

@@ -8,14 +8,21 @@ only through this table.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from sparkqos.compile import joins, keyed, nested, numeric, stateful, udf
+from sparkqos.compile import joins, keyed, nested, numeric, sessions, stateful, udf
 
+#: Time windows a groupBy may group by, as users write them → the reader of the analyzer's
+#: rewrite of each under an Aggregate (``reader(node) -> stateful.TimeWindow | None``).
+WINDOWS: dict[str, stateful.WindowReader] = {
+    "window": stateful.time_window,
+    "session_window": sessions.session_window,
+}
 #: Further plan nodes: Spark class name → ``handler(compiler, node) -> Rel``.
 RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
-    "Aggregate": stateful.aggregate,
+    "Aggregate": functools.partial(stateful.aggregate, windows=WINDOWS),
     "Join": joins.join,
     "Window": keyed.window,
     "Deduplicate": keyed.deduplicate,
@@ -23,10 +30,10 @@ RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
     "Generate": nested.generate,
 }
 #: For a handler of RELATIONS that maps some nodes under its own as part of itself (an Aggregate
-#: and the analyzer's rewrite of window()): Spark class name → ``inputs(node)``, the nodes below
+#: and the analyzer's rewrite of its time window): Spark class name → ``inputs(node)``, the nodes below
 #: that are relations again, which the operation check visits instead of the node's children.
 INPUTS: dict[str, Callable[[Any], list[Any]]] = {
-    "Aggregate": stateful.aggregate_inputs,
+    "Aggregate": functools.partial(stateful.aggregate_inputs, windows=WINDOWS),
     "Join": joins.join_inputs,
 }
 #: Further expressions, looked up before the ones the compiler maps itself: Spark class name →

@@ -157,13 +157,18 @@ def exp(x: np.ndarray | float) -> np.ndarray:
 # -- log (e_log.c, __ieee754_log) -------------------------------------------------------------------
 
 _TWO54 = float.fromhex("0x1.0p54")
-_LG1 = float.fromhex("0x1.5555555555593p-1")  # 6.666666666666735130e-01
-_LG2 = float.fromhex("0x1.999999997fa04p-2")  # 3.999999999940941908e-01
-_LG3 = float.fromhex("0x1.2492494229359p-2")  # 2.857142874366239149e-01
-_LG4 = float.fromhex("0x1.c71c51d8e78afp-3")  # 2.222219843214978396e-01
-_LG5 = float.fromhex("0x1.7466496cb03dep-3")  # 1.818357216161805012e-01
-_LG6 = float.fromhex("0x1.39a09d078c69fp-3")  # 1.531383769920937332e-01
-_LG7 = float.fromhex("0x1.2f112df3e5244p-3")  # 1.479819860511658591e-01
+_LG1, _LG2, _LG3, _LG4, _LG5, _LG6, _LG7 = (
+    float.fromhex(h)
+    for h in (
+        "0x1.5555555555593p-1",  # 6.666666666666735130e-01
+        "0x1.999999997fa04p-2",  # 3.999999999940941908e-01
+        "0x1.2492494229359p-2",  # 2.857142874366239149e-01
+        "0x1.c71c51d8e78afp-3",  # 2.222219843214978396e-01
+        "0x1.7466496cb03dep-3",  # 1.818357216161805012e-01
+        "0x1.39a09d078c69fp-3",  # 1.531383769920937332e-01
+        "0x1.2f112df3e5244p-3",  # 1.479819860511658591e-01
+    )
+)
 _ONE_THIRD = 0.33333333333333333  # e_log.c's literal: the double nearest 1/3
 
 
@@ -234,12 +239,17 @@ _CP_L = -float.fromhex("0x1.e2fe0145b01f5p-28")  # tail of CP_H
 _DP_H1 = float.fromhex("0x1.2b8034p-1")  # log2(1.5), high part
 _DP_L1 = float.fromhex("0x1.cfdeb43cfd006p-27")  # log2(1.5), low part
 # Polynomial for (3/2)*(log(x) - 2s - 2/3*s**3), s = (x-1)/(x+1).
-_L1 = float.fromhex("0x1.3333333333303p-1")  # 5.99999999999994648725e-01
-_L2 = float.fromhex("0x1.b6db6db6fabffp-2")  # 4.28571428578550184252e-01
-_L3 = float.fromhex("0x1.55555518f264dp-2")  # 3.33333329818377432918e-01
-_L4 = float.fromhex("0x1.17460a91d4101p-2")  # 2.72728123808534006489e-01
-_L5 = float.fromhex("0x1.d864a93c9db65p-3")  # 2.30660745775561754067e-01
-_L6 = float.fromhex("0x1.a7e284a454eefp-3")  # 2.06975017800338417784e-01
+_L1, _L2, _L3, _L4, _L5, _L6 = (
+    float.fromhex(h)
+    for h in (
+        "0x1.3333333333303p-1",  # 5.99999999999994648725e-01
+        "0x1.b6db6db6fabffp-2",  # 4.28571428578550184252e-01
+        "0x1.55555518f264dp-2",  # 3.33333329818377432918e-01
+        "0x1.17460a91d4101p-2",  # 2.72728123808534006489e-01
+        "0x1.d864a93c9db65p-3",  # 2.30660745775561754067e-01
+        "0x1.a7e284a454eefp-3",  # 2.06975017800338417784e-01
+    )
+)
 _POW_LN2 = float.fromhex("0x1.62e42fefa39efp-1")  # ln2
 _POW_LN2_H = float.fromhex("0x1.62e43p-1")  # ln2, high part
 _POW_LN2_L = -float.fromhex("0x1.05c610ca86c39p-29")  # ln2, low part

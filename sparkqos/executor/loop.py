@@ -37,6 +37,7 @@ from sparkqos.errors import ArgumentError, ExecutorOptionError, SchedulerError, 
 from sparkqos.executor.clusters import AGAIN, ClusterThreads, Crew, Pick
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.operators import PhysicalOperator
+from sparkqos.executor.operators.base import TriggerEndOperator
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import BatchQueue, stamp, workload
@@ -125,6 +126,8 @@ class Executor:
             consumer = self.plan.consumer(op.name)
             self._next[op.name] = None if consumer is None else (consumer, self.plan[consumer].inputs.index(op.name))
         self._query = {op.name: self.plan.query_of(op.name) for op in self.plan}
+        #: Operators whose output is due at each trigger's end, bottom-up (see end_trigger).
+        self._trigger_end = [n for n in self._bottom_up(self.plan.names) if isinstance(self._ops[n], TriggerEndOperator)]
         # Streams arrive in order; order-preserving operators over ordered inputs stay ordered.
         self._ordered: dict[str, bool] = {}
         for name in self.plan.names:
@@ -257,8 +260,7 @@ class Executor:
             expected = f"operators of the plan ({', '.join(self.plan.names)})"
             raise ArgumentError(f"serve: unknown operator(s) {unknown}", parameter="operators", value=unknown, expected=expected)
         check_number("budget_s", budget_s, low=0, none_ok=True, where="serve: ")
-        depth = {n: len(self.plan.upstream_path(n)) for n in names}  # operators up to the root
-        names.sort(key=lambda n: (-depth[n], self.plan.index[n]))
+        names = self._bottom_up(names)
         state, clock = self.state, self.clock
         start = clock()
         self._open_window(start)
@@ -509,14 +511,37 @@ class Executor:
             if state.refresh(name):
                 state.notify(name)
         total = self.run(budget_s)
-        depth = {name: len(self.plan.upstream_path(name)) for name in self.plan.names}
-        for name in sorted(self.plan.names, key=lambda n: (-depth[n], self.plan.index[n])):
+        for name in self._bottom_up(self.plan.names):
             out = self._ops[name].flush()
             if out:
                 self._deliver(name, out, self.clock())
                 total.add(self.run(budget_s))
         total.idle = state.total_queued == 0
         return total
+
+    def end_trigger(self) -> RunReport:
+        """The end of a trigger: each operator whose output is due now
+        (:class:`~sparkqos.executor.operators.base.TriggerEndOperator`: an update-mode aggregate)
+        gives it, bottom-up, and the operators above it run on it up to its query's root
+        (:meth:`serve`, no budget: one row per changed key through stateless steps), so the
+        outputs a runner takes next hold it. A streaming runner calls this once per trigger, after
+        serving and before :meth:`take_outputs`; :meth:`finish` gives the same through
+        ``flush``. Returns what the operators above did."""
+        report = RunReport()
+        for name in self._trigger_end:
+            out = self._ops[name].end_trigger()
+            if not out:
+                continue
+            self._deliver(name, out, self.clock())
+            above = self.plan.upstream_path(name)[1:]
+            if above:
+                report.add(self.serve(above))
+        return report
+
+    def _bottom_up(self, names: Iterable[str]) -> list[str]:
+        """``names`` ordered so that an operator comes before every operator above it."""
+        depth = {n: len(self.plan.upstream_path(n)) for n in names}  # operators up to the root
+        return sorted(depth, key=lambda n: (-depth[n], self.plan.index[n]))
 
     # -- results --------------------------------------------------------------------------------------
     def result(self, query: str, internal: bool = False) -> pa.Table:

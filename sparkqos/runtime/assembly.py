@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from sparkqos.compile.builder import QuerySet
-from sparkqos.errors import RunnerError
+from sparkqos.errors import RunnerError, not_one_of
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
@@ -92,30 +92,29 @@ def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | Non
     stream = config.input.stream
     if stream is None:
         if len(streams) != 1:
-            raise RunnerError(
+            raise not_one_of(
+                RunnerError,
                 f"the query set reads streams {streams}: say which one this DataFrame feeds (stream=...)",
-                parameter="stream",
-                value=None,
-                expected=f"one of {streams}",
+                "stream",
+                None,
+                streams,
             )
         stream = streams[0]
     elif stream not in compiled.sources:
-        raise RunnerError(
-            f"stream {stream!r} is not read by the query set; it reads {streams}",
-            parameter="stream",
-            value=stream,
-            expected=f"one of {streams}",
+        raise not_one_of(
+            RunnerError, f"stream {stream!r} is not read by the query set; it reads {streams}", "stream", stream, streams
         )
     schema = compiled.sources[stream]
     arrival_col = config.input.arrival_col
     if arrival_col is None and DEFAULT_ARRIVAL_COLUMN in schema.names:
         arrival_col = DEFAULT_ARRIVAL_COLUMN
     elif arrival_col is not None and arrival_col not in schema.names:
-        raise RunnerError(
+        raise not_one_of(
+            RunnerError,
             f"arrival_col {arrival_col!r} is not a column of stream {stream!r} ({schema.names})",
-            parameter="arrival_col",
-            value=arrival_col,
-            expected=f"one of {schema.names}",
+            "arrival_col",
+            arrival_col,
+            schema.names,
         )
     return stream, arrival_col
 

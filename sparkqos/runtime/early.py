@@ -7,7 +7,9 @@ parts and writes the rest of the batch; a crash before it commits leaves parts t
 covers, and the replayed batch replaces them (its first write, part or whole, removes every file
 of that batch id), as it replaces the files of a batch whose trigger crashed after its sink write.
 The sink's final content is the same: each batch exactly its last attempt. Rows written early
-count their delay from their own write.
+count their delay from their own write. An update-mode aggregate's rows never come out between
+triggers (they are due at the trigger's end: :meth:`~sparkqos.executor.loop.Executor.end_trigger`),
+so a batch's parts and its trigger's write hold each changed key once.
 """
 
 from __future__ import annotations

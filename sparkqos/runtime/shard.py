@@ -126,6 +126,7 @@ class ShardWork:
         left = self.config.effective_budget_s - report.seconds
         if left > 0:
             report.add(executor.run(left))
+        report.add(executor.end_trigger())  # update-mode aggregates: each key changed in this micro-batch, once
         dead = pa.concat_tables(dead_parts) if dead_parts else None
         dead_rows = 0 if dead is None else dead.num_rows
         return self._snapshot(executor, shard, step, dead_total + dead_rows, report, rows_in, dead)

@@ -384,6 +384,12 @@ class MemorySink(PartedSink):
             raise SinkError(f"no rows for query {query!r}; queries with rows: {self.queries()}")
         return pa.concat_tables(tables, promote_options="default")
 
+    def batches(self, query: str) -> dict[int, pa.Table]:
+        """The rows of ``query`` by batch id, each batch's parts first (batches without rows left out)."""
+        with self._lock:
+            batches = dict(self._batches.get(query) or {})
+        return {b: pa.concat_tables(batches[b], promote_options="default") for b in sorted(batches)}
+
     def to_spark(self, spark: Any, query: str, view: str | None = None) -> Any:
         """The rows of ``query`` as a DataFrame of the SparkSession ``spark``, also registered as temp view
         ``view`` (default: the query name)."""

@@ -7,7 +7,9 @@ Each trigger (docs/ARCHITECTURE.md, "One trigger on Spark"):
    reads the stream, each query its copy (:mod:`sparkqos.runtime.ingest`);
 2. the executor serves units the strategy picks for the trigger's budget (default: the trigger
    interval; in continuous mode see below); what is left stays queued — that backlog is what
-   the strategies manage;
+   the strategies manage; then what is due at the trigger's end comes out
+   (:meth:`~sparkqos.executor.loop.Executor.end_trigger`: an update-mode aggregate's keys changed
+   since the last trigger, once each, through the operators above it);
 3. the trigger's outputs of all queries go to the sink in one call, idempotent per batch id;
 4. leftover queues, operator state and strategy/controller state are checkpointed atomically
    before :meth:`TriggerLoop.process` returns, then the progress record is reported.
@@ -321,6 +323,9 @@ class TriggerLoop:
             report = self.executor.run(self.budget_s)
         else:
             report = self._serve_by_class(self.config.effective_top_class_s)
+        # What is due at the trigger's end (update-mode aggregates: each key changed since the
+        # last trigger, once) goes into this trigger's outputs.
+        report.add(self.executor.end_trigger())
         self._fault("after_run", batch_id)
         served.add(report)
         return self._commit(batch_id, started, came.rows_in, served, came.dead, backlog, spark_parts)

@@ -149,21 +149,18 @@ class ClassShares(SharesClasses):
     ``inner`` is a registry name or a Scheduler (cloned per class), built with ``inner_params``;
     ``k`` the length of a round and ``quantum`` the longest unit, in the engine's time units.
 
-    Three one-operator queries in classes of priority 6, 3, 1 and k = 10: each round serves H for
-    6 time units, C for 3 and N for 1, whatever the strategy inside (as in
-    :class:`~sparkqos.schedulers.cqc.Cqc`'s example):
+    Two one-operator queries in classes of priority 2 and 1, k = 6: each round serves H for 4 time
+    units and N for 2, whatever the strategy inside (fifo here; HR inside is
+    :class:`~sparkqos.schedulers.cqc.Cqc`, whose example has three classes):
 
     >>> from sparkqos import Operator, Plan
     >>> from sparkqos.sim import Simulator
-    >>> plan = Plan([Operator("h", ("A",), 0.5, 1.0, klass="H"),
-    ...              Operator("c", ("B",), 0.5, 1.0, klass="C"),
-    ...              Operator("n", ("D",), 0.5, 1.0, klass="N")],
-    ...             streams=["A", "B", "D"], classes={"H": 6, "C": 3, "N": 1})
-    >>> sim = Simulator(plan, ClassShares("fifo", k=10), {s: [(0, 30.0)] for s in "ABD"},
-    ...                 record_dispatches=True)
-    >>> _ = sim.run(until=19.5)
+    >>> plan = Plan([Operator("h", ("A",), 0.5, 1.0, klass="H"), Operator("n", ("B",), 0.5, 1.0, klass="N")],
+    ...             streams=["A", "B"], classes={"H": 2, "N": 1})
+    >>> sim = Simulator(plan, ClassShares("fifo", k=6), {s: [(0, 30.0)] for s in "AB"}, record_dispatches=True)
+    >>> _ = sim.run(until=11.5)
     >>> "".join(d.unit.head for d in sim.dispatches)
-    'hhhhhhcccnhhhhhhcccn'
+    'hhhhnnhhhhnn'
     """
 
     def __init__(

@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from sparkqos.compile.shardable import check_shardable
-from sparkqos.errors import RunnerError, check_number
+from sparkqos.errors import RunnerError, check_number, not_one_of
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.loop import EMIT
 from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
@@ -181,11 +181,12 @@ class ShardedStream:
     def __init__(self, df, compiled: CompiledPlan, config: RunConfig, shards: int, shard_by: str):
         check_number("shards", shards, low=1, integer=True, error=RunnerError)
         if not isinstance(shard_by, str) or shard_by not in df.columns:
-            raise RunnerError(
+            raise not_one_of(
+                RunnerError,
                 f"shard_by must name a column of the stream, got {shard_by!r} (columns: {df.columns})",
-                parameter="shard_by",
-                value=shard_by,
-                expected=f"one of {df.columns}",
+                "shard_by",
+                shard_by,
+                df.columns,
             )
         if config.interval_s is None:
             raise RunnerError(

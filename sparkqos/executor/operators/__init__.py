@@ -4,7 +4,8 @@ One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.
 :mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
 aggregation, for PySpark transforms), :mod:`.lag` (per-key lag), :mod:`.dedup` (streaming
 deduplication), :mod:`.generate` (explode), :mod:`.keyed_agg` (aggregation
-without a time window, update mode), :mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
+without a time window, update mode), :mod:`.session_window` (Spark's session windows),
+:mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
 (with a stored table) and :mod:`.interval_join` (two branches of the stream on an event-time
 range), on the base class of
 :mod:`.base`. Each operator is bound to its input schemas when a plan is built
@@ -30,6 +31,7 @@ from sparkqos.executor.operators.keyed_agg import KeyedAggregate
 from sparkqos.executor.operators.lag import KeyedLag, Lag
 from sparkqos.executor.operators.project import Project
 from sparkqos.executor.operators.select import Select
+from sparkqos.executor.operators.session_window import SessionWindowAggregate
 from sparkqos.executor.operators.static_join import StaticJoin
 from sparkqos.executor.operators.synthetic import Synthetic
 from sparkqos.executor.operators.union import Union
@@ -46,6 +48,7 @@ __all__ = [
     "PhysicalOperator",
     "Project",
     "Select",
+    "SessionWindowAggregate",
     "StaticJoin",
     "Synthetic",
     "Union",

@@ -144,6 +144,19 @@ class PhysicalOperator:
         return 0
 
 
+class TriggerEndOperator(PhysicalOperator):
+    """An operator whose output is due at the end of each trigger rather than after each run:
+    what one trigger writes of it is what it gives then, however many times the strategy ran it
+    in that trigger (an aggregate in Spark's update output mode). The executor asks for it once
+    per trigger (:meth:`~sparkqos.executor.loop.Executor.end_trigger`) and runs the operators
+    above on it, so the trigger's own write holds it; at the end of a finite input
+    :meth:`flush` gives it."""
+
+    def end_trigger(self) -> list[pa.RecordBatch]:
+        """What is due at the end of this trigger; forgotten once given."""
+        raise NotImplementedError
+
+
 class TableStateOperator(PhysicalOperator):
     """An operator whose state is one Arrow table (``_state``, None when empty) and a few plain
     values: checkpointed as the table's IPC bytes under :attr:`STATE_TABLE` and each attribute

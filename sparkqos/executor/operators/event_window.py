@@ -281,11 +281,15 @@ class EventWindowAggregate(WindowStateOperator):
         state = self._state
         if state is None or state.num_rows == 0:
             return None
-        done = pc.less_equal(pc.add(state.column("__ws"), self.size_us), watermark)
+        done = pc.less_equal(self._ends(state), watermark)
         if not pc.any(done).as_py():
             return None
         self._state = state.filter(pc.invert(done))
         return self._finish(state.filter(done))
+
+    def _ends(self, state: pa.Table) -> pa.ChunkedArray:
+        """The end (µs) of each window of ``state``."""
+        return pc.add(state.column("__ws"), self.size_us)
 
     def _finish(self, part: pa.Table) -> pa.RecordBatch:
         arrays: list[Any] = self._window_arrays(part) + [part.column(k) for k in self.keys]
