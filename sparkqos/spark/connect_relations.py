@@ -1,0 +1,317 @@
+"""Spark Connect relations whose analyzed form is not the client's: aggregations, watermarks and
+generators, written as the analyzed-plan JSON nodes :mod:`sparkqos.compile.stateful` and
+:mod:`sparkqos.compile.nested` map (for :mod:`sparkqos.spark.connect_plan`, whose translator
+each function here takes as ``tr``).
+
+* ``groupBy(...).agg(...)``, ``groupBy(...).count()``, ``df.agg(...)`` and a ``select`` of
+  aggregates become an ``Aggregate`` with its grouping and aggregate expressions, as the analyzer
+  writes them (keys as attribute references, each aggregate an ``Alias`` of an
+  ``AggregateExpression`` of ``Count``, ``Sum``…), every type the server's.
+* A ``window(ts, duration[, slide[, start]])`` key becomes the analyzer's rewrite of it under the
+  Aggregate (``Project(named_struct(start, end) AS window, ...) <- Filter(isnotnull(ts))``), whose
+  start expression carries ``(ts - start) % slide`` and whose end ``... + duration`` in
+  microseconds, read from the call's interval strings (:func:`interval_us`).
+* ``withWatermark(col, delay)`` passes its input's columns on, and its delay in seconds is kept by
+  the event-time column's expression id — what classic pyspark reads from the JVM plan.
+* ``explode``/``explode_outer``/``posexplode``/``posexplode_outer`` in a select (or
+  ``withColumn``) become a ``Generate`` under the select.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyspark.sql.connect.proto as proto
+
+__all__ = ["AGGREGATE_CLASSES", "AGGREGATE_FUNCTIONS", "GENERATORS", "aggregate", "generator_items", "interval_us", "watermark"]
+
+PKG = "org.apache.spark.sql.catalyst"
+EXPR_ID = f"{PKG}.expressions.ExprId"
+_E = f"{PKG}.expressions."
+
+#: Connect aggregate function names sparkqos runs → Spark's class (compile/stateful.py maps it).
+AGGREGATE_CLASSES = {
+    "count": "Count",
+    "sum": "Sum",
+    "avg": "Average",
+    "mean": "Average",
+    "min": "Min",
+    "max": "Max",
+    "first": "First",
+    "last": "Last",
+}
+#: Aggregate functions: in a select they make Spark's plan an Aggregate (named as such).
+AGGREGATE_FUNCTIONS = {
+    *("count", "sum", "avg", "mean", "min", "max", "first", "last", "any_value", "collect_list", "collect_set"),
+    *("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop", "approx_count_distinct"),
+    *("count_distinct", "sum_distinct", "median", "mode", "percentile", "percentile_approx", "count_if"),
+    *("bool_and", "bool_or", "every", "some", "max_by", "min_by", "corr", "covar_pop", "covar_samp"),
+    *("skewness", "kurtosis", "product", "bit_and", "bit_or", "bit_xor", "listagg", "string_agg"),
+}
+#: Connect generator names → (Spark's class, outer).
+GENERATORS = {
+    "explode": ("Explode", False),
+    "explode_outer": ("Explode", True),
+    "posexplode": ("PosExplode", False),
+    "posexplode_outer": ("PosExplode", True),
+}
+#: Interval units of ``IntervalUtils.stringToInterval`` without months, in microseconds.
+_UNITS_US = {
+    "week": 604_800_000_000,
+    "day": 86_400_000_000,
+    "hour": 3_600_000_000,
+    "minute": 60_000_000,
+    "second": 1_000_000,
+    "millisecond": 1_000,
+    "microsecond": 1,
+}
+_INTERVAL = re.compile(r"(?:\s*[+-]?\d+(?:\.\d+)?\s+[a-z]+)+\s*")
+_TERM = re.compile(r"([+-]?\d+(?:\.\d+)?)\s+([a-z]+)")
+
+
+def type_name(dt: Any) -> Any:
+    """A type as the analyzed plan's JSON writes it: a name, or a struct as its JSON object."""
+    if dt.typeName() == "struct":
+        return dt.jsonValue()
+    return dt.typeName() if dt.typeName() not in ("decimal", "array", "map") else dt.simpleString()
+
+
+def attr(a: tuple[dict[str, Any], str, Any]) -> dict[str, Any]:
+    eid, name, t = a
+    return {"class": f"{_E}AttributeReference", "num-children": 0, "name": name, "dataType": t, "exprId": eid}
+
+
+def literal(value: str, t: str) -> dict[str, Any]:
+    return {"class": f"{_E}Literal", "num-children": 0, "value": value, "dataType": t}
+
+
+def alias(name: str, eid: dict[str, Any]) -> dict[str, Any]:
+    return {"class": f"{_E}Alias", "num-children": 1, "name": name, "exprId": eid}
+
+
+def interval_us(text: str, months: bool = False) -> int | None:
+    """Microseconds of an interval string as ``window()`` and ``withWatermark`` take it
+    (``"10 seconds"``, ``"1 hour 30 minutes"``, ``"interval 500 milliseconds"``); None for what
+    sparkqos does not read: months and years, fractions of a unit other than seconds, other
+    spellings. ``months``: a month counts 31 days (Spark's watermark delay)."""
+    t = text.strip().lower()
+    t = t[len("interval") :] if t.startswith("interval") else t
+    if not _INTERVAL.fullmatch(t):
+        return None
+    total = Decimal(0)
+    for number, unit in _TERM.findall(t):
+        unit = unit[:-1] if unit.endswith("s") else unit
+        per = _UNITS_US.get(unit, 31 * _UNITS_US["day"] if months and unit == "month" else None)
+        if per is None or ("." in number and unit != "second"):
+            return None
+        try:
+            total += Decimal(number) * per
+        except InvalidOperation:
+            return None
+    return int(total) if total == total.to_integral_value() else None
+
+
+def _call(e: proto.Expression) -> Any:
+    """The function call ``e`` is, under any aliases (None: not a call)."""
+    while e.WhichOneof("expr_type") == "alias":
+        e = e.alias.expr
+    return e.unresolved_function if e.WhichOneof("expr_type") == "unresolved_function" else None
+
+
+def _string_literal(e: proto.Expression) -> str | None:
+    lit = e.literal if e.WhichOneof("expr_type") == "literal" else None
+    return lit.string if lit is not None and lit.WhichOneof("literal_type") == "string" else None
+
+
+def _window_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any], key: tuple[Any, str, Any]) -> list[Any]:
+    """The analyzer's rewrite of ``window(ts, duration[, slide[, start]])`` as a Project over a
+    Filter, both over the input's nodes (added by the caller): the Project's Alias defines ``key``."""
+    args = list(call.arguments)
+    texts = [_string_literal(a) for a in args[1:]]
+    if not 2 <= len(args) <= 4 or None in texts:
+        raise tr.unsupported("a window() sparkqos cannot read", "window(time column, 'duration'[, 'slide'[, 'start']])")
+    size, slide, start = (interval_us(t) for t in (texts + [texts[0], "0 seconds"][len(texts) - 1 :])[:3])
+    if None in (size, slide, start):
+        raise tr.unsupported(f"window() durations {texts}", "give them as '<n> <unit>' (weeks to microseconds)")
+    ((ts_nodes, _),) = tr.typed(input_rel, [args[0]], attrs)
+    longs = [literal(str(v), "long") for v in (start, slide, size)]
+    start_expr = [
+        {"class": f"{_E}Subtract", "num-children": 2},
+        *ts_nodes,
+        {"class": f"{_E}Remainder", "num-children": 2},
+        {"class": f"{_E}Subtract", "num-children": 2},
+        *ts_nodes,
+        longs[0],
+        longs[1],
+    ]
+    end_expr = [{"class": f"{_E}Add", "num-children": 2}, *start_expr, longs[2]]
+    struct = [{"class": f"{_E}CreateNamedStruct", "num-children": 4}]
+    struct += [literal("start", "string"), *start_expr, literal("end", "string"), *end_expr]
+    project = {
+        "class": f"{PKG}.plans.logical.Project",
+        "num-children": 1,
+        "projectList": [[alias(key[1], key[0]), *struct], *[[attr(a)] for a in attrs]],
+    }
+    not_null = [{"class": f"{_E}IsNotNull", "num-children": 1}, *ts_nodes]
+    return [project, {"class": f"{PKG}.plans.logical.Filter", "num-children": 1, "condition": not_null}]
+
+
+def _aggregate_expression(tr: Any, e: proto.Expression, input_rel: proto.Relation, attrs: list[Any]) -> list[Any]:
+    """An aggregate of agg()'s list as ``AggregateExpression(function(arguments))`` nodes; what is
+    not a call of an aggregate function, a node compile/stateful.py refuses as an expression over
+    aggregates."""
+    call = _call(e)
+    if call is None or call.function_name not in AGGREGATE_FUNCTIONS:
+        return [{"class": "an expression over aggregates", "num-children": 0}]
+    name = call.function_name
+    args = list(call.arguments)
+    cls = AGGREGATE_CLASSES.get(name, name)  # another aggregate function: refused by its name
+    fields: dict[str, Any] = {}
+    kids: list[Any] = []
+    if name == "count" and len(args) == 1 and args[0].WhichOneof("expr_type") in ("unresolved_star", "literal"):
+        if args[0].WhichOneof("expr_type") == "unresolved_star" or args[0].literal.WhichOneof("literal_type") != "null":
+            args, kids = [], [literal("1", "integer")]  # the analyzer's count(*) and count(1)
+    if name in ("first", "last") and len(args) == 2:
+        flag = args[1].literal if args[1].WhichOneof("expr_type") == "literal" else None
+        if flag is None or flag.WhichOneof("literal_type") != "boolean":
+            raise tr.unsupported(f"Spark function {name!r} whose ignorenulls is not a literal")
+        fields["ignoreNulls"], args = flag.boolean, args[:1]
+    typed = tr.typed(input_rel, args, attrs) if args else []
+    kids += [n for nodes, _ in typed for n in nodes]
+    fn = {"class": cls, "num-children": len(typed) or len(kids), **fields}
+    agg = {"class": f"{_E}aggregate.AggregateExpression", "num-children": 1, "isDistinct": bool(call.is_distinct)}
+    return [agg, fn, *kids]
+
+
+def aggregate(
+    tr: Any, rel: proto.Relation, input_rel: proto.Relation, grouping: list[proto.Expression], aggs: list[proto.Expression]
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """An Aggregate of ``grouping`` keys and ``aggs`` over ``input_rel`` (``rel``: the relation
+    whose output it is): its JSON nodes and output attributes."""
+    nodes, attrs = tr.relation(input_rel)
+    fields = tr.schema(rel).fields
+    if len(fields) != len(grouping) + len(aggs):
+        names = [f.name for f in fields]
+        raise tr.unsupported("an aggregation whose output columns sparkqos cannot place", f"Spark gives {names}")
+    out = [(tr.fresh(), f.name, type_name(f.dataType)) for f in fields]
+    windows = [k for k, g in enumerate(grouping) if (c := _call(g)) is not None and c.function_name == "window"]
+    if len(windows) > 1:
+        raise tr.unsupported("a groupBy over two time windows")
+    below = nodes
+    if windows:
+        below = _window_key(tr, _call(grouping[windows[0]]), input_rel, attrs, out[windows[0]]) + nodes
+    plain = [g for k, g in enumerate(grouping) if k not in windows]
+    typed = iter(tr.typed(input_rel, plain, attrs))
+    keys: list[list[Any]] = []
+    for k in range(len(grouping)):
+        if k in windows:
+            keys.append([attr(out[k])])
+            continue
+        key_nodes, _ = next(typed)
+        top = key_nodes[0]
+        if top["class"].endswith("AttributeReference"):  # the key goes on under the input's id
+            out[k] = (top["exprId"], out[k][1], top["dataType"])
+        keys.append(key_nodes)
+    items = []
+    for k, key_nodes in enumerate(keys):
+        if key_nodes[0]["class"].endswith("AttributeReference"):
+            items.append([attr(out[k])])
+        else:  # an expression as key: compile/stateful.py refuses it, naming it
+            items.append([alias(out[k][1], out[k][0]), *key_nodes])
+    for k, e in enumerate(aggs):
+        a = out[len(grouping) + k]
+        items.append([alias(a[1], a[0]), *_aggregate_expression(tr, e, input_rel, attrs)])
+    node = {"class": f"{PKG}.plans.logical.Aggregate", "num-children": 1}
+    node.update(groupingExpressions=keys, aggregateExpressions=items)
+    return [node, *below], out
+
+
+def watermark(tr: Any, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """``withWatermark(col, delay)``: its input's columns passed on; the delay kept by the column's
+    expression id in ``tr.watermarks``."""
+    nodes, attrs = tr.relation(body.input)
+    found = [a for a in attrs if a[1] == body.event_time] or [a for a in attrs if a[1].lower() == body.event_time.lower()]
+    delay = interval_us(body.delay_threshold, months=True)
+    if len(found) != 1 or delay is None:
+        what = f"withWatermark({body.event_time!r}, {body.delay_threshold!r})"
+        raise tr.unsupported(what, "a column of the input and a delay '<n> <unit>'")
+    tr.watermarks[found[0][0]["id"]] = delay / 1e6
+    return [{"class": f"{PKG}.plans.logical.EventTimeWatermark", "num-children": 1}, *nodes], attrs
+
+
+def generator_items(tr: Any, kind: str, body: Any, attrs: list[Any]) -> list[proto.Expression] | None:
+    """The select items of a ``select``/``withColumns`` holding a generator (``withColumns`` as the
+    select Spark makes of it: every input column, replaced or not, then the new ones); None when
+    it holds none."""
+    if kind == "project":
+        items = list(body.expressions)
+    else:
+        new = {a.name[0]: a for a in body.aliases if len(a.name) == 1}
+        if len(new) != len(body.aliases):
+            return None
+        items = []
+        for a in attrs:
+            items.append(_aliased(new.pop(a[1]).expr, a[1]) if a[1] in new else _column(a[1]))
+        items.extend(_aliased(a.expr, n) for n, a in new.items())
+    if not any((c := _call(e)) is not None and c.function_name in GENERATORS for e in items):
+        return None
+    return items
+
+
+def _column(name: str) -> proto.Expression:
+    e = proto.Expression()
+    e.unresolved_attribute.unparsed_identifier = "`" + name.replace("`", "``") + "`"
+    return e
+
+
+def _aliased(expr: proto.Expression, name: str) -> proto.Expression:
+    e = proto.Expression()
+    e.alias.expr.CopyFrom(expr)
+    e.alias.name.append(name)
+    return e
+
+
+def generate(
+    tr: Any, input_rel: proto.Relation, items: list[proto.Expression], nodes: list[Any], attrs: list[Any]
+) -> tuple[proto.Relation, list[proto.Expression], list[Any], list[Any]]:
+    """A select's generator as a ``Generate`` over ``input_rel``: the relation of the input's columns
+    and the generator's (what the other items are typed over), the select's items with the
+    generator's columns referred to by name, and the Generate's JSON nodes (over the input's
+    ``nodes``) and output attributes."""
+    gens = [k for k, e in enumerate(items) if (c := _call(e)) is not None and c.function_name in GENERATORS]
+    if len(gens) > 1:
+        raise tr.unsupported("two generators (explode) in one select", "Spark allows one")
+    g = items[gens[0]]
+    call = _call(g)
+    cls, outer = GENERATORS[call.function_name]
+    if len(call.arguments) != 1:
+        raise tr.unsupported(f"Spark function {call.function_name!r} with {len(call.arguments)} arguments")
+    both = proto.Relation()
+    both.project.input.CopyFrom(input_rel)
+    both.project.expressions.add().unresolved_star.SetInParent()
+    both.project.expressions.add().CopyFrom(g)
+    fields = tr.schema(both).fields
+    made = [(tr.fresh(), f.name, type_name(f.dataType)) for f in fields[len(attrs) :]]
+    if len(made) != (2 if cls == "PosExplode" else 1) or {n for _, n, _ in made} & {a[1] for a in attrs}:
+        what = f"{call.function_name} into columns sparkqos cannot place"
+        raise tr.unsupported(what, "alias them with names the input does not have")
+    ((arg, _),) = tr.typed(input_rel, [call.arguments[0]], attrs)
+    node = {
+        "class": f"{PKG}.plans.logical.Generate",
+        "num-children": 1,
+        "generator": [{"class": f"{_E}{cls}", "num-children": 1}, *arg],
+        "unrequiredChildIndex": [],
+        "outer": outer,
+        "generatorOutput": [[attr(m)] for m in made],
+    }
+    rest: list[proto.Expression] = []
+    for k, e in enumerate(items):
+        if k == gens[0]:
+            rest.extend(_column(n) for _, n, _ in made)
+        elif e.WhichOneof("expr_type") == "unresolved_star" and not e.unresolved_star.HasField("unparsed_target"):
+            rest.extend(_column(a[1]) for a in attrs)  # the input's columns, not the generator's
+        else:
+            rest.append(e)
+    return both, rest, [node, *nodes], attrs + made
