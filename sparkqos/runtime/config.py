@@ -595,7 +595,7 @@ class RunConfig:
         """The strategy to run, sized to this run's trigger (:meth:`StrategyConfig.make`).
 
         >>> RunConfig(checkpoint="/tmp/ckpt", strategy="chain", class_shares=True, trigger_s=1.0).make_scheduler()
-        ClassShares(inner='chain', k=1.0, quantum=0.1, inner_params=None)
+        ClassShares(inner='chain', k=1.0, quantum=0.1)
         """
         return self.strategy.make(plan, self.effective_budget_s, self.interval_s)
 
