@@ -275,6 +275,14 @@ class StrategyConfig:
     orders the work inside each class (schedulers/classes.py; ``adaptive``: above each
     candidate). A plan with a single class runs the strategy as is; the papers' plain strategies
     are ``class_shares=False``.
+
+    A strategy nested in this one is one of its ``params``, spelled as this config is: a name or
+    a ``{"name": ..., "params": {...}}`` table (or a Scheduler, used as given), so a TOML file's
+    tables map 1:1 to the constructor tree; what a name or a table leaves unset is sized too:
+
+    >>> cqc = {"name": "cqc", "params": {"k": 3.0}}
+    >>> StrategyConfig("adaptive", params={"candidates": ["fifo", cqc]}, class_shares=False).make(None, 0.5).candidates
+    ['fifo', Cqc(k=3.0, quantum=0.05)]
     """
 
     name: str | Scheduler = "adaptive"
