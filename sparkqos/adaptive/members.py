@@ -17,10 +17,10 @@ from sparkqos.schedulers.base import Scheduler
 from sparkqos.schedulers.classes import ClassShares
 
 
-def with_member_params(given: list[Any], member_params: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+def with_member_params(given: list[Any], member_params: Mapping[str, Mapping[str, Any]], *, depth: int = 2) -> list[Any]:
     """The candidates ``given`` with the deprecated ``member_params`` (parameters by candidate
     name) folded in, as components (a name becomes a ``{"name", "params"}`` table)."""
-    registry.deprecated("adaptive", "member_params", "the candidates themselves: candidates=['fifo', Cqc(k=3.0)]")
+    registry.deprecated("adaptive", "member_params", "the candidates themselves: candidates=['fifo', Cqc(k=3.0)]", depth=depth)
     if not isinstance(member_params, Mapping):
         raise SchedulerError(f"member_params maps candidate names to parameter tables, got {member_params!r}")
     labels = [registry.label(registry.component(c, where="adaptive: candidates")) for c in given]
@@ -43,7 +43,7 @@ def read_candidates(
     components."""
     given = listed_candidates(candidates)
     if member_params is not None:
-        given = with_member_params(given, member_params)
+        given = with_member_params(given, member_params, depth=3)
     members = [registry.component(c, where="adaptive: candidates") for c in given]
     changed = member_params is not None or any(isinstance(c, Mapping) for c in given)
     if not members or any(registry.label(m) == "adaptive" for m in members):
@@ -63,7 +63,7 @@ def class_shares_table(spec: registry.Component) -> registry.Component:
             "class_shares is None or the k and quantum of the class shares under each candidate "
             f"(a ClassShares whose inner is each candidate in turn), got {spec!r}"
         )
-    registry.deprecated("adaptive", "class_shares={...}", "class_shares=ClassShares(k=..., quantum=...)")
+    registry.deprecated("adaptive", "class_shares={...}", "class_shares=ClassShares(k=..., quantum=...)", depth=3)
     return {"name": "class_shares", "params": dict(spec)}
 
 

@@ -172,6 +172,7 @@ def sized_component(spec: Component, budget_s: float, period_s: float | None = N
     return get(name, **sized) if sized else name
 
 
-def deprecated(owner: str, old: str, new: str) -> None:
-    """Warn that ``owner``'s keyword ``old`` stays one release; ``new`` is the spelling to use."""
-    warnings.warn(f"{owner}: {old}= is deprecated: give {new}", DeprecationWarning, stacklevel=4)
+def deprecated(owner: str, old: str, new: str, *, depth: int = 1) -> None:
+    """Warn that ``owner``'s keyword ``old`` stays one release; ``new`` is the spelling to use.
+    ``depth``: how many calls of ours stand between the user's call and the caller of this."""
+    warnings.warn(f"{owner}: {old}= is deprecated: give {new}", DeprecationWarning, stacklevel=2 + depth)
