@@ -118,8 +118,8 @@ UPDATE_KEYS = {
 
 
 def stateful():
-    """Aggregations with and without a time window, explode and split, and UDFs (a pandas UDF
-    too), all natively under Spark Connect as under classic pyspark."""
+    """Aggregations with and without a time window (tumbling, sliding, session), explode and
+    split, UDFs (a pandas UDF too) and SQL strings, natively under Spark Connect as under classic."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, StringType
 
@@ -153,6 +153,12 @@ def stateful():
             .groupBy(F.window("ts", "400 milliseconds", "200 milliseconds"))
             .agg(F.sum("l").alias("sl"))
             .select("window.start", "window.end", "sl")
+        ),
+        "session": lambda df: (
+            wm(df)
+            .groupBy(F.session_window("ts", "150 milliseconds"), "f")
+            .agg(F.count("*").alias("n"), F.sum("i").alias("si"))
+            .select("session_window.start", "session_window.end", "f", "n", "si")
         ),
         "explode": lambda df: df.select("i", F.explode(F.split("s", "b")).alias("w")).where(F.col("w") != ""),
         "explode_outer": lambda df: df.withColumn("p", F.explode_outer(F.array("i", "l"))).select("p", "s"),

@@ -10,7 +10,10 @@ each function here takes as ``tr``).
 * A ``window(ts, duration[, slide[, start]])`` key becomes the analyzer's rewrite of it under the
   Aggregate (``Project(named_struct(start, end) AS window, ...) <- Filter(isnotnull(ts))``), whose
   start expression carries ``(ts - start) % slide`` and whose end ``... + duration`` in
-  microseconds, read from the call's interval strings (:func:`interval_us`).
+  microseconds, read from the call's interval strings as Spark reads them
+  (:func:`sparkqos.compile.sessions.interval_string_us`); a ``session_window(ts, gap)`` key
+  becomes its rewrite (``Filter(isnotnull(ts)) <- Project(named_struct(start, ts, end, ts + gap)
+  AS session_window, ...)``).
 * ``withWatermark(col, delay)`` passes its input's columns on, and its delay in seconds is kept by
   the event-time column's expression id — what classic pyspark reads from the JVM plan.
 * ``explode``/``explode_outer``/``posexplode``/``posexplode_outer`` in a select (or
@@ -19,13 +22,13 @@ each function here takes as ``tr``).
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyspark.sql.connect.proto as proto
 
-__all__ = ["AGGREGATE_CLASSES", "AGGREGATE_FUNCTIONS", "GENERATORS", "aggregate", "generator_items", "interval_us", "watermark"]
+from sparkqos.compile.sessions import interval_string_us
+
+__all__ = ["AGGREGATE_CLASSES", "AGGREGATE_FUNCTIONS", "GENERATORS", "aggregate", "generator_items", "watermark"]
 
 PKG = "org.apache.spark.sql.catalyst"
 EXPR_ID = f"{PKG}.expressions.ExprId"
@@ -57,18 +60,6 @@ GENERATORS = {
     "posexplode": ("PosExplode", False),
     "posexplode_outer": ("PosExplode", True),
 }
-#: Interval units of ``IntervalUtils.stringToInterval`` without months, in microseconds.
-_UNITS_US = {
-    "week": 604_800_000_000,
-    "day": 86_400_000_000,
-    "hour": 3_600_000_000,
-    "minute": 60_000_000,
-    "second": 1_000_000,
-    "millisecond": 1_000,
-    "microsecond": 1,
-}
-_INTERVAL = re.compile(r"(?:\s*[+-]?\d+(?:\.\d+)?\s+[a-z]+)+\s*")
-_TERM = re.compile(r"([+-]?\d+(?:\.\d+)?)\s+([a-z]+)")
 
 
 def type_name(dt: Any) -> Any:
@@ -91,28 +82,6 @@ def alias(name: str, eid: dict[str, Any]) -> dict[str, Any]:
     return {"class": f"{_E}Alias", "num-children": 1, "name": name, "exprId": eid}
 
 
-def interval_us(text: str, months: bool = False) -> int | None:
-    """Microseconds of an interval string as ``window()`` and ``withWatermark`` take it
-    (``"10 seconds"``, ``"1 hour 30 minutes"``, ``"interval 500 milliseconds"``); None for what
-    sparkqos does not read: months and years, fractions of a unit other than seconds, other
-    spellings. ``months``: a month counts 31 days (Spark's watermark delay)."""
-    t = text.strip().lower()
-    t = t[len("interval") :] if t.startswith("interval") else t
-    if not _INTERVAL.fullmatch(t):
-        return None
-    total = Decimal(0)
-    for number, unit in _TERM.findall(t):
-        unit = unit[:-1] if unit.endswith("s") else unit
-        per = _UNITS_US.get(unit, 31 * _UNITS_US["day"] if months and unit == "month" else None)
-        if per is None or ("." in number and unit != "second"):
-            return None
-        try:
-            total += Decimal(number) * per
-        except InvalidOperation:
-            return None
-    return int(total) if total == total.to_integral_value() else None
-
-
 def _call(e: proto.Expression) -> Any:
     """The function call ``e`` is, under any aliases (None: not a call)."""
     while e.WhichOneof("expr_type") == "alias":
@@ -125,14 +94,35 @@ def _string_literal(e: proto.Expression) -> str | None:
     return lit.string if lit is not None and lit.WhichOneof("literal_type") == "string" else None
 
 
+def _session_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any], key: tuple[Any, str, Any]) -> list[Any]:
+    """The analyzer's rewrite of ``session_window(ts, gap)`` as a Filter over a Project, both over
+    the input's nodes (added by the caller): the Project's Alias defines ``key``."""
+    if len(call.arguments) != 2:
+        raise tr.unsupported("a session_window() sparkqos cannot read", "session_window(time column, 'gap')")
+    (ts_nodes, _), (gap_nodes, _) = tr.typed(input_rel, list(call.arguments), attrs)
+    end = [{"class": f"{_E}TimestampAddInterval", "num-children": 2, "timeZoneId": tr.time_zone}, *ts_nodes, *gap_nodes]
+    struct = [{"class": f"{_E}CreateNamedStruct", "num-children": 4}]
+    struct += [literal("start", "string"), *ts_nodes, literal("end", "string"), *end]
+    project = {
+        "class": f"{PKG}.plans.logical.Project",
+        "num-children": 1,
+        "projectList": [[alias(key[1], key[0]), *struct], *[[attr(a)] for a in attrs]],
+    }
+    not_null = [{"class": f"{_E}IsNotNull", "num-children": 1}, *ts_nodes]
+    return [{"class": f"{PKG}.plans.logical.Filter", "num-children": 1, "condition": not_null}, project]
+
+
 def _window_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any], key: tuple[Any, str, Any]) -> list[Any]:
     """The analyzer's rewrite of ``window(ts, duration[, slide[, start]])`` as a Project over a
     Filter, both over the input's nodes (added by the caller): the Project's Alias defines ``key``."""
+    if call.function_name == "session_window":
+        return _session_key(tr, call, input_rel, attrs, key)
     args = list(call.arguments)
     texts = [_string_literal(a) for a in args[1:]]
     if not 2 <= len(args) <= 4 or None in texts:
         raise tr.unsupported("a window() sparkqos cannot read", "window(time column, 'duration'[, 'slide'[, 'start']])")
-    size, slide, start = (interval_us(t) for t in (texts + [texts[0], "0 seconds"][len(texts) - 1 :])[:3])
+    read = [interval_string_us(t) for t in (texts + [texts[0], "0 seconds"][len(texts) - 1 :])[:3]]
+    size, slide, start = (None if r is None else r[0] for r in read)
     if None in (size, slide, start):
         raise tr.unsupported(f"window() durations {texts}", "give them as '<n> <unit>' (weeks to microseconds)")
     ((ts_nodes, _),) = tr.typed(input_rel, [args[0]], attrs)
@@ -196,7 +186,9 @@ def aggregate(
         names = [f.name for f in fields]
         raise tr.unsupported("an aggregation whose output columns sparkqos cannot place", f"Spark gives {names}")
     out = [(tr.fresh(), f.name, type_name(f.dataType)) for f in fields]
-    windows = [k for k, g in enumerate(grouping) if (c := _call(g)) is not None and c.function_name == "window"]
+    windows = [
+        k for k, g in enumerate(grouping) if (c := _call(g)) is not None and c.function_name in ("window", "session_window")
+    ]
     if len(windows) > 1:
         raise tr.unsupported("a groupBy over two time windows")
     below = nodes
@@ -233,11 +225,11 @@ def watermark(tr: Any, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     expression id in ``tr.watermarks``."""
     nodes, attrs = tr.relation(body.input)
     found = [a for a in attrs if a[1] == body.event_time] or [a for a in attrs if a[1].lower() == body.event_time.lower()]
-    delay = interval_us(body.delay_threshold, months=True)
+    delay = interval_string_us(body.delay_threshold)
     if len(found) != 1 or delay is None:
         what = f"withWatermark({body.event_time!r}, {body.delay_threshold!r})"
-        raise tr.unsupported(what, "a column of the input and a delay '<n> <unit>'")
-    tr.watermarks[found[0][0]["id"]] = delay / 1e6
+        raise tr.unsupported(what, "a column of the input and a delay '<n> <unit>' (weeks to microseconds)")
+    tr.watermarks[found[0][0]["id"]] = delay[0] / 1e6
     return [{"class": f"{PKG}.plans.logical.EventTimeWatermark", "num-children": 1}, *nodes], attrs
 
 
