@@ -118,10 +118,12 @@ UPDATE_KEYS = {
 
 
 def stateful():
-    """Aggregations with and without a time window (tumbling, sliding, session), explode and
-    split, UDFs (a pandas UDF too) and SQL strings, natively under Spark Connect as under classic."""
+    """Aggregations with and without a time window (tumbling, sliding, session), lag,
+    dropDuplicates, explode and split, UDFs (a pandas UDF too) and SQL strings, natively under
+    Spark Connect as under classic."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, StringType
+    from pyspark.sql.window import Window
 
     # Types as objects: the test module lists these transforms before any session exists.
     @F.pandas_udf(DoubleType())
@@ -160,6 +162,12 @@ def stateful():
             .agg(F.count("*").alias("n"), F.sum("i").alias("si"))
             .select("session_window.start", "session_window.end", "f", "n", "si")
         ),
+        "lag": lambda df: df.withColumn("prev_d", F.lag("d").over(Window.partitionBy("f").orderBy("ts"))),
+        "lag2": lambda df: df.withColumn("p2", F.lag("i", 2, 0).over(Window.partitionBy("s").orderBy("ts"))).select(
+            "i", "ts", "p2"
+        ),
+        "dedup": lambda df: wm(df).dropDuplicates(["f", "ts"]).select("f", "ts", "i"),
+        "distinct": lambda df: wm(df).select("f", "ts").distinct(),
         "explode": lambda df: df.select("i", F.explode(F.split("s", "b")).alias("w")).where(F.col("w") != ""),
         "explode_outer": lambda df: df.withColumn("p", F.explode_outer(F.array("i", "l"))).select("p", "s"),
         "explode_above": lambda df: (

@@ -86,7 +86,7 @@ def test_connect_unsupported_transforms_are_named(job):
     # an aggregate in a SQL string sparkqos does not read: Spark must not evaluate it per micro-batch
     unread = errors["sql_agg_unread"]
     assert "query 'sql_agg_unread'" in unread and "SQL expression string under Spark Connect that sparkqos cannot read" in unread
-    assert "query 'window'" in errors["window"] and "Spark operation 'Window'" in errors["window"], errors
+    assert "query 'window'" in errors["window"] and "window function 'row_number'" in errors["window"], errors
 
 
 @pytest.mark.parametrize("name", SPARK_PARTS)

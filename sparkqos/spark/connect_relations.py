@@ -17,18 +17,31 @@ each function here takes as ``tr``).
 * ``withWatermark(col, delay)`` passes its input's columns on, and its delay in seconds is kept by
   the event-time column's expression id — what classic pyspark reads from the JVM plan.
 * ``explode``/``explode_outer``/``posexplode``/``posexplode_outer`` in a select (or
-  ``withColumn``) become a ``Generate`` under the select.
+  ``withColumn``) become a ``Generate`` under the select; window functions that are items of
+  a select (one window spec) a ``Window`` under it (compile/keyed.py runs ``lag`` over columns);
+  ``dropDuplicates``/``distinct``/``dropDuplicatesWithinWatermark`` a ``Deduplicate``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyspark.sql.connect.proto as proto
 
 from sparkqos.compile.sessions import interval_string_us
 
-__all__ = ["AGGREGATE_CLASSES", "AGGREGATE_FUNCTIONS", "GENERATORS", "aggregate", "generator_items", "watermark"]
+__all__ = [
+    "AGGREGATE_CLASSES",
+    "AGGREGATE_FUNCTIONS",
+    "GENERATORS",
+    "aggregate",
+    "deduplicate",
+    "generator_items",
+    "watermark",
+    "window_items",
+    "window_select",
+]
 
 PKG = "org.apache.spark.sql.catalyst"
 EXPR_ID = f"{PKG}.expressions.ExprId"
@@ -74,7 +87,7 @@ def attr(a: tuple[dict[str, Any], str, Any]) -> dict[str, Any]:
     return {"class": f"{_E}AttributeReference", "num-children": 0, "name": name, "dataType": t, "exprId": eid}
 
 
-def literal(value: str, t: str) -> dict[str, Any]:
+def literal(value: str | None, t: Any) -> dict[str, Any]:
     return {"class": f"{_E}Literal", "num-children": 0, "value": value, "dataType": t}
 
 
@@ -233,22 +246,46 @@ def watermark(tr: Any, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     return [{"class": f"{PKG}.plans.logical.EventTimeWatermark", "num-children": 1}, *nodes], attrs
 
 
+def deduplicate(tr: Any, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """``dropDuplicates([keys])``, ``distinct()`` and ``dropDuplicatesWithinWatermark(keys)``: a
+    Deduplicate over the key attributes (every column without keys), its input's columns passed on."""
+    nodes, attrs = tr.relation(body.input)
+    if body.all_columns_as_keys or not body.column_names:
+        keys = list(attrs)
+    else:
+        keys = []
+        for name in body.column_names:
+            found = [a for a in attrs if a[1] == name] or [a for a in attrs if a[1].lower() == name.lower()]
+            if len(found) != 1:
+                raise tr.unsupported(f"a dropDuplicates key {name!r} sparkqos cannot place", "a column of its input")
+            keys.append(found[0])
+    cls = "DeduplicateWithinWatermark" if body.within_watermark else "Deduplicate"
+    node = {"class": f"{PKG}.plans.logical.{cls}", "num-children": 1, "keys": [[attr(a)] for a in keys]}
+    return [node, *nodes], attrs
+
+
 def generator_items(tr: Any, kind: str, body: Any, attrs: list[Any]) -> list[proto.Expression] | None:
     """The select items of a ``select``/``withColumns`` holding a generator (``withColumns`` as the
     select Spark makes of it: every input column, replaced or not, then the new ones); None when
     it holds none."""
-    if kind == "project":
-        items = list(body.expressions)
-    else:
-        new = {a.name[0]: a for a in body.aliases if len(a.name) == 1}
-        if len(new) != len(body.aliases):
-            return None
-        items = []
-        for a in attrs:
-            items.append(_aliased(new.pop(a[1]).expr, a[1]) if a[1] in new else _column(a[1]))
-        items.extend(_aliased(a.expr, n) for n, a in new.items())
-    if not any((c := _call(e)) is not None and c.function_name in GENERATORS for e in items):
+    items = _items(kind, body, attrs)
+    if items is None or not any((c := _call(e)) is not None and c.function_name in GENERATORS for e in items):
         return None
+    return items
+
+
+def _items(kind: str, body: Any, attrs: list[Any]) -> list[proto.Expression] | None:
+    """A ``select``'s items, or the select Spark makes of a ``withColumns``: every input column,
+    replaced or not, then the new ones (None: a multi-part name)."""
+    if kind == "project":
+        return list(body.expressions)
+    new = {a.name[0]: a for a in body.aliases if len(a.name) == 1}
+    if len(new) != len(body.aliases):
+        return None
+    items = []
+    for a in attrs:
+        items.append(_aliased(new.pop(a[1]).expr, a[1]) if a[1] in new else _column(a[1]))
+    items.extend(_aliased(a.expr, n) for n, a in new.items())
     return items
 
 
@@ -307,3 +344,108 @@ def generate(
         else:
             rest.append(e)
     return both, rest, [node, *nodes], attrs + made
+
+
+def _window(e: proto.Expression) -> Any:
+    while e.WhichOneof("expr_type") == "alias":
+        e = e.alias.expr
+    return e.window if e.WhichOneof("expr_type") == "window" else None
+
+
+def window_items(kind: str, body: Any, attrs: list[Any] | None = None) -> list[proto.Expression] | None:
+    """The select items of a ``select``/``withColumns`` whose window functions are each the whole
+    of an item, none inside another (what the analyzer's ``Window`` node takes), as
+    :func:`generator_items` gives them; None for a select without them or with others
+    (``attrs``: the input's columns; without them, only whether)."""
+    exprs = list(body.expressions) if kind == "project" else [a.expr for a in body.aliases]
+    tops = [w for e in exprs if (w := _window(e)) is not None]
+    nested = [contains(w, is_window) for w in tops] + [contains(e, is_window) for e in exprs if _window(e) is None]
+    if not tops or any(nested):
+        return None
+    return _items(kind, body, attrs) if attrs is not None else []
+
+
+def window_select(
+    tr: Any, input_rel: proto.Relation, items: list[proto.Expression], nodes: list[Any], attrs: list[Any]
+) -> tuple[proto.Relation, list[proto.Expression], list[Any], list[Any]]:
+    """A select's window functions (one window spec) as the analyzer's ``Window`` node over
+    ``input_rel``, as :func:`generate` returns a generator's: the relation of the input's columns
+    and the functions' results, the items referring to those by name, the nodes and attributes."""
+    found = [k for k, e in enumerate(items) if _window(e) is not None]
+    specs = set()
+    for k in found:
+        w = proto.Expression.Window()
+        w.CopyFrom(_window(items[k]))
+        w.ClearField("window_function")
+        specs.add(w.SerializeToString(deterministic=True))
+    spec = _window(items[found[0]])
+    if len(specs) > 1 or spec.HasField("frame_spec"):
+        raise tr.unsupported("window functions over two window specs or a frame in one select under Spark Connect")
+    both = proto.Relation()
+    both.project.input.CopyFrom(input_rel)
+    both.project.expressions.add().unresolved_star.SetInParent()
+    for k in found:
+        both.project.expressions.add().CopyFrom(items[k])
+    made = [(tr.fresh(), f.name, type_name(f.dataType)) for f in tr.schema(both).fields[len(attrs) :]]
+    if len(made) != len(found) or {n for _, n, _ in made} & {a[1] for a in attrs}:
+        raise tr.unsupported("a window function's result under a column name its input has", "give it a new name")
+    expressions = []
+    for k, m in zip(found, made, strict=True):
+        call = _window(items[k]).window_function
+        fn = call.unresolved_function if call.WhichOneof("expr_type") == "unresolved_function" else None
+        if fn is None or fn.function_name != "lag" or not 1 <= len(fn.arguments) <= 3:
+            name = fn.function_name if fn is not None else call.WhichOneof("expr_type")
+            expressions.append(
+                [alias(m[1], m[0]), {"class": f"{_E}WindowExpression", "num-children": 1}, {"class": name, "num-children": 0}]
+            )
+            continue
+        args = tr.typed(input_rel, list(fn.arguments), attrs)
+        (src, st), (offset, _) = args[0], args[1] if len(args) > 1 else ([literal("1", "integer")], "integer")
+        default, dt = args[2] if len(args) > 2 else ([literal(None, st)], st)  # lag's default: null
+        default = default if dt in (st, "void") else [{"class": f"{_E}Cast", "num-children": 1, "dataType": st}, *default]
+        lag = [{"class": f"{_E}Lag", "num-children": 3}, *src, *offset, *default]
+        expressions.append([alias(m[1], m[0]), {"class": f"{_E}WindowExpression", "num-children": 1}, *lag])
+    partition = [nodes_ for nodes_, _ in tr.typed(input_rel, list(spec.partition_spec), attrs)]
+    order = []
+    for o, (o_nodes, _) in zip(spec.order_spec, tr.typed(input_rel, [o.child for o in spec.order_spec], attrs), strict=True):
+        direction = "Descending$" if o.direction == proto.Expression.SortOrder.SORT_DIRECTION_DESCENDING else "Ascending$"
+        last = o.null_ordering == proto.Expression.SortOrder.SORT_NULLS_LAST or (
+            o.null_ordering == proto.Expression.SortOrder.SORT_NULLS_UNSPECIFIED and direction == "Descending$"
+        )
+        sort = {"class": f"{_E}SortOrder", "num-children": 1}
+        sort.update(
+            direction={"object": f"{_E}{direction}"}, nullOrdering={"object": f"{_E}{'NullsLast$' if last else 'NullsFirst$'}"}
+        )
+        order.append([sort, *o_nodes])
+    node = {"class": f"{PKG}.plans.logical.Window", "num-children": 1}
+    node.update(windowExpressions=expressions, partitionSpec=partition, orderSpec=order)
+    rest: list[proto.Expression] = []
+    for k, e in enumerate(items):
+        if k in found:
+            rest.append(_column(made[found.index(k)][1]))
+        elif e.WhichOneof("expr_type") == "unresolved_star" and not e.unresolved_star.HasField("unparsed_target"):
+            rest.extend(_column(a[1]) for a in attrs)
+        else:
+            rest.append(e)
+    return both, rest, [node, *nodes], attrs + made
+
+
+def is_window(e: proto.Expression) -> bool:
+    return e.WhichOneof("expr_type") == "window"
+
+
+def is_aggregate(e: proto.Expression) -> bool:
+    f = e.unresolved_function
+    return e.WhichOneof("expr_type") == "unresolved_function" and f.function_name in AGGREGATE_FUNCTIONS
+
+
+def contains(msg: Any, test: Callable[[proto.Expression], bool]) -> bool:
+    """Whether an expression passing ``test`` appears anywhere in ``msg`` (not in its inputs)."""
+    for f, v in msg.ListFields():
+        if f.message_type is None or f.message_type.name == "Relation" or f.message_type.GetOptions().map_entry:
+            continue
+        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+        for item in v if repeated else [v]:
+            if (f.message_type.name == "Expression" and test(item)) or contains(item, test):
+                return True
+    return False
