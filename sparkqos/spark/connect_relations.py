@@ -1,7 +1,7 @@
-"""Spark Connect relations whose analyzed form is not the client's: aggregations, watermarks and
-generators, written as the analyzed-plan JSON nodes :mod:`sparkqos.compile.stateful` and
-:mod:`sparkqos.compile.nested` map (for :mod:`sparkqos.spark.connect_plan`, whose translator
-each function here takes as ``tr``).
+"""Spark Connect relations whose analyzed form is not the client's: aggregations, watermarks,
+generators, window functions and deduplications, written as the analyzed-plan JSON nodes
+:mod:`sparkqos.compile.stateful`, :mod:`sparkqos.compile.nested` and :mod:`sparkqos.compile.keyed`
+map (for :mod:`sparkqos.spark.connect_plan`, whose translator each function here takes as ``tr``).
 
 * ``groupBy(...).agg(...)``, ``groupBy(...).count()``, ``df.agg(...)`` and a ``select`` of
   aggregates become an ``Aggregate`` with its grouping and aggregate expressions, as the analyzer
