@@ -74,7 +74,7 @@ def test_old_nesting_spellings_warn_and_build_the_same_strategy():
     assert repr(old) == repr(
         Adaptive.sized_for(0.5, candidates=["fifo"], class_shares={"name": "class_shares", "params": {"k": 3.0}})
     )
-    assert repr(old.class_shares) == repr(ClassShares(k=3.0, quantum=0.05))
+    assert repr(old.class_shares) == repr(ClassShares(None, k=3.0, quantum=0.05))
     with pytest.raises(SchedulerError, match=r"member_params names \['pc'\], which are not candidates \['fifo'\]"):
         with pytest.warns(DeprecationWarning):
             Adaptive(["fifo"], member_params={"pc": {}})

@@ -386,7 +386,7 @@ class Adaptive(Scheduler):
     (consecutive picks of units with no work before a forced switch); ``scoring``
     (:class:`~sparkqos.adaptive.scoring.Scoring`, whose fields may also be given by name,
     ``Adaptive(decay=0.9)``); ``class_shares``: None, or the
-    :class:`~sparkqos.schedulers.classes.ClassShares` (inner left unset) each candidate then runs
+    :class:`~sparkqos.schedulers.classes.ClassShares` (kept as ``inner=None``) each candidate runs
     under, so class shares hold whichever candidate is in force (``ClassShares(k=2.0)``, or
     ``"class_shares"``). ``member_params={"cqc": {...}}`` and ``class_shares={"k": ...}`` are
     the deprecated spellings (a DeprecationWarning).

@@ -68,15 +68,19 @@ def class_shares_table(spec: registry.Component) -> registry.Component:
 
 
 def read_class_shares(spec: registry.Component | None) -> ClassShares | None:
-    """The ClassShares each candidate runs under (its inner left at the default: each candidate
-    takes its place), or None."""
+    """The ClassShares each candidate runs under, kept with ``inner=None`` (each candidate takes its
+    place; one given with the default inner is read so), or None.
+
+    >>> read_class_shares(ClassShares(k=2.0))
+    ClassShares(inner=None, k=2.0, quantum=1.0)
+    """
     if spec is None:
         return None
     shares = registry.component(class_shares_table(spec), where="adaptive: class_shares")
     shares = registry.get(shares) if isinstance(shares, str) else shares
-    if not isinstance(shares, ClassShares) or shares.inner != "hr":
+    if not isinstance(shares, ClassShares) or shares.inner not in (None, "hr"):
         raise SchedulerError(
             "class_shares is None or the k and quantum of the class shares under each candidate "
             f"(a ClassShares whose inner is each candidate in turn), got {spec!r}"
         )
-    return shares
+    return shares if shares.inner is None else shares.clone(inner=None)

@@ -149,7 +149,8 @@ class ClassShares(SharesClasses):
     ``inner`` is a component (cloned per class): a Scheduler, a registry name (its defaults) or a
     ``{"name", "params"}`` table as configuration files give it — ``ClassShares(PathCapacity(quantum=0.2))``
     is ``ClassShares({"name": "pc", "params": {"quantum": 0.2}})``; ``k`` the length of a round and
-    ``quantum`` the longest unit, in the engine's time units. ``inner_params`` is the deprecated
+    ``quantum`` the longest unit, in the engine's time units. ``inner=None`` leaves the inner to an
+    owner (adaptive's ``class_shares``: each candidate in turn) and cannot serve alone. ``inner_params`` is the deprecated
     spelling of the inner strategy's parameters (a DeprecationWarning; give the strategy itself).
 
     Two one-operator queries in classes of priority 2 and 1, k = 6: each round serves H for 4 time
@@ -170,7 +171,7 @@ class ClassShares(SharesClasses):
 
     def __init__(
         self,
-        inner: registry.Component = "hr",
+        inner: registry.Component | None = "hr",
         k: float = 20.0,
         quantum: float = 1.0,
         inner_params: Mapping[str, Any] | None = None,
@@ -180,11 +181,11 @@ class ClassShares(SharesClasses):
         if inner_params is not None:
             registry.deprecated("class_shares", "inner_params", "the inner strategy itself: inner=PathCapacity(quantum=0.2)")
             inner = registry.with_params(inner, inner_params, where="class_shares: inner_params")
-        self.inner = registry.component(inner, where="class_shares: inner")
+        self.inner = None if inner is None else registry.component(inner, where="class_shares: inner")
         self.k = k
         self.quantum = quantum
-        proto = self._make_inner()
-        if type(proto).class_shares_params(registry.label(proto), {})[0] != "class_shares":
+        proto = None if self.inner is None else self._make_inner()
+        if proto is not None and type(proto).class_shares_params(registry.label(proto), {})[0] != "class_shares":
             raise SchedulerError(
                 f"class_shares: {proto!r} shares time between classes itself or delegates to other strategies; "
                 "give a plain strategy (adaptive takes class_shares=ClassShares(...) to put class shares under each candidate)"
@@ -198,6 +199,8 @@ class ClassShares(SharesClasses):
         self._restored_inner: dict[str, dict[str, Any]] = {}
 
     def _make_inner(self) -> Scheduler:
+        if self.inner is None:
+            raise SchedulerError("class_shares: inner=None leaves the inner strategy to an owner (adaptive); give a strategy")
         return self.inner.clone() if isinstance(self.inner, Scheduler) else registry.get(self.inner)
 
     @classmethod
@@ -216,7 +219,7 @@ class ClassShares(SharesClasses):
             registry.deprecated("class_shares", "inner_params", "the inner strategy itself: inner=PathCapacity(quantum=0.2)")
             params["inner"] = registry.with_params(params.get("inner", "hr"), params.pop("inner_params"), where="inner_params")
         params.pop("inner_params", None)
-        if "inner" in params:
+        if params.get("inner") is not None:
             params["inner"] = registry.sized_component(params["inner"], budget_s, period_s, where="class_shares: inner")
         return super().sized_params(budget_s, period_s, **params)
 
