@@ -166,6 +166,7 @@ def stateful():
         "lag2": lambda df: df.withColumn("p2", F.lag("i", 2, 0).over(Window.partitionBy("s").orderBy("ts"))).select(
             "i", "ts", "p2"
         ),
+        "lag_expr": lambda df: df.withColumn("p", F.lag(F.col("i") + 1).over(Window.partitionBy("f").orderBy("ts"))),
         "dedup": lambda df: wm(df).dropDuplicates(["f", "ts"]).select("f", "ts", "i"),
         "distinct": lambda df: wm(df).select("f", "ts").distinct(),
         "explode": lambda df: df.select("i", F.explode(F.split("s", "b")).alias("w")).where(F.col("w") != ""),
@@ -190,11 +191,12 @@ def stateful():
 
 
 #: Transforms whose row-wise part Spark evaluates (issue 24): SQL strings, UDFs, JSON and regex.
-SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log")
+SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_sha")
 
 
 def spark_parts():
     from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
 
     # UDFs over numbers and strings run natively (stateful()); over a timestamp, Spark runs them.
     @F.pandas_udf("double")
@@ -214,6 +216,8 @@ def spark_parts():
             F.get_json_object("j", "$.s").alias("s"), F.regexp_replace("j", "[0-9]", "#").alias("r"), "l"
         ),
         "log": lambda df: df.select(F.log("d").alias("ln")),
+        # below a lag: the select computing its argument (the analyzer's _w0)
+        "lag_sha": lambda df: df.withColumn("p", F.lag(F.sha2("s", 256)).over(Window.partitionBy("f").orderBy("ts"))),
     }
     assert tuple(parts) == SPARK_PARTS
     return parts

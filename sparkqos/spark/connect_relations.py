@@ -24,12 +24,14 @@ map (for :mod:`sparkqos.spark.connect_plan`, whose translator each function here
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import Any
 
 import pyspark.sql.connect.proto as proto
 
 from sparkqos.compile.sessions import interval_string_us
+from sparkqos.spark.spark_part import RELATION_FIELD
 
 __all__ = [
     "AGGREGATE_CLASSES",
@@ -390,6 +392,8 @@ def window_select(
     if len(made) != len(found) or {n for _, n, _ in made} & {a[1] for a in attrs}:
         raise tr.unsupported("a window function's result under a column name its input has", "give it a new name")
     expressions = []
+    below: list[list[Any]] = []  # lag arguments that are expressions, computed by a select below
+    computing: list[proto.Expression] = []  # the same as Connect expressions
     for k, m in zip(found, made, strict=True):
         call = _window(items[k]).window_function
         fn = call.unresolved_function if call.WhichOneof("expr_type") == "unresolved_function" else None
@@ -401,6 +405,11 @@ def window_select(
             continue
         args = tr.typed(input_rel, list(fn.arguments), attrs)
         (src, st), (offset, _) = args[0], args[1] if len(args) > 1 else ([literal("1", "integer")], "integer")
+        if not src[0]["class"].endswith("AttributeReference"):  # the analyzer computes it below: _w0, _w1...
+            computed = (tr.fresh(), f"_w{len(below)}", st)
+            below.append([alias(computed[1], computed[0]), *src])
+            computing.append(_aliased(fn.arguments[0], computed[1]))
+            src = [attr(computed)]
         default, dt = args[2] if len(args) > 2 else ([literal(None, st)], st)  # lag's default: null
         default = default if dt in (st, "void") else [{"class": f"{_E}Cast", "num-children": 1, "dataType": st}, *default]
         lag = [{"class": f"{_E}Lag", "num-children": 3}, *src, *offset, *default]
@@ -419,6 +428,15 @@ def window_select(
         order.append([sort, *o_nodes])
     node = {"class": f"{PKG}.plans.logical.Window", "num-children": 1}
     node.update(windowExpressions=expressions, partitionSpec=partition, orderSpec=order)
+    if below:
+        lower = proto.Relation()  # what Spark runs when it evaluates that select (sparkqos.spark.spark_part)
+        lower.project.input.CopyFrom(input_rel)
+        lower.project.expressions.add().unresolved_star.SetInParent()
+        lower.project.expressions.extend(computing)
+        project = {"class": f"{PKG}.plans.logical.Project", "num-children": 1}
+        project.update(projectList=[*[[attr(a)] for a in attrs], *below])
+        project[RELATION_FIELD] = base64.b64encode(lower.SerializeToString()).decode("ascii")
+        nodes = [project, *nodes]
     rest: list[proto.Expression] = []
     for k, e in enumerate(items):
         if k in found:
