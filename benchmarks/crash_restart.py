@@ -2,6 +2,7 @@
 nothing and writes nothing twice (issue 8, item 1).
 
     .venv/bin/python benchmarks/crash_restart.py [--rows 12000] [--seconds 48] [--seed 5] [--sink parquet|delta]
+                                                 [--lane driver|sharded]
 
 A replayable trace (Parquet) is fed to ``jobs/sensor_monitor.py`` (replay source, at most 2 s of
 stream time per micro-batch, so the trace takes ``seconds / 2`` batches). First one uninterrupted
@@ -30,6 +31,20 @@ one Delta table per query, one commit per batch with the transaction identifier 
 id)). It takes no early parts, so ``after_early_write`` cannot fire there; ``after_ingest`` takes
 its place (10 faults all the same). The Delta tables are checked too: each table's transaction
 version is the newest batch it holds, and no batch id beyond the last checkpointed one.
+
+``--lane sharded`` runs the job's sharded lane (``job.shards=2``, by ``sensor_id``; its per-sensor
+queries fire and anomaly, the ones the lane runs: sparkqos.spark.sharded) on ``local[2,4]`` — a
+failed task is tried again, as on a cluster, where local mode gives it one attempt. The shards'
+state is Spark's state store, so a batch is done when Spark commits it. Faults: a shard's Python
+worker SIGKILLed in the middle of its micro-batch (``in_shard``: the task fails, Spark retries it
+from the state before it; the job goes on and is stopped once a later batch is committed); the
+driver SIGKILLed after the shards' state of a batch is committed and before its outputs are
+written (``after_run``), after the sink write (``after_sink``) and after the metrics (``after_progress``),
+both before Spark marks the batch done; and the two SIGKILLs of the process group. Each run stops
+once the job has taken every row of the trace; the last one drains what the shards still hold
+(``job.finish=true``: ShardedStream.finish, a Spark job over the state store's newest committed
+version, written to the sink as the next batch). The oracles are the same; there is no torn-file
+step (no sparkqos checkpoint file: Spark reads its own state store).
 """
 
 from __future__ import annotations
@@ -67,6 +82,15 @@ MODEL_SIZE = 32768
 FAULTS = [p for p in FAULT_POINTS if p not in ("after_ingest", "in_shard")]
 #: With ``--sink delta`` (no early parts, so ``after_early_write`` cannot fire): ``after_ingest`` instead.
 DELTA_FAULTS = [p for p in FAULT_POINTS if p not in ("after_early_write", "in_shard")]
+#: ``--lane sharded``: the faults of the sharded lane (sparkqos.spark.sharded), the worker's first.
+SHARDED_FAULTS = ["in_shard", "after_run", "after_sink", "after_progress"]
+#: ``--lane sharded``: the shards, and the job's queries the lane runs (per sensor; the zone
+#: statistics group sensors by location, the archive's hash is evaluated by Spark).
+SHARDS = 2
+SHARDED_QUERIES = ["fire", "anomaly"]
+#: ``--lane sharded``: local mode with four attempts per task (local mode's default is one), so a
+#: shard whose Python worker is killed is tried again, as a cluster does.
+SHARDED_MASTER = "local[2,4]"
 #: Extra settings of a fault's run: class H's rows reach the worker (and its early writes) only when
 #: the trigger does not serve them itself, as it does at the job's defaults (fire is cheap).
 FAULT_SETTINGS = {"after_early_write": ["--set", "job.top_class_s=0"]}
@@ -85,8 +109,9 @@ def child(argv: list[str]) -> int:
     return job.main(argv)
 
 
-#: ``--sink``: the job's sink, set by main().
+#: ``--sink``: the job's sink, and ``--lane``, set by main().
 SINK = ["parquet"]
+LANE = ["driver"]
 
 
 def job_args(trace: Path, out: Path) -> list[str]:
@@ -118,12 +143,35 @@ def job_args(trace: Path, out: Path) -> list[str]:
         "scheduler.strategy=adaptive",
         "--set",
         f"queries.model_size={MODEL_SIZE}",
-    ]
+    ] + (sharded_args() if LANE[0] == "sharded" else [])
+
+
+def sharded_args() -> list[str]:
+    return ["--set", f"job.shards={SHARDS}", "--set", f"queries.run={json.dumps(SHARDED_QUERIES)}"]
 
 
 def checkpointed(out: Path) -> list[int]:
+    """The batches done: our checkpoint files (driver lane), Spark's commit log (sharded lane)."""
+    if LANE[0] == "sharded":
+        folder = out / "_checkpoint" / "spark" / "commits"
+        return sorted(int(p.name) for p in folder.glob("[0-9]*")) if folder.is_dir() else []
     folder = out / "_checkpoint" / "sparkqos"
     return sorted(int(p.name[:20]) for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+
+
+def rows_taken(out: Path) -> int:
+    """Input rows of the batches the job reported (the metrics table holds one file per batch id,
+    a replayed batch's replacing its first attempt's), over every process that ran."""
+    import pyarrow.compute as pc
+
+    from sparkqos.report import metrics
+
+    try:
+        table = metrics.read(out, run="sensor_monitor")
+    except FileNotFoundError:
+        return 0
+    plan = table.filter(pc.equal(table.column("query"), metrics.PLAN_ROW))
+    return int(sum(dict(zip(plan.column("batchId").to_pylist(), plan.column("rowsIn").to_pylist(), strict=True)).values()))
 
 
 def run_job(
@@ -132,21 +180,33 @@ def run_job(
     last: int,
     fault: str | None = None,
     kill_after: float | None = None,
-    timeout: float = 300,
+    timeout: float | None = None,
     extra: list[str] | None = None,
+    rows: int = 0,
 ) -> dict:
     """One run of the job; returns how it ended. It is stopped (SIGTERM) once batch ``last`` is
-    checkpointed, killed by its own fault, or SIGKILLed (group) ``kill_after`` s after its first batch."""
+    checkpointed (sharded lane: once the job took all ``rows`` of the trace), killed by its own
+    fault, or SIGKILLed (group) ``kill_after`` s after its first batch. A shard's worker killed by
+    its fault (``in_shard``) leaves the job running: it is stopped once a later batch is done.
+    ``timeout``: 300 s, 600 s for the sharded lane (Spark's state store commit in every batch)."""
+    timeout = timeout if timeout is not None else 600 if LANE[0] == "sharded" else 300
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("SPARKQOS_FAULT", None)  # the job's default for --fault: only the fault asked for here may fire
+    if LANE[0] == "sharded":
+        env["PYSPARK_SUBMIT_ARGS"] = f"--master {SHARDED_MASTER} pyspark-shell"
     argv = job_args(trace, out) + (["--fault", fault] if fault else []) + list(extra or [])
+    # ShardedStream leaves this file when its fault kills a shard's worker (once per step)
+    marker = out / "_checkpoint" / "faults" / fault.replace(":", "-") if fault and fault.startswith("in_shard") else None
     before = checkpointed(out)
-    log = open(out.parent / f"{out.name}.log", "ab")
+    log_path = out.parent / f"{out.name}.log"
+    log = open(log_path, "ab")
+    log_start = log.tell()
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", "--", *argv], cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True
     )
     t0, first = time.time(), None
     how = None
+    seen, taken, complete, fired_after, said = None, False, False, None, None
     try:
         while True:
             rc = proc.poll()
@@ -161,10 +221,25 @@ def run_job(
                 proc.wait()
                 how = f"SIGKILLed (process group) {kill_after:.2f}s after its first batch"
                 break
-            if done and done[-1] >= last:
+            if marker is not None and fired_after is None and marker.exists():
+                fired_after = done[-1] if done else -1
+            if fired_after is not None and done and done[-1] > fired_after:
                 proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=120)
-                how = "stopped after the last batch"
+                proc.wait(timeout=300)
+                how = f"killed by its fault (a shard's Python worker; Spark tried the task again), stopped after batch {done[-1]}"
+                break
+            if LANE[0] == "sharded" and kill_after is None and not complete:
+                # every row taken, and this run has a query running: it committed a batch, or
+                # (nothing left to replay or drain) it started its query a while ago
+                if done != seen:
+                    seen, taken = done, rows_taken(out) >= rows
+                if said is None and taken and _query_started(log_path, log_start):
+                    said = time.time()
+                complete = taken and (done != before or (said is not None and time.time() - said > 10))
+            if complete if LANE[0] == "sharded" else (done and done[-1] >= last):
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=300)
+                how = "stopped after the last batch" if LANE[0] == "driver" else "stopped once every row was taken"
                 break
             if time.time() - t0 > timeout:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -187,8 +262,17 @@ def run_job(
     }
 
 
+def _query_started(log: Path, start: int) -> bool:
+    """Whether the job, in the part of its log from ``start``, said it starts its streaming query
+    (jobs/_jobkit.py says so once a SIGTERM stops the query between triggers)."""
+    with open(log, "rb") as f:
+        f.seek(start)
+        return b"starting Spark's streaming query" in f.read()
+
+
 def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
-    """The sink's union plus what the final checkpoint still holds, finished in-process."""
+    """The sink's union plus what the final checkpoint still holds, finished in-process (the
+    sharded lane's last run drained its shards into the sink itself)."""
     from sparkqos import schedulers
     from sparkqos.executor.expressions import INTERNAL
     from sparkqos.executor.loop import EMIT, Executor
@@ -202,6 +286,8 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
         sink = read_delta_sink(out / "delta")
     else:
         sink = read_parquet_sink(out / "outputs")
+    if LANE[0] == "sharded":
+        return sink
     ckpt = CheckpointStore(out / "_checkpoint" / "sparkqos").load_latest()
     compiled = compiled_factory()
     state = decode_state(ckpt.state["executor"])
@@ -315,9 +401,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--keep", help="keep the run folders here instead of a temporary folder")
     parser.add_argument("--sink", choices=("parquet", "delta"), default="parquet", help="the job's sink (default parquet)")
+    parser.add_argument(
+        "--lane", choices=("driver", "sharded"), default="driver", help="the job's driver lane (default) or its sharded lane"
+    )
     args = parser.parse_args()
+    if args.lane == "sharded" and args.sink != "parquet":
+        parser.error("--lane sharded runs with the Parquet sink")
     SINK[0] = args.sink
-    faults = FAULTS if args.sink == "parquet" else DELTA_FAULTS
+    LANE[0] = args.lane
+    sharded = args.lane == "sharded"
+    faults = SHARDED_FAULTS if sharded else FAULTS if args.sink == "parquet" else DELTA_FAULTS
+    # the sharded lane's runs stop once every row is taken; the last one drains what the shards hold
+    drain = ["--set", "job.finish=true"] if sharded else []
 
     def factory():
         """The job's plan: its PySpark transforms (conf defaults) compiled over the replay source."""
@@ -337,7 +432,9 @@ def main() -> int:
         sources.register(spark)
         df = spark.readStream.format("sparkqos.replay").option("path", str(trace_path)).option("speed", "max").load()
         queries = sensor_transforms(model_size=MODEL_SIZE, window_s=10.0, watermark_s=2.0)
-        return compile_transforms(df, queries, SENSOR_QUERY_CLASSES, SENSOR_CLASSES)
+        if sharded:
+            queries = {q: queries[q] for q in SHARDED_QUERIES}
+        return compile_transforms(df, queries, {q: SENSOR_QUERY_CLASSES[q] for q in queries}, SENSOR_CLASSES)
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkqos-crash-"))
     shutil.rmtree(work, ignore_errors=True)
@@ -347,8 +444,10 @@ def main() -> int:
     last = int(np.ceil(args.seconds / CAP_S)) - 1
     rng = random.Random(args.seed)
     print(f"trace: {args.rows} rows over {args.seconds:g}s, {CAP_S:g}s of stream time per batch -> batches 0..{last}", flush=True)
+    if sharded:
+        print(f"sharded lane: {SHARDS} shards by sensor_id on {SHARDED_MASTER}, queries {', '.join(SHARDED_QUERIES)}", flush=True)
 
-    baseline = run_job(trace_path, work / "baseline", last)
+    baseline = run_job(trace_path, work / "baseline", last, extra=drain, rows=trace.num_rows)
     print(
         f"uninterrupted run: {baseline['how']} at batch {baseline['checkpoint_after']} ({baseline['seconds']:.0f}s)", flush=True
     )
@@ -366,13 +465,15 @@ def main() -> int:
         target = min((done[-1] if done else -1) + 2, last)
         fault = f"{arg}:{target}" if kind == "fault" else None
         extra = FAULT_SETTINGS.get(arg, []) if kind == "fault" else []
-        r = run_job(trace_path, crashed, last, fault=fault, kill_after=arg if kind == "kill" else None, extra=extra)
+        r = run_job(
+            trace_path, crashed, last, fault=fault, kill_after=arg if kind == "kill" else None, extra=extra, rows=trace.num_rows
+        )
         tried = f"--fault {fault}" if kind == "fault" else f"SIGKILL process group at +{arg}s"
         attempts.append((tried, r))
         print(
             f"  {tried:<38} -> {r['how']}; our checkpoint batch {r['checkpoint_before']} -> {r['checkpoint_after']}", flush=True
         )
-    final = run_job(trace_path, crashed, last)
+    final = run_job(trace_path, crashed, last, extra=drain, rows=trace.num_rows)
     attempts.append(("restart, run to the end", final))
     print(
         f"  {'restart, run to the end':<38} -> {final['how']}; "
@@ -390,8 +491,14 @@ def main() -> int:
         a, b = vs_base[q], vs_oracle[q]
         ok &= a["lost"] == a["extra"] == b["lost"] == b["extra"] == 0 and base_ok[q]["lost"] == base_ok[q]["extra"] == 0
         print(f"{q:<11} {b['rows']:>6} {a['lost']:>22} {a['extra']:>6} {b['lost']:>22} {b['extra']:>6}")
-    fired = sum(1 for _, r in attempts[:-1] if r["how"] in ("killed by its fault",) or r["how"].startswith("SIGKILLed"))
+    fired = sum(1 for _, r in attempts[:-1] if r["how"].startswith(("killed by its fault", "SIGKILLed")))
     print(f"crashes that happened: {fired} of {len(plan)}")
+    if sharded:  # no sparkqos checkpoint file to tear: the shards' state is Spark's state store
+        ok &= fired == len(plan)
+        summary = {"attempts": [{"tried": t, **r} for t, r in attempts], "vs_uninterrupted": vs_base, "vs_replay": vs_oracle}
+        (work / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(f"{'PASS' if ok else 'FAIL'}: folders in {work}")
+        return 0 if ok else 1
 
     # A torn checkpoint: the newest file loses its tail; the job must refuse to start.
     newest = sorted((crashed / "_checkpoint" / "sparkqos").glob("*.ckpt"))[-1]

@@ -1,8 +1,8 @@
 """What the monitoring jobs share (jobs/sensor_monitor.py, jobs/vessel_monitor.py): the command line
 (``--config``, ``--set``, ``--duration``, ``--output``, ``--checkpoint``, ``--fresh``, ``--quiet``,
 ``--fault``), the ``job`` and ``scheduler`` sections of their configuration, and the run itself —
-restore, start, run until the duration or Ctrl-C, stop between triggers, print the per-class
-summary and render the report.
+restore, start, run until the duration or Ctrl-C, stop between triggers, drain what is queued
+(``job.finish``), print the per-class summary and render the report.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from sparkqos.runtime.config import StrategyConfig, parse_faults
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
-    """The ``job`` keys; the defaults (0.25 s trigger, continuous) are the measured ones of the README."""
+def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str, Key]:
+    """The ``job`` keys; the defaults (0.25 s trigger, continuous) are the measured ones of the README.
+    ``shard_by`` is the column the job's sharded lane splits its stream by (``job.shards`` > 0)."""
     return {
         "name": Key(str, name, "query name (metrics 'run')"),
         "duration_s": Key(
@@ -57,6 +58,16 @@ def job_section(name: str, duration_s: float = 60.0) -> dict[str, Key]:
         ),
         "checkpoint": Key(str, "", "checkpoint folder; empty = <output>/_checkpoint"),
         "report": Key(bool, True, "render the HTML report at the end"),
+        "finish": Key(
+            bool, False, "at the end of a finite input (a replayed trace): drain every queue and write the last outputs"
+        ),
+        "shards": Key(
+            int,
+            0,
+            "the sharded lane: this many executors inside Spark tasks, state in Spark's state store; 0 = the driver lane",
+            low=0,
+        ),
+        "shard_by": Key(str, shard_by, "the column the sharded lane splits the stream by (every query keeps its state per it)"),
     }
 
 
@@ -68,7 +79,7 @@ def scheduler_section(candidates: list[str] | None = None) -> dict[str, Key]:
         "candidates": Key(
             list,
             list(candidates or ["fifo", "chain", "pc", "cqc"]),
-            "the strategies adaptive picks among, once per trigger",
+            "the strategies adaptive picks among, once per trigger: names, or {name = ..., params = {...}} tables",
             choices=lambda: [s for s in schedulers.available() if s != "adaptive"],
         ),
         "qos": Key(str, "balanced", "QoS template name or TOML path (adaptive)"),
@@ -162,7 +173,40 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "on_progress": monitor.on_progress,
         "on_delays": monitor.on_delays,
         "fault": args.fault,
-    }
+    } | ({"shards": job["shards"], "shard_by": job["shard_by"]} if job["shards"] else {})
+
+
+def make_stream(
+    df: Any, every: dict, classes: dict, priorities: dict, watch: str, cfg: dict, args: argparse.Namespace, folders: tuple
+) -> tuple[Any, Any] | int:
+    """The queries of ``every`` that ``queries.run`` names, over ``df``, as a sparkqos stream on the
+    lane ``job.shards`` picks, with the monitor of the console lines (``watch``: the query whose
+    p99 each line shows): (handle, monitor), or the exit code of a configuration error."""
+    name = cfg["job"]["name"]
+    queries = {q: every[q] for q in cfg["queries"]["run"]}
+    if not queries:
+        print(f"{name}: configuration error: queries.run names no query", file=sys.stderr)
+        return 2
+    print(f"{name}: compiling {len(queries)} queries …", flush=True)
+    from sparkqos import stream
+    from sparkqos.errors import NotShardable
+    from sparkqos.report.console import ClassMonitor
+
+    klass_of = {q: classes[q] for q in queries}
+    monitor = ClassMonitor(klass_of, watch=watch, classes=("H", "C", "N"), print_fn=None if args.quiet else print)
+    output, checkpoint = folders
+    try:
+        handle = stream(
+            df, queries, classes=klass_of, priorities=priorities, **stream_options(cfg, args, checkpoint, output, monitor)
+        )
+    except NotShardable as exc:  # a query the sharded lane cannot run: say which and how to leave it out
+        print(
+            f"{name}: configuration error: job.shards > 0 runs the sharded lane, and {exc}; "
+            "leave that query out with --set 'queries.run=[...]' or run the driver lane (job.shards=0)",
+            file=sys.stderr,
+        )
+        return 2
+    return handle, monitor
 
 
 def _delta_sink(output: Path) -> Any:
@@ -183,20 +227,27 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
         spark.stop()
         return 1
     duration = job["duration_s"]
-    over = " over " + ",".join(sched["candidates"]) if sched["strategy"] == "adaptive" else ""
+    over = (
+        " over " + ",".join(c if isinstance(c, str) else c["name"] for c in sched["candidates"])
+        if sched["strategy"] == "adaptive"
+        else ""
+    )
     print(
-        f"{name}: {banner}, {len(handle.loop.executor.plan)} operators, strategy {sched['strategy']}{over}, "
+        f"{name}: {banner}, {len(handle.compiled.plan)} operators"
+        + (f" in {job['shards']} shards by {job['shard_by']}" if job["shards"] else "")
+        + f", strategy {sched['strategy']}{over}, "
         f"trigger {job['trigger_s']:g}s; "
         + (f"runs {duration:g}s from the first micro-batch" if duration else "runs until stopped (Ctrl-C)")
         + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),
         flush=True,
     )
-    ui = spark.sparkContext.uiWebUrl
-    print(f"{name}: starting Spark's streaming query …" + (f" (Spark UI: {ui})" if ui else ""), flush=True)
-    query = handle.start()
+    # from here on a SIGTERM or Ctrl-C stops the query between triggers (and lets job.finish drain)
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    ui = spark.sparkContext.uiWebUrl
+    print(f"{name}: starting Spark's streaming query …" + (f" (Spark UI: {ui})" if ui else ""), flush=True)
+    query = handle.start()
     try:
         while not stop["now"] and query.isActive:
             first = monitor.first_batch_at  # the duration counts from the first micro-batch
@@ -209,6 +260,13 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
     if query.exception() is not None:
         print(f"{name}: the streaming query failed: {query.exception()}", file=sys.stderr)
         return 1
+    if job["finish"]:
+        try:
+            handle.finish()
+        except SparkqosError as exc:  # e.g. stopped inside a batch of new rows: draining would lose them
+            print(f"{name}: cannot drain: {exc}", file=sys.stderr)
+            spark.stop()
+            return 1
     print()
     print(monitor.summary())
     output = Path(job["output"])

@@ -27,9 +27,10 @@ import _jobkit as kit  # noqa: E402
 from sparkqos.config import ConfigError, Key  # noqa: E402
 
 ROOT = kit.ROOT
+QUERIES = ("fire", "anomaly", "zone_stats", "archive")  # sparkqos.workloads.sensor_transforms
 
 SCHEMA = {
-    "job": kit.job_section("sensor_monitor"),
+    "job": kit.job_section("sensor_monitor", shard_by="sensor_id"),
     "source": {
         "format": Key(
             str, "bursty", "the source: bursty ON/OFF flows, Poisson, or a recorded file", choices=("bursty", "poisson", "replay")
@@ -51,6 +52,7 @@ SCHEMA = {
     },
     "scheduler": kit.scheduler_section(),
     "queries": {
+        "run": Key(list, list(QUERIES), "which of the queries to run", choices=lambda: list(QUERIES)),
         "model_size": Key(int, 2048, "reference readings of the anomaly model (its cost per reading grows with it)", low=16),
         "window_s": Key(float, 10.0, "zone statistics window, seconds", low=0, low_open=True),
         "watermark_s": Key(float, 2.0, "zone statistics: a window closes this long after its end", low=0),
@@ -98,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     output, checkpoint = kit.folders(args, cfg["job"])
 
-    import sparkqos
     from sparkqos import sources
-    from sparkqos.report.console import ClassMonitor
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
     from sparkqos.workloads.sensors import SENSOR_CLASSES
 
@@ -110,17 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     sources.register(spark)
     df = spark.readStream.format(f"sparkqos.{cfg['source']['format']}").options(**source_options(cfg)).load()
     qcfg = cfg["queries"]
-    queries = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
-    print(f"{name}: compiling {len(queries)} queries …", flush=True)
-    monitor = ClassMonitor(SENSOR_QUERY_CLASSES, watch="fire", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
-    handle = sparkqos.stream(
-        df,
-        queries,
-        classes=SENSOR_QUERY_CLASSES,
-        priorities=SENSOR_CLASSES,
-        **kit.stream_options(cfg, args, checkpoint, output, monitor),
-    )
-    banner = f"{len(queries)} queries, source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s"
+    every = sensor_transforms(model_size=qcfg["model_size"], window_s=qcfg["window_s"], watermark_s=qcfg["watermark_s"])
+    made = kit.make_stream(df, every, SENSOR_QUERY_CLASSES, SENSOR_CLASSES, "fire", cfg, args, (output, checkpoint))
+    if isinstance(made, int):
+        return made
+    handle, monitor = made
+    banner = f"{len(handle.compiled.plan.queries)} queries, source {cfg['source']['format']} at {cfg['source']['rate']:g} rows/s"
     return kit.run(spark, handle, cfg, monitor, banner)
 
 

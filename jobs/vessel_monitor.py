@@ -32,7 +32,7 @@ ROOT = kit.ROOT
 QUERIES = ("geofence", "speeding", "turning", "loitering", "area_counts", "archive")  # sparkqos.workloads.vessels
 
 SCHEMA = {
-    "job": kit.job_section("vessel_monitor"),
+    "job": kit.job_section("vessel_monitor", shard_by="mmsi"),
     "source": {
         "file": Key(str, "US_coastal_2020_06_30", "AIS file of tracktable-data, or a path to a .traj file"),
         "speed": Key(float, 1200.0, "replay pace: recorded seconds per wall second", low=0, low_open=True),
@@ -67,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     output, checkpoint = kit.folders(args, cfg["job"])
 
-    import sparkqos
     from sparkqos import sources
-    from sparkqos.report.console import ClassMonitor
     from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
 
     print("vessel_monitor: starting Spark …", flush=True)
@@ -84,26 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     qcfg = cfg["queries"]
     every = vessel_transforms(spark, time_scale=src["speed"], window_min=qcfg["window_min"], loiter_min=qcfg["loiter_min"])
-    queries = {q: every[q] for q in qcfg["run"]}
-    if not queries:
-        print("vessel_monitor: configuration error: queries.run names no query", file=sys.stderr)
-        return 2
-    print(f"vessel_monitor: compiling {len(queries)} queries …", flush=True)
-    klass_of = {q: VESSEL_QUERY_CLASSES[q] for q in queries}
-    monitor = ClassMonitor(klass_of, watch="geofence", classes=("H", "C", "N"), print_fn=None if args.quiet else print)
-    handle = sparkqos.stream(
-        df,
-        queries,
-        classes=klass_of,
-        priorities=VESSEL_PRIORITIES,
-        **kit.stream_options(cfg, args, checkpoint, output, monitor),
-    )
+    made = kit.make_stream(df, every, VESSEL_QUERY_CLASSES, VESSEL_PRIORITIES, "geofence", cfg, args, (output, checkpoint))
+    if isinstance(made, int):
+        return made
+    handle, monitor = made
     print(
         f"vessel_monitor: trace {trace} ({stats.rows:,} reports, {stats.dead_letters:,} dead letters in "
         f"{dead_letter_path(trace)}), replayed at {src['speed']:g}x ({stats.rows_per_s * src['speed']:,.0f} rows/s mean)",
         flush=True,
     )
-    return kit.run(spark, handle, cfg, monitor, f"{len(queries)} queries")
+    return kit.run(spark, handle, cfg, monitor, f"{len(handle.compiled.plan.queries)} queries")
 
 
 if __name__ == "__main__":

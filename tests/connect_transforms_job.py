@@ -106,32 +106,118 @@ def transforms():
             .where(F.col("s1.i").isNotNull() & (F.col("km") > F.lit(Decimal("-1.5"))))
             .select(F.col("s1.x"), F.col("s1").getField("i").alias("ii"), "s1", "r2", "b1", "ri", "km")
         ),
+        **stateful(),
+    }
+
+
+#: The update-mode queries of :func:`stateful` (a stream's sink holds a changelog): their keys.
+UPDATE_KEYS = {
+    **dict.fromkeys(("keyed", "keyed_agg", "udf_above", "sql_above"), ["s"]),
+    **{"total": [], "select_agg": [], "explode_above": ["f", "pos"], "sql_agg": ["f"]},
+}
+
+
+def stateful():
+    """Aggregations with and without a time window (tumbling, sliding, session), lag,
+    dropDuplicates, explode and split, UDFs (a pandas UDF too) and SQL strings, natively under
+    Spark Connect as under classic."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, StringType
+    from pyspark.sql.window import Window
+
+    # Types as objects: the test module lists these transforms before any session exists.
+    @F.pandas_udf(DoubleType())
+    def half(x: pd.Series) -> pd.Series:
+        return x / 2
+
+    @F.udf(StringType())
+    def shout(s):
+        return None if s is None else s.upper() + "!"
+
+    def wm(df):
+        return df.withWatermark("ts", "1 second")
+
+    return {
+        "keyed": lambda df: df.groupBy("s").count(),
+        "keyed_agg": lambda df: df.groupBy("s").agg(
+            F.avg("d"), F.max("i"), F.sum(F.col("i") + 1).alias("x"), F.first("d", True), F.last("l"), F.mean("i")
+        ),
+        "total": lambda df: df.agg(F.sum("l").alias("sl"), F.count("*").alias("n"), F.min("d")),
+        "select_agg": lambda df: df.select(F.max("i"), F.min("s").alias("first_s")),
+        "windowed": lambda df: (
+            wm(df)
+            .groupBy(F.window("ts", "200 milliseconds"), "f")
+            .agg(F.count("*").alias("n"), F.max("d").alias("mx"))
+            .select(F.col("window.start").alias("start"), F.col("window.end"), "f", "n", "mx")
+        ),
+        "sliding": lambda df: (
+            wm(df)
+            .groupBy(F.window("ts", "400 milliseconds", "200 milliseconds"))
+            .agg(F.sum("l").alias("sl"))
+            .select("window.start", "window.end", "sl")
+        ),
+        "session": lambda df: (
+            wm(df)
+            .groupBy(F.session_window("ts", "150 milliseconds"), "f")
+            .agg(F.count("*").alias("n"), F.sum("i").alias("si"))
+            .select("session_window.start", "session_window.end", "f", "n", "si")
+        ),
+        "lag": lambda df: df.withColumn("prev_d", F.lag("d").over(Window.partitionBy("f").orderBy("ts"))),
+        "lag2": lambda df: df.withColumn("p2", F.lag("i", 2, 0).over(Window.partitionBy("s").orderBy("ts"))).select(
+            "i", "ts", "p2"
+        ),
+        "lag_expr": lambda df: df.withColumn("p", F.lag(F.col("i") + 1).over(Window.partitionBy("f").orderBy("ts"))),
+        "dedup": lambda df: wm(df).dropDuplicates(["f", "ts"]).select("f", "ts", "i"),
+        "distinct": lambda df: wm(df).select("f", "ts").distinct(),
+        "explode": lambda df: df.select("i", F.explode(F.split("s", "b")).alias("w")).where(F.col("w") != ""),
+        "explode_outer": lambda df: df.withColumn("p", F.explode_outer(F.array("i", "l"))).select("p", "s"),
+        "explode_above": lambda df: (
+            df.groupBy("f")
+            .agg(F.min("i").alias("mn"), F.max("i").alias("mx"))
+            .select("f", F.posexplode(F.array("mn", "mx")).alias("pos", "v"))
+        ),
+        "udfs": lambda df: df.select("i", half("d").alias("h"), shout("s").alias("t")).where(F.col("i") != 0),
+        "udf_above": lambda df: (
+            df.groupBy("s").agg(F.max("d").alias("m")).select("s", half("m").alias("h"), shout("s").alias("t"))
+        ),
+        # SQL strings, read on the client where the server confirms the reading
+        "sql_native": lambda df: df.where("i > 0 AND s IS NOT NULL OR NOT f").selectExpr(
+            "d * 1.609 AS km", "i + 1 AS j", "CASE WHEN i > 1 THEN 'big' WHEN i IS NULL THEN NULL ELSE 'small' END AS c", "s"
+        ),
+        "between": lambda df: df.where("i BETWEEN 1 AND 3 OR d NOT BETWEEN -1 AND 2.5").select("i", "d"),
+        "sql_above": lambda df: df.groupBy("s").count().where("count > 1"),
+        "sql_agg": lambda df: df.groupBy("f").agg(F.expr("max(i)").alias("m"), F.expr("count(*)").alias("n")),
     }
 
 
 #: Transforms whose row-wise part Spark evaluates (issue 24): SQL strings, UDFs, JSON and regex.
-SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log")
+SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_sha")
 
 
 def spark_parts():
     from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
 
+    # UDFs over numbers and strings run natively (stateful()); over a timestamp, Spark runs them.
     @F.pandas_udf("double")
-    def half(x: pd.Series) -> pd.Series:
-        return x / 2
+    def seconds(t: pd.Series) -> pd.Series:
+        return t.dt.second + t.dt.microsecond / 1e6
 
     @F.udf("string")
-    def shout(s):
-        return None if s is None else s.upper() + "!"
+    def stamp(t):
+        return None if t is None else t.isoformat()
 
     parts = {
-        "sql_where": lambda df: df.where("i > 0 AND s IS NOT NULL").selectExpr("i", "upper(s) AS u", "ts"),
-        "pandas_udf": lambda df: df.select("i", half("d").alias("h")).where(F.col("i") != 0),
-        "py_udf": lambda df: df.select(shout("s").alias("t"), "l"),
+        # SQL strings sparkqos does not read (||): Spark evaluates them
+        "sql_where": lambda df: df.where("i > 0 AND s IS NOT NULL").selectExpr("i", "upper(s) || '!' AS u", "ts"),
+        "pandas_udf": lambda df: df.select("i", seconds("ts").alias("h")).where(F.col("i") != 0),
+        "py_udf": lambda df: df.select(stamp("ts").alias("t"), "l"),
         "json_regex": lambda df: df.select(F.to_json(F.struct("i", "s")).alias("j"), "l").select(
             F.get_json_object("j", "$.s").alias("s"), F.regexp_replace("j", "[0-9]", "#").alias("r"), "l"
         ),
         "log": lambda df: df.select(F.log("d").alias("ln")),
+        # below a lag: the select computing its argument (the analyzer's _w0)
+        "lag_sha": lambda df: df.withColumn("p", F.lag(F.sha2("s", 256)).over(Window.partitionBy("f").orderBy("ts"))),
     }
     assert tuple(parts) == SPARK_PARTS
     return parts
@@ -142,11 +228,13 @@ def unsupported():
     from pyspark.sql.window import Window
 
     return {
-        "count": lambda df: df.groupBy("s").count(),
+        "count": lambda df: df.groupBy("s").agg(F.countDistinct("i")),
         "mixed": lambda df: df.where(F.col("s") == 1),  # Spark would cast the string: not reproduced
         "log": lambda df: df.select(F.log("d")),
-        "sql_string": lambda df: df.where("i > 0"),
-        "total": lambda df: df.select(F.sum("d")),
+        "sql_string": lambda df: df.where("s || 'x' = 'ax'"),  # a SQL string sparkqos does not read
+        "total": lambda df: df.select(F.collect_list("d")),
+        "sql_above": lambda df: df.groupBy("s").count().where("count || '' = '2'"),  # no Spark part above an aggregate
+        "sql_agg_unread": lambda df: df.selectExpr("max(i) FILTER (WHERE i > 0) AS m"),
         "window": lambda df: df.select("i", F.row_number().over(Window.orderBy("i")).alias("n")),
     }
 
@@ -176,16 +264,16 @@ def main(out: str) -> None:
     spark = SparkSession.builder.remote("local[2]").getOrCreate()
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     spark.conf.set("spark.sql.ansi.enabled", "false")  # sparkqos gives Spark's non-ANSI results
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # Spark's own aggregations of a few rows: not 200 tasks
     started = time.monotonic()
     base = Path(out)
     data = table()
     df = spark.createDataFrame(data)
     queries = transforms()
-    got = sparkqos.run(df, queries, strategy="chain", batch_rows=3)
+    parts = spark_parts()
+    got = sparkqos.run(df, {**queries, **parts}, strategy="chain", batch_rows=3)
     compiled = compile_transforms(df, queries)
     (base / "compiled.json").write_text(json.dumps(describe(compiled)))
-    parts = spark_parts()
-    got.update(sparkqos.run(df, parts, strategy="chain", batch_rows=3))
     for name, transform in {**queries, **parts}.items():
         pq.write_table(got[name], base / f"run_{name}.parquet")
         pq.write_table(transform(df).toArrow(), base / f"spark_{name}.parquet")

@@ -34,6 +34,7 @@ from sparkqos.errors import NotShardable, RunnerError
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.sinks import MemorySink
+from sparkqos.spark.sharded import mean_scores
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows
 from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
@@ -140,6 +141,27 @@ def test_shards_give_sparks_rows_and_the_driver_lanes(vessels, sensors, strategy
         assert_same_rows(sharded[name], want, f"{name} sharded under {strategy}", rel=1e-12)
 
 
+def test_adaptive_scores_of_the_shards_fold_with_unscored_candidates():
+    """``adaptive`` reports None for a candidate it has not scored yet (it scores one only once it
+    ran); the trigger's record folds the shards' scores candidate by candidate over those that
+    scored it, and a candidate no shard scored stays None (a mean over None failed every trigger)."""
+    shards = [{"fifo": 0.4, "chain": None, "pc": None}, {"fifo": 0.6, "chain": 0.3, "pc": None}, {}]
+    assert mean_scores(shards) == {"fifo": pytest.approx(0.5), "chain": 0.3, "pc": None}
+    assert mean_scores([]) == {}
+
+
+def test_a_job_run_sharded_names_the_query_the_lane_refuses(spark, tmp_path, capsys):
+    """``--set job.shards=2`` switches a job to the sharded lane; a query it cannot run there (the
+    sensor job's archive, whose hash Spark evaluates) is a configuration error naming the query
+    and how to leave it out, before any data moves."""
+    from jobs import sensor_monitor
+
+    argv = ["--set", "job.shards=2", "--output", str(tmp_path / "out"), "--duration", "1", "--quiet"]
+    assert sensor_monitor.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "job.shards > 0 runs the sharded lane" in err and "['archive']" in err and "queries.run" in err, err
+
+
 def _trace(tmp_path: Path) -> Path:
     path = tmp_path / "vessels.parquet"
     pq.write_table(handmade(), path)
@@ -200,6 +222,33 @@ def test_the_sharded_stream_gives_sparks_rows(spark_sql, tmp_path):
     assert [p["batchId"] for p in stored] == [p["batchId"] for p in records]
     with pytest.raises(RunnerError, match="drained by finish"):
         handle.start()
+
+
+def test_finish_refuses_a_batch_of_new_rows_spark_did_not_commit(spark_sql, tmp_path):
+    """A query stopped inside batch N of new rows (in Spark's offset log with offsets beyond N-1's,
+    not in its commit log) has rows in no committed state: draining then would lose them, so
+    finish() says to start the stream again (Spark replays N) instead."""
+    handle = sparkqos.stream(
+        replay(spark_sql, _trace(tmp_path)),
+        vessel_queries(spark_sql),
+        classes={q: VESSEL_QUERY_CLASSES[q] for q in PER_VESSEL},
+        priorities=VESSEL_PRIORITIES,
+        shards=2,
+        shard_by="mmsi",
+        trigger_s=0.25,
+        checkpoint=tmp_path / "ckpt",
+        sink=MemorySink(),
+    )
+    spark_log = tmp_path / "ckpt" / "spark"
+    (spark_log / "offsets").mkdir(parents=True)
+    (spark_log / "offsets" / "0").write_text('v1\n{}\n{"t_us": 10}\n')
+    with pytest.raises(RunnerError, match="batch 0 took new input but Spark did not commit it"):
+        handle.finish()
+    (spark_log / "commits").mkdir()
+    (spark_log / "commits" / "0").write_text("v1\n{}\n")
+    (spark_log / "offsets" / "1").write_text('v1\n{}\n{"t_us": 20}\n')
+    with pytest.raises(RunnerError, match="batch 1 took new input"):
+        handle.finish()
 
 
 CLUSTER_TESTS = pytest.mark.skipif(

@@ -80,8 +80,8 @@ def string_split(qc: Any, node: Node, rel: Rel) -> Split:
 
 def generate(qc: Any, node: Node) -> Rel:
     """``Generate`` (``F.explode`` & co. in a select) → a Generate operator."""
-    if "generator" not in node.fields:  # Spark Connect writes the node without its fields
-        raise qc.unsupported("Spark operation 'Generate'", "explode is not supported under Spark Connect yet")
+    if "generator" not in node.fields:  # a bare node of the Spark Connect reader
+        raise qc.unsupported("Spark operation 'Generate'", "a generator sparkqos does not read under Spark Connect")
     child = qc.relation(node.children[0])
     gen = parse_expr(node.fields["generator"])
     found = GENERATORS.get(gen.cls)

@@ -155,6 +155,7 @@ _FUNCTION_NAMES = {
     "Randn": "randn",
     "MonotonicallyIncreasingID": "monotonically_increasing_id",
     "Round": "round",
+    "Between": "between",
     "BRound": "bround",
 }
 
@@ -215,7 +216,7 @@ NATIVE_EXPRESSIONS = frozenset(
     {
         *("AttributeReference", "Literal", "EulerNumber", "Alias", "UnaryPositive", "UnaryMinus", "EqualNullSafe"),
         *("And", "Or", "Not", "IsNull", "In", "CaseWhen", "Cast", "StringTrim", "StringTrimLeft", "StringTrimRight"),
-        *("Substring", "Round"),
+        *("Substring", "Round", "Between"),
         *_ARITHMETIC,
         *_COMPARISONS,
         *_CALLS,
@@ -235,6 +236,26 @@ def _synthetic_params(cond: Node) -> dict[str, Any] | None:
     if not isinstance(value, str) or not value.startswith(SYNTHETIC_MARKER):
         return None
     return dict(json.loads(value[len(SYNTHETIC_MARKER) :]))
+
+
+def _inline_with(node: Node) -> Node | None:
+    """``BETWEEN``'s replacement (``With(x >= low AND x <= high, x)``, Spark evaluating ``x``
+    once) with ``x`` written in place of its references: one deterministic expression, the same
+    rows (None for another shape)."""
+    if node.cls != "With" or len(node.children) != 2 or node.children[1].cls != "CommonExpressionDef":
+        return None
+    value = node.children[1].children[0]
+    todo = [value]
+    while todo:  # a UDF may be nondeterministic: evaluated once, as Spark does
+        n = todo.pop()
+        if n.cls == "PythonUDF":
+            return None
+        todo.extend(n.children)
+
+    def inline(n: Node) -> Node:
+        return value if n.cls == "CommonExpressionRef" else Node(n.cls, n.fields, [inline(k) for k in n.children])
+
+    return inline(node.children[0])
 
 
 class _QueryCompiler:
@@ -414,6 +435,11 @@ class _QueryCompiler:
             return CaseWhen(branches, otherwise, known[0] if known else pa.null())
         if cls == "Cast":
             return self.cast(node, rel)
+        if cls == "Between":
+            inlined = _inline_with(kids[0]) if kids else None
+            if inlined is None:
+                raise self.unsupported("Spark function 'between' in a form sparkqos cannot read")
+            return sub(inlined)
         if cls in ("StringTrim", "StringTrimLeft", "StringTrimRight"):
             if len(kids) != 1:
                 raise self.unsupported(f"Spark function '{cls}' with characters to trim")

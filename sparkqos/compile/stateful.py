@@ -199,8 +199,8 @@ def aggregate_inputs(node: Node, windows: Mapping[str, WindowReader]) -> list[No
 def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
     """An Aggregate, grouped by one of the time ``windows`` (function name → reader of its
     rewrite, :data:`sparkqos.compile.tables.WINDOWS`) or by keys alone."""
-    if "groupingExpressions" not in node.fields:  # Spark Connect writes the node without its fields
-        raise qc.unsupported("Spark operation 'Aggregate'", "groupBy/agg is not supported under Spark Connect yet")
+    if "groupingExpressions" not in node.fields:  # a bare node of the Spark Connect reader (withColumn of an aggregate)
+        raise qc.unsupported("Spark operation 'Aggregate'", "an aggregation sparkqos does not read under Spark Connect")
     grouping = [parse_expr(g) for g in node.fields["groupingExpressions"]]
     window_attrs = _windows(node)
     if len(window_attrs) > 1:

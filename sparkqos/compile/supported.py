@@ -94,7 +94,7 @@ def supported_markdown() -> str:
         "row-wise part of a query directly over the input (" + ", ".join(f"`{o}`" for o in row_wise) + ")",
         "when it holds anything without a native mapping — any Spark SQL function, e.g. "
         + ", ".join(f"`{f}`" for f in spark_only)
-        + "; UDFs sparkqos does not run itself; SQL strings under Spark Connect. Its rows enter the queue of",
+        + "; UDFs sparkqos does not run itself; SQL strings under Spark Connect it does not read. Its rows enter the queue of",
         'the first native operator above it. `placement="spark"` hands every such part to Spark,',
         '`placement="native"` none.',
         "",

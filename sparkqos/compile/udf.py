@@ -11,8 +11,9 @@ worker (the inner result reaches the outer function unconverted).
 
 Refused with :class:`~sparkqos.errors.UnsupportedTransform`, naming them: grouped, aggregate,
 window and iterator pandas UDFs, Arrow UDFs, UDTFs, UDFs called with keyword arguments, UDFs
-over or returning a type other than integers, floats, strings and booleans, and any UDF under
-Spark Connect (its plan carries no function sparkqos reads yet).
+over or returning a type other than integers, floats, strings and booleans, and a UDF of a Spark
+Connect plan without a Python function (:mod:`sparkqos.spark.connect_plan` reads the function a
+Python UDF's plan carries).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ _REFUSED = {
 def _kind(qc: Any, node: Node) -> str:
     f = node.fields
     name = str(f.get("name") or "<udf>")
-    if "evalType" not in f:  # a Connect plan (sparkqos.spark.connect_plan): no function to read
+    if "evalType" not in f:  # a Connect plan's UDF without a Python function (sparkqos.spark.connect_plan)
         raise qc.unsupported(
             f"udf under Spark Connect ({name!r})", "run the query with classic pyspark, where sparkqos reads the function"
         )

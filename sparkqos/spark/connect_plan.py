@@ -9,6 +9,11 @@ type comes from the server. For each Filter/Project/withColumns one AnalyzePlan 
 returns the type of every sub-expression (a projection of all of them over the node's input) and
 another Spark's names of the node's output columns; sparkqos then makes the implicit casts explicit as the analyzer does
 (numbers to the wider type, ``/`` on doubles) and checks that every node's type is the server's.
+Aggregations, watermarks and generators, whose analyzed form is not the client's, are written as
+the analyzer writes them by :mod:`sparkqos.spark.connect_relations`; a Python UDF's function
+comes from the command the client pickled into the plan (the one classic pyspark puts in the JVM
+plan). A SQL expression string is read by :mod:`sparkqos.spark.connect_sql` where the server
+confirms the reading; one it does not confirm is natively refused (Spark evaluates it).
 What it cannot place (types mixed other than numbers with numbers, an unknown construct) raises
 :class:`~sparkqos.errors.UnsupportedTransform` or is written as a node of its own name, which
 spark_plan rejects naming it — always before any data moves.
@@ -30,12 +35,30 @@ from pyspark.sql.connect.plan import CachedRelation
 from sparkqos.compile.nodes import UNMAPPED
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
+from sparkqos.spark.connect_relations import (
+    EXPR_ID,
+    PKG,
+    aggregate,
+    contains,
+    deduplicate,
+    generate,
+    generator_items,
+    is_aggregate,
+    is_window,
+    watermark,
+    window_items,
+    window_select,
+)
+from sparkqos.spark.connect_relations import attr as _attr
+from sparkqos.spark.connect_relations import literal as _literal
+from sparkqos.spark.connect_relations import type_name as _type_name
+from sparkqos.spark.connect_sql import is_sql, read_sql
 from sparkqos.spark.spark_part import RELATION_FIELD
+from sparkqos.spark.udfs import PickledFunction, check_worker_settings
 
 __all__ = ["connect_plans"]
 
-_PKG = "org.apache.spark.sql.catalyst"
-_EXPR_ID = f"{_PKG}.expressions.ExprId"
+_PKG, _EXPR_ID = PKG, EXPR_ID
 _NUMERIC = ("byte", "short", "integer", "long", "float", "double")
 
 #: Connect function names → (Spark expression class, how operands are made one type).
@@ -76,15 +99,7 @@ _MATCHES = {
 }
 _VARIADIC = {"coalesce": "Coalesce", "greatest": "Greatest", "least": "Least"}
 #: The Connect functions mapped (their arguments are translated; others stay whole, unsupported).
-_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC, "round", "bround", "struct"}
-#: Aggregate functions: in a select they make Spark's plan an Aggregate (named as such).
-_AGGREGATES = {
-    *("count", "sum", "avg", "mean", "min", "max", "first", "last", "any_value", "collect_list", "collect_set"),
-    *("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop", "approx_count_distinct"),
-    *("count_distinct", "sum_distinct", "median", "mode", "percentile", "percentile_approx", "count_if"),
-    *("bool_and", "bool_or", "every", "some", "max_by", "min_by", "corr", "covar_pop", "covar_samp"),
-    *("skewness", "kurtosis", "product", "bit_and", "bit_or", "bit_xor", "listagg", "string_agg"),
-}
+_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC, "round", "bround", "struct", "array", "split", "between"}
 #: Connect expression kinds not mapped → the Spark class spark_plan names when it rejects them.
 _EXPRESSIONS = {
     "common_inline_user_defined_function": "PythonUDF",
@@ -116,13 +131,6 @@ _RELATIONS = {
 }
 
 
-def _type_name(dt: Any) -> Any:
-    """A type as the analyzed plan's JSON writes it: a name, or a struct as its JSON object."""
-    if dt.typeName() == "struct":
-        return dt.jsonValue()
-    return dt.typeName() if dt.typeName() not in ("decimal", "array", "map") else dt.simpleString()
-
-
 def _field_index(t: Any, name: str) -> int | None:
     """The position of field ``name`` in the struct type ``t`` (its JSON object), None if none."""
     names = [f["name"] for f in t.get("fields", [])] if isinstance(t, dict) else []
@@ -141,6 +149,10 @@ class _Translator:
         self.time_zone = time_zone
         self.next_id = n_source  # ids 0..n-1 are the input's columns
         self.outputs: dict[int, list[tuple[dict[str, Any], str, str]]] = {}
+        #: What the JSON leaves out, for the query's context: watermark delays (s) by the event-time
+        #: column's expression id, and UDFs' functions by result expression id.
+        self.watermarks: dict[int, float] = {}
+        self.udfs: dict[int, PickledFunction] = {}
 
     def unsupported(self, operation: str, detail: str = "") -> UnsupportedTransform:
         return UnsupportedTransform(self.query, operation, detail)
@@ -172,6 +184,8 @@ class _Translator:
             return [node], [(i, f.name, _type_name(f.dataType)) for i, f in zip(ids, fields, strict=True)]
         kind = rel.WhichOneof("rel_type")
         body = getattr(rel, kind)
+        if kind in ("filter", "project", "with_columns", "aggregate") and contains(body, is_sql):
+            body = read_sql(body, self.df.sparkSession, self.unsupported)
         if kind == "filter":
             nodes, attrs = self.relation(body.input)
             marker = _synthetic_marker(body.condition)
@@ -179,11 +193,22 @@ class _Translator:
                 return [{"class": f"{_PKG}.plans.logical.Filter", "num-children": 1, "condition": marker}, *nodes], attrs
             cond = self.typed(body.input, [body.condition], attrs)[0]
             return [{"class": f"{_PKG}.plans.logical.Filter", "num-children": 1, "condition": cond[0]}, *nodes], attrs
-        if kind in ("project", "with_columns") and (_contains(body, _is_window) or _contains(body, _is_aggregate)):
+        if kind == "project" and not contains(body, is_window) and contains(body, is_aggregate):
+            if any(e.WhichOneof("expr_type") == "unresolved_star" for e in body.expressions):
+                raise self.unsupported("a select of aggregates and of every column (*)")
+            return aggregate(self, rel, body.input, [], list(body.expressions))  # classic: an Aggregate
+        if kind == "aggregate" and body.group_type == proto.Aggregate.GroupType.GROUP_TYPE_GROUPBY:
+            return aggregate(self, rel, body.input, list(body.grouping_expressions), list(body.aggregate_expressions))
+        if kind == "with_watermark":
+            return watermark(self, body)
+        if kind == "deduplicate":
+            return deduplicate(self, body)
+        bare = contains(body, is_aggregate) or (contains(body, is_window) and window_items(kind, body) is None)
+        if kind in ("project", "with_columns") and bare:
             # classic: a Window operator under the Project, or an Aggregate instead of it
             nodes, _ = self.relation(body.input)
             out = [(self.fresh(), f.name, _type_name(f.dataType)) for f in self.schema(rel).fields]
-            op = "Window" if _contains(body, _is_window) else "Aggregate"
+            op = "Window" if contains(body, is_window) else "Aggregate"
             return [{"class": op, "num-children": 1}, *nodes], out
         if kind in ("project", "with_columns"):
             return self.project(rel, kind, body)
@@ -197,7 +222,10 @@ class _Translator:
         # Anything else: a node named after the Spark operator, over its inputs, which spark_plan
         # rejects naming it (top down, as for classic plans).
         kids = [v for f, v in body.ListFields() if f.message_type is not None and f.message_type.name == "Relation"]
-        nodes = [{"class": _RELATIONS.get(kind, _camel(kind)), "num-children": len(kids)}]
+        name = _RELATIONS.get(kind, _camel(kind))
+        if kind == "aggregate":  # rollup, cube, grouping sets (an Expand in Spark's plan), pivot
+            name = "Pivot" if body.group_type == proto.Aggregate.GroupType.GROUP_TYPE_PIVOT else "Expand"
+        nodes = [{"class": name, "num-children": len(kids)}]
         for kid in kids:
             nodes.extend(self.relation(kid)[0])
         out = [(self.fresh(), f.name, _type_name(f.dataType)) for f in self.schema(rel).fields]
@@ -205,15 +233,25 @@ class _Translator:
 
     def project(self, rel: proto.Relation, kind: str, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
         nodes, attrs = self.relation(body.input)
-        if kind == "project":
+        input_rel = body.input
+        items = window_items(kind, body, attrs)
+        if items is not None:  # lag & co.: a Window under the select, its items over both
+            input_rel, items, nodes, attrs = window_select(self, input_rel, items, nodes, attrs)
+            kind = "project"
+        elif (gen_items := generator_items(self, kind, body, attrs)) is not None:
+            # explode & co.: a Generate under the select, its items over both
+            input_rel, items, nodes, attrs = generate(self, input_rel, gen_items, nodes, attrs)
+            kind = "project"
+        elif kind == "project":
             items = list(body.expressions)
+        if kind == "project":
             stars = [e for e in items if e.WhichOneof("expr_type") == "unresolved_star"]
             if any(e.unresolved_star.HasField("unparsed_target") for e in stars):
                 raise self.unsupported("a qualified star (t.*) in a select")
             exprs = [e for e in items if e.WhichOneof("expr_type") != "unresolved_star"]
         else:
             exprs = [a.expr for a in body.aliases]
-        typed = self.typed(body.input, exprs, attrs)
+        typed = self.typed(input_rel, exprs, attrs)
         names = [f.name for f in self.schema(rel).fields]
         out: list[tuple[dict[str, Any], str, str]] = []
         plist: list[list[dict[str, Any]]] = []
@@ -377,6 +415,8 @@ class _Translator:
                 "a SQL expression string under Spark Connect",
                 f"{e.expression_string.expression!r}: write it with pyspark.sql.functions (F.col, F.when, ...)",
             )
+        if kind == "common_inline_user_defined_function" and _is_mapped(e):
+            return self.python_udf(e.common_inline_user_defined_function, sub, spark_t), spark_t
         if not _is_mapped(e):
             what = e.unresolved_function.function_name if kind == "unresolved_function" else _EXPRESSIONS.get(kind, _camel(kind))
             node = {"class": what, "num-children": 0}
@@ -416,6 +456,22 @@ class _Translator:
             for f, (a, _) in zip(spark_t["fields"], args, strict=True):
                 nodes.extend([_literal(f["name"], "string"), *a])
             return nodes, spark_t
+        if fn == "between" and len(args) == 3:  # Spark's replacement: x >= low AND x <= high
+            (x, xt), (lo, lt), (hi, ht) = args
+            sides = []
+            for cls, (b, bt) in (("GreaterThanOrEqual", (lo, lt)), ("LessThanOrEqual", (hi, ht))):
+                t = self.common([xt, bt], fn)
+                sides += [{"class": cls, "num-children": 2}, *self.to(x, xt, t), *self.to(b, bt, t)]
+            return [{"class": "And", "num-children": 2}, *sides], self.check("boolean", spark_t, fn)
+        if fn == "array" and args:
+            t = self.common([at for _, at in args], fn)
+            return [
+                {"class": "CreateArray", "num-children": len(args)},
+                *(n for a, at in args for n in self.to(a, at, t)),
+            ], spark_t
+        if fn == "split" and len(args) in (2, 3) and all(at in ("string", "integer") for _, at in args):
+            limit = args[2][0] if len(args) == 3 else [_literal("-1", "integer")]
+            return [{"class": "StringSplit", "num-children": 3}, *args[0][0], *args[1][0], *limit], spark_t
         if fn in _MATCHES and len(args) == 2:
             (a, at), (b, bt) = args
             if at != "string" or bt != "string":
@@ -437,6 +493,27 @@ class _Translator:
             return nodes, self.check("boolean" if fn == "in" else t, spark_t, fn)
         # Not mapped with these arguments: a node named after the function, which spark_plan rejects.
         return [{"class": fn, "num-children": 0}], spark_t
+
+    def python_udf(self, f: Any, sub: Callable[[proto.Expression], tuple[list[Any], str]], spark_t: Any) -> list[Any]:
+        """A Python UDF as the analyzer's ``PythonUDF`` node; its function, loaded from the
+        command the client pickled (as classic pyspark's), kept by result id in ``self.udfs``."""
+        args = [sub(a) for a in f.arguments]
+        result_id = self.fresh()
+        try:
+            self.udfs[result_id["id"]] = PickledFunction(f.python_udf.command, f.function_name)
+        except Exception as exc:  # noqa: BLE001 - named in the error
+            raise self.unsupported(
+                f"UDF {f.function_name!r} whose function sparkqos cannot load", f"{type(exc).__name__}: {exc}"
+            ) from exc
+        node = {
+            "class": f"{_PKG}.expressions.PythonUDF",
+            "num-children": len(args),
+            "name": f.function_name,
+            "evalType": f.python_udf.eval_type,
+            "dataType": spark_t,
+            "resultId": result_id,
+        }
+        return [node, *(n for a, _ in args for n in a)]
 
     def struct_path(self, name: str, attrs: list[Any]) -> list[dict[str, Any]] | None:
         """``s.x.y`` as GetStructField nodes over the struct column ``s`` (None: no such path)."""
@@ -544,10 +621,6 @@ def _synthetic_marker(cond: proto.Expression) -> list[dict[str, Any]] | None:
     ]
 
 
-def _literal(value: str, t: str) -> dict[str, Any]:
-    return {"class": f"{_PKG}.expressions.Literal", "num-children": 0, "value": value, "dataType": t}
-
-
 def _get_field(ordinal: int, name: str) -> dict[str, Any]:
     return {"class": f"{_PKG}.expressions.GetStructField", "num-children": 1, "ordinal": ordinal, "name": name}
 
@@ -556,38 +629,15 @@ def short_class(cls: str) -> str:
     return cls.rsplit(".", 1)[-1]
 
 
-def _attr(a: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
-    eid, name, t = a
-    return {"class": f"{_PKG}.expressions.AttributeReference", "num-children": 0, "name": name, "dataType": t, "exprId": eid}
-
-
 def _is_mapped(e: proto.Expression) -> bool:
     kind = e.WhichOneof("expr_type")
     if kind in ("unresolved_attribute", "literal", "alias", "cast", "unresolved_extract_value"):
         return True
+    if kind == "common_inline_user_defined_function":  # a Python UDF: its function is in the plan
+        udf = e.common_inline_user_defined_function
+        return udf.WhichOneof("function") == "python_udf" and bool(udf.python_udf.command)
     f = e.unresolved_function
     return kind == "unresolved_function" and not f.is_distinct and f.function_name in _KNOWN
-
-
-def _is_window(e: proto.Expression) -> bool:
-    return e.WhichOneof("expr_type") == "window"
-
-
-def _is_aggregate(e: proto.Expression) -> bool:
-    f = e.unresolved_function
-    return e.WhichOneof("expr_type") == "unresolved_function" and f.function_name in _AGGREGATES
-
-
-def _contains(msg: Any, test: Callable[[proto.Expression], bool]) -> bool:
-    """Whether an expression passing ``test`` appears anywhere in ``msg`` (not in its inputs)."""
-    for f, v in msg.ListFields():
-        if f.message_type is None or f.message_type.name == "Relation" or f.message_type.GetOptions().map_entry:
-            continue
-        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
-        for item in v if repeated else [v]:
-            if (f.message_type.name == "Expression" and test(item)) or _contains(item, test):
-                return True
-    return False
 
 
 def _walk(e: proto.Expression, visit: Callable[[proto.Expression], None]) -> None:
@@ -601,6 +651,9 @@ def _walk(e: proto.Expression, visit: Callable[[proto.Expression], None]) -> Non
     elif kind == "unresolved_extract_value":
         _walk(e.unresolved_extract_value.child, visit)
         _walk(e.unresolved_extract_value.extraction, visit)
+    elif kind == "common_inline_user_defined_function" and _is_mapped(e):
+        for a in e.common_inline_user_defined_function.arguments:
+            _walk(a, visit)
     elif _is_mapped(e):
         for a in e.unresolved_function.arguments:
             _walk(a, visit)
@@ -608,9 +661,10 @@ def _walk(e: proto.Expression, visit: Callable[[proto.Expression], None]) -> Non
 
 def connect_plans(
     df: ConnectDataFrame, results: dict[str, ConnectDataFrame], time_zone: str
-) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
-    """(query → plan JSON nodes, the input's plan nodes, the input's expression ids) for
-    :func:`sparkqos.compile.spark_plan.compile_plans`, from Connect DataFrames."""
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int], dict[str, dict[str, Any]]]:
+    """(query → plan JSON nodes, the input's plan nodes, the input's expression ids, query → what
+    the JSON leaves out for its context: ``watermarks`` and ``udfs`` as classic pyspark's readers
+    give them) for :func:`sparkqos.compile.spark_plan.compile_plans`, from Connect DataFrames."""
     client = df.sparkSession.client
     n = len(df.schema.fields)
     source_id = df._plan._plan_id
@@ -618,6 +672,12 @@ def connect_plans(
         {"class": "__connect_input__", "num-children": 0, "output": [{"product-class": _EXPR_ID, "id": i} for i in range(n)]}
     ]
     plans = {}
+    contexts: dict[str, dict[str, Any]] = {}
     for name, result in results.items():
-        plans[name] = _Translator(name, df, source_id, n, time_zone).relation(result._plan.plan(client))[0]
-    return plans, source, list(range(n))
+        tr = _Translator(name, df, source_id, n, time_zone)
+        plans[name] = tr.relation(result._plan.plan(client))[0]
+        contexts[name] = {"watermarks": tr.watermarks}
+        if tr.udfs:
+            check_worker_settings(name, result)
+            contexts[name]["udfs"] = tr.udfs
+    return plans, source, list(range(n)), contexts

@@ -76,6 +76,10 @@ class QosStream:
         return self.config.storage.output
 
     @property
+    def compiled(self) -> CompiledPlan:
+        return self.loop.compiled
+
+    @property
     def scheduler(self) -> Scheduler:
         return self.loop.scheduler
 

@@ -62,7 +62,7 @@ from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.sinks import Sink
 from sparkqos.spark.batch import stop_between_triggers
 
-__all__ = ["ShardedStream"]
+__all__ = ["ShardedStream", "mean_scores"]
 
 #: The rows a shard hands back: ``kind`` is ``out`` (a query's rows), ``dead`` (rejected rows)
 #: or ``metrics`` (JSON); ``blob`` is Arrow IPC, or the JSON text.
@@ -80,6 +80,18 @@ def partition_keys(spark, shards: int) -> list[int]:
     for row in spark.range(64 * shards).select("id", F.pmod(F.hash("id"), F.lit(shards)).alias("p")).collect():
         found.setdefault(row["p"], row["id"])
     return [found[i] for i in range(shards)]
+
+
+def mean_scores(per_shard: list[dict[str, float | None]]) -> dict[str, float | None]:
+    """The strategy scores of several shards folded into one record: each candidate's mean over
+    the shards that scored it, None where none has (``adaptive`` scores a candidate only once it ran).
+
+    >>> mean_scores([{"fifo": 0.25, "chain": None}, {"fifo": 0.75, "chain": None}, {}])
+    {'fifo': 0.5, 'chain': None}
+    """
+    names = dict.fromkeys(k for scores in per_shard for k in scores)
+    values = {k: [s[k] for s in per_shard if s.get(k) is not None] for k in names}
+    return {k: float(np.mean(v)) if v else None for k, v in values.items()}
 
 
 class _Pack:
@@ -247,6 +259,12 @@ class ShardedStream:
         step = min(steps)
         return step, str(self.config.storage.checkpoint / "faults" / f"in_shard-{step}")
 
+    def restore(self) -> int:
+        """The last batch Spark committed (-1: none), after which ``start()`` resumes: the shards'
+        state is in Spark's state store and Spark restores it, so there is nothing to load here."""
+        commits = [int(p.name) for p in (self._spark_checkpoint / "commits").glob("[0-9]*")]
+        return max(commits, default=-1)
+
     def start(self):
         """Start the streaming query (Spark restores its state and replays an uncommitted batch)."""
         if self._finished_marker.exists():
@@ -297,8 +315,14 @@ class ShardedStream:
             raise RunnerError("finish(): stop() the streaming query first")
         spark = self.df.sparkSession
         keys = self._keys if self._keys is not None else partition_keys(spark, self.shards)
-        commits = [int(p.name) for p in (self._spark_checkpoint / "commits").glob("[0-9]*")]
-        batch_id = max(commits, default=-1) + 1
+        batch_id = self.restore() + 1
+        if self._planned_with_input(batch_id):
+            # its rows are in no committed state: the drain would lose them (Spark replays the
+            # batch on start()); a batch without new input is redone by the drain under its id
+            raise RunnerError(
+                f"finish(): batch {batch_id} took new input but Spark did not commit it (the query stopped inside it); "
+                "start() the stream again so Spark completes it, stop() it between triggers, then finish()"
+            )
         started = time.time()
         if batch_id == 0:
             rows = pa.table({name: pa.array([], t) for name, t in _schema(SHARD_ROWS)})
@@ -309,6 +333,23 @@ class ShardedStream:
         progress = self._commit(batch_id, rows, started)
         self._finished_marker.write_text(f"{batch_id}\n")
         return progress
+
+    def _planned_with_input(self, batch_id: int) -> bool:
+        """Whether Spark's offset log holds batch ``batch_id`` with source offsets beyond the batch
+        before it (a batch of new rows). Spark plans a batch without new input at every trigger
+        (the processing-time timeouts), so a stop often falls inside one of those."""
+        offsets = self._spark_checkpoint / "offsets"
+        planned = offsets / str(batch_id)
+        if not planned.exists():
+            return False
+        before = offsets / str(batch_id - 1)
+        if not before.exists():
+            return True
+
+        def sources(path: Path) -> list[str]:  # the log's lines: version, metadata, one per source
+            return path.read_text().splitlines()[2:]
+
+        return sources(planned) != sources(before)
 
     # -- the driver's part of a trigger ----------------------------------------------------------
     def _commit(self, batch_id: int, rows: pa.Table, started: float) -> dict[str, Any]:
@@ -372,8 +413,7 @@ class ShardedStream:
         nbytes = {op: sum(m["queuedBytes"][op] for m in shards) for op in plan.names}
         ran = Counter(m["strategy"] for m in shards)
         strategy = ran.most_common(1)[0][0] if ran else self._idle_strategy[0]
-        scored = [m["scores"] for m in shards if m["strategy"] == strategy and m["scores"]]
-        scores = {k: float(np.mean([s[k] for s in scored if k in s])) for k in scored[0]} if scored else {}
+        scores = mean_scores([m["scores"] for m in shards if m["strategy"] == strategy])
         progress = self.progress.report(
             batch_id,
             started,

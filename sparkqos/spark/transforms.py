@@ -273,7 +273,9 @@ class _ConnectPlans:
     def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
         from sparkqos.spark.connect_plan import connect_plans
 
-        plans, source, ids = connect_plans(self.df, self.results, time_zone)
+        plans, source, ids, contexts = connect_plans(self.df, self.results, time_zone)
+        for name, extra in contexts.items():
+            self.context[name].update(extra)
         self.stager.plans = plans
         return plans, source, ids
 

@@ -9,7 +9,7 @@ pickles back to those bytes, so a compiled plan stays picklable (foreachBatch's 
 :mod:`sparkqos.spark.batch`) with the standard pickle as with cloudpickle, lambdas and closures
 included. :mod:`sparkqos.spark.transforms` registers :func:`read_udfs` in its CONTEXT_READERS
 (this module does not import it: no import cycle). Under Spark Connect there is no JVM plan:
-nothing is read, and the compiler refuses the UDF by name.
+:mod:`sparkqos.spark.connect_plan` loads the same command from the client's plan.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from sparkqos.compile.nodes import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
 
-__all__ = ["PickledFunction", "read_udfs"]
+__all__ = ["PickledFunction", "check_worker_settings", "read_udfs"]
 
 
 class PickledFunction:
@@ -57,7 +57,9 @@ _WORKER_SETTINGS = {
 }
 
 
-def _check_settings(name: str, result: DataFrame) -> None:
+def check_worker_settings(name: str, result: DataFrame) -> None:
+    """Refuse UDFs of query ``name`` when the session converts their data otherwise than Spark's
+    defaults, which sparkqos reproduces."""
     conf = result.sparkSession.conf
     for key, value in _WORKER_SETTINGS.items():
         got = str(conf.get(key, value)).lower()
@@ -148,5 +150,5 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[
             exprs.extend(items(e.children()))
     if not found:
         return {}
-    _check_settings(name, result)
+    check_worker_settings(name, result)
     return {"udfs": found}

@@ -57,6 +57,18 @@ def _as_type(x: pa.Array, t: pa.DataType) -> pa.Array:
     return x if x.type == t else pc.cast(x, t)
 
 
+class SkipNulls(pc.ScalarAggregateOptions):
+    """``first``/``last``'s options that pickle (pyarrow's do not), so a compiled plan holding
+    them travels to Spark Connect's Python worker with foreachBatch's function."""
+
+    def __init__(self, skip_nulls: bool):
+        super().__init__(skip_nulls=skip_nulls)
+        self.skip = skip_nulls
+
+    def __reduce__(self) -> tuple[Any, tuple[bool]]:
+        return SkipNulls, (self.skip,)
+
+
 class EventWindowAggregate(WindowStateOperator):
     """Aggregates of ``aggs`` by ``keys`` over event-time windows of ``size_us`` microseconds,
     sliding every ``slide_us`` (tumbling when equal), offset ``start_us``, on the timestamp column
@@ -140,7 +152,7 @@ class EventWindowAggregate(WindowStateOperator):
                     self._partials.append((f"p{i}_nan", a.column, "nan_count", None))
             else:
                 out = t
-                self._partials.append((f"p{i}", a.column, a.fn, pc.ScalarAggregateOptions(skip_nulls=a.ignore_nulls)))
+                self._partials.append((f"p{i}", a.column, a.fn, SkipNulls(a.ignore_nulls)))
             fields.append(pa.field(a.name, out))
         # The group_by specs of a batch's partial aggregates and of their combination with the
         # state, and which of its columns becomes which state column, fixed once here.
