@@ -79,7 +79,7 @@ def scheduler_section(candidates: list[str] | None = None) -> dict[str, Key]:
         "candidates": Key(
             list,
             list(candidates or ["fifo", "chain", "pc", "cqc"]),
-            "the strategies adaptive picks among, once per trigger",
+            "the strategies adaptive picks among, once per trigger: names, or {name = ..., params = {...}} tables",
             choices=lambda: [s for s in schedulers.available() if s != "adaptive"],
         ),
         "qos": Key(str, "balanced", "QoS template name or TOML path (adaptive)"),
@@ -227,7 +227,11 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
         spark.stop()
         return 1
     duration = job["duration_s"]
-    over = " over " + ",".join(sched["candidates"]) if sched["strategy"] == "adaptive" else ""
+    over = (
+        " over " + ",".join(c if isinstance(c, str) else c["name"] for c in sched["candidates"])
+        if sched["strategy"] == "adaptive"
+        else ""
+    )
     print(
         f"{name}: {banner}, {len(handle.compiled.plan)} operators"
         + (f" in {job['shards']} shards by {job['shard_by']}" if job["shards"] else "")

@@ -32,8 +32,10 @@ from sparkqos.errors import ConfigError, check_number
 class Key:
     """One configuration key: its type, default and constraints.
 
-    ``type`` is int, float, str, bool or list (a list of strings). ``choices`` may be a tuple or a
-    callable returning the allowed values (e.g. the strategy registry, read when checked).
+    ``type`` is int, float, str, bool or list (a list of strings, or of components: a name or a
+    ``{name = "cqc", params = {k = 3.0}}`` table, the shape of a strategy nested in another).
+    ``choices`` may be a tuple or a callable returning the allowed values (e.g. the strategy
+    registry, read when checked); a table's ``name`` is what is checked.
     """
 
     type: type
@@ -92,17 +94,28 @@ def _coerce(source: str, name: str, key: Key, value: Any) -> Any:
     elif key.type is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+        if not isinstance(value, list) or not all(isinstance(v, str) or _is_table(v) for v in value):
+            raise ConfigError(f"{where} must be a list of names or {{name = ..., params = {{...}}}} tables, got {value!r}")
     allowed = key.allowed()
     if allowed is not None:
         for v in value if isinstance(value, list) else [value]:
+            v = v["name"] if _is_table(v) else v
             if v not in allowed:
                 raise ConfigError(
                     f"{where} = {v!r} is not allowed{_suggest(str(v), allowed)}; "
                     f"allowed values are: {', '.join(map(str, allowed))}"
                 )
     return value
+
+
+def _is_table(value: Any) -> bool:
+    """A component table: ``{name = "...", params = {...}}`` (``params`` optional)."""
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("name"), str)
+        and isinstance(value.get("params", {}), dict)
+        and set(value) <= {"name", "params"}
+    )
 
 
 def _parse_override(text: str) -> tuple[str, str, Any]:

@@ -118,10 +118,12 @@ UPDATE_KEYS = {
 
 
 def stateful():
-    """Aggregations with and without a time window, explode and split, and UDFs (a pandas UDF
-    too), all natively under Spark Connect as under classic pyspark."""
+    """Aggregations with and without a time window (tumbling, sliding, session), lag,
+    dropDuplicates, explode and split, UDFs (a pandas UDF too) and SQL strings, natively under
+    Spark Connect as under classic."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, StringType
+    from pyspark.sql.window import Window
 
     # Types as objects: the test module lists these transforms before any session exists.
     @F.pandas_udf(DoubleType())
@@ -154,6 +156,19 @@ def stateful():
             .agg(F.sum("l").alias("sl"))
             .select("window.start", "window.end", "sl")
         ),
+        "session": lambda df: (
+            wm(df)
+            .groupBy(F.session_window("ts", "150 milliseconds"), "f")
+            .agg(F.count("*").alias("n"), F.sum("i").alias("si"))
+            .select("session_window.start", "session_window.end", "f", "n", "si")
+        ),
+        "lag": lambda df: df.withColumn("prev_d", F.lag("d").over(Window.partitionBy("f").orderBy("ts"))),
+        "lag2": lambda df: df.withColumn("p2", F.lag("i", 2, 0).over(Window.partitionBy("s").orderBy("ts"))).select(
+            "i", "ts", "p2"
+        ),
+        "lag_expr": lambda df: df.withColumn("p", F.lag(F.col("i") + 1).over(Window.partitionBy("f").orderBy("ts"))),
+        "dedup": lambda df: wm(df).dropDuplicates(["f", "ts"]).select("f", "ts", "i"),
+        "distinct": lambda df: wm(df).select("f", "ts").distinct(),
         "explode": lambda df: df.select("i", F.explode(F.split("s", "b")).alias("w")).where(F.col("w") != ""),
         "explode_outer": lambda df: df.withColumn("p", F.explode_outer(F.array("i", "l"))).select("p", "s"),
         "explode_above": lambda df: (
@@ -176,11 +191,12 @@ def stateful():
 
 
 #: Transforms whose row-wise part Spark evaluates (issue 24): SQL strings, UDFs, JSON and regex.
-SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log")
+SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_sha")
 
 
 def spark_parts():
     from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
 
     # UDFs over numbers and strings run natively (stateful()); over a timestamp, Spark runs them.
     @F.pandas_udf("double")
@@ -200,6 +216,8 @@ def spark_parts():
             F.get_json_object("j", "$.s").alias("s"), F.regexp_replace("j", "[0-9]", "#").alias("r"), "l"
         ),
         "log": lambda df: df.select(F.log("d").alias("ln")),
+        # below a lag: the select computing its argument (the analyzer's _w0)
+        "lag_sha": lambda df: df.withColumn("p", F.lag(F.sha2("s", 256)).over(Window.partitionBy("f").orderBy("ts"))),
     }
     assert tuple(parts) == SPARK_PARTS
     return parts

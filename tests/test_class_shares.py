@@ -25,7 +25,7 @@ from sparkqos.adaptive.controller import Adaptive
 from sparkqos.errors import RunnerError, SchedulerError
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
-from sparkqos.schedulers import ClassShares, ClassView, Cqc
+from sparkqos.schedulers import ClassShares, ClassView, Cqc, PathCapacity
 from sparkqos.sim import Simulator
 from sparkqos.testing import SyntheticQuery, drive, synthetic_plans
 from sparkqos.workloads.sensors import sensor_queries
@@ -47,7 +47,7 @@ HORIZON = 400.0
 def wrapped(inner: str) -> schedulers.Scheduler:
     """``inner`` under class shares with CQC's worked example's k = 20."""
     if inner == "adaptive":
-        return Adaptive(["fifo", "chain", "pc"], seed=3, period=5.0, class_shares={"k": 20.0})
+        return Adaptive(["fifo", "chain", "pc"], seed=3, period=5.0, class_shares=ClassShares(k=20.0))
     return ClassShares(inner, k=20.0)
 
 
@@ -92,7 +92,7 @@ def test_adaptive_runs_every_candidate_under_class_shares():
     sim.run(until=60)
     assert len({d["chosen"] for d in adaptive.decisions}) > 1  # it did switch candidates
     # cqc shares time between classes itself: it stays as it is among wrapped candidates
-    mixed = Adaptive(["fifo", "cqc"], class_shares={})
+    mixed = Adaptive(["fifo", "cqc"], class_shares="class_shares")
     assert type(mixed._members["cqc"]) is Cqc and isinstance(mixed._members["fifo"], ClassShares)
 
 
@@ -196,7 +196,7 @@ def test_every_strategy_inside_passes_the_contract_checks(inner, contract_mix):
 
         class Under(Adaptive):
             def __init__(self, seed: int = 0):
-                super().__init__(["fifo", "chain", "pc", "rr"], seed=seed, class_shares={"k": 20.0})
+                super().__init__(["fifo", "chain", "pc", "rr"], seed=seed, class_shares=ClassShares(k=20.0))
 
     else:
 
@@ -219,12 +219,15 @@ def test_every_strategy_inside_passes_the_contract_checks(inner, contract_mix):
 # -- the construction path -------------------------------------------------------------------------
 def test_build_wraps_by_the_strategys_own_rule():
     assert repr(schedulers.build("pc", 2.0, class_shares=True)) == repr(
-        ClassShares("pc", k=2.0, quantum=0.2, inner_params={"quantum": 0.2})
+        ClassShares(PathCapacity(quantum=0.2), k=2.0, quantum=0.2)
     )
     assert repr(schedulers.build("cqc", 2.0, class_shares=True)) == repr(Cqc(k=2.0, quantum=0.2))
     adaptive = schedulers.build("adaptive", 2.0, 4.0, class_shares=True, candidates=["fifo", "pc"])
-    assert adaptive.class_shares == {"k": 2.0, "quantum": 0.2}
-    assert repr(adaptive._members["pc"]) == repr(ClassShares("pc", k=2.0, quantum=0.2, inner_params={"quantum": 0.2}))
+    assert (adaptive.class_shares.k, adaptive.class_shares.quantum) == (2.0, 0.2)
+    assert repr(adaptive._members["pc"]) == repr(ClassShares(PathCapacity(quantum=0.2), k=2.0, quantum=0.2))
+    # the configuration-file spelling of the same tree: a component is {"name", "params"}
+    table = ClassShares({"name": "pc", "params": {"quantum": 0.2}}, k=2.0, quantum=0.2)
+    assert repr(table) == repr(schedulers.build("pc", 2.0, class_shares=True))
     assert repr(schedulers.build("chain", 2.0)) == repr(schedulers.get("chain"))  # off: as before
 
 
@@ -252,7 +255,7 @@ def test_runner_wraps_the_strategy_with_class_shares(tmp_path, strategy):
     loop = make_loop(tmp_path / "on", strategy=strategy, class_shares=True, continuous=False)
     scheduler = loop.scheduler
     if strategy == "adaptive":
-        assert type(scheduler) is Adaptive and scheduler.class_shares == {"k": 30.0, "quantum": 3.0}
+        assert type(scheduler) is Adaptive and (scheduler.class_shares.k, scheduler.class_shares.quantum) == (30.0, 3.0)
         assert all(isinstance(m, ClassShares) for m in scheduler._members.values())
     else:
         assert isinstance(scheduler, ClassShares) and scheduler.inner == "chain"

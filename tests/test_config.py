@@ -37,6 +37,18 @@ def test_overrides_from_the_command_line():
     assert cfg["scheduler"]["candidates"] == ["fifo", "rr"] and cfg["scheduler"]["budget_ms"] == 250.0
 
 
+def test_a_nested_strategy_is_a_name_or_a_name_params_table():
+    """The shape of ``StrategyConfig(name, params=...)``: config maps 1:1 to the constructor tree."""
+    text = "[scheduler]\ncandidates = ['fifo', {name = 'cqc', params = {k = 3.0}}]"
+    cfg = load_config(SCHEMA, text=text)
+    assert cfg["scheduler"]["candidates"] == ["fifo", {"name": "cqc", "params": {"k": 3.0}}]
+    override = 'scheduler.candidates=["rr", {"name": "pc", "params": {"quantum": 0.05}}]'
+    cfg = load_config(SCHEMA, overrides=[override])
+    assert cfg["scheduler"]["candidates"] == ["rr", {"name": "pc", "params": {"quantum": 0.05}}]
+    adaptive = schedulers.get("adaptive", candidates=cfg["scheduler"]["candidates"])
+    assert repr(adaptive.candidates) == "['rr', PathCapacity(quantum=0.05)]"
+
+
 @pytest.mark.parametrize(
     "text, overrides, message",
     [
@@ -56,6 +68,8 @@ def test_overrides_from_the_command_line():
             r"scheduler.strategy = 'chian' is not allowed \(did you mean 'chain'\?\); allowed values are: .*fifo",
         ),
         ("[scheduler]\ncandidates = ['fifo', 'lifo']", [], r"scheduler.candidates = 'lifo' is not allowed"),
+        ("[scheduler]\ncandidates = ['fifo', {name = 'cqcc'}]", [], r"scheduler.candidates = 'cqcc' is not allowed"),
+        ("[scheduler]\ncandidates = [{nme = 'cqc'}]", [], r"scheduler.candidates must be a list of names or \{name"),
         ("[scheduler]\nbudget_ms = -5", [], r"scheduler.budget_ms must be a finite number >= 0, got -5"),
         ("[job\n", [], r"not valid TOML"),
         ("", ["job.duration_s"], r"must look like section.key=value"),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkqos.config import Key, load_config
 from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.schedulers import available
 
@@ -34,7 +35,16 @@ def test_every_python_snippet_is_marked_and_has_a_runner():
     text = (ROOT / "README.md").read_text()
     found = snippets()
     assert len(found) == text.count("```python"), "a ```python block in README.md has no <!-- snippet: NAME --> marker"
-    assert set(found) == {"own-script", "config", "builder", "databricks-install", "databricks", "strategies", "sharded"}
+    assert set(found) == {
+        "own-script",
+        "config",
+        "builder",
+        "databricks-install",
+        "databricks",
+        "strategies",
+        "sharded",
+        "nesting",
+    }
 
 
 def test_sharded_fragment_names_keywords_stream_takes():
@@ -99,6 +109,22 @@ def test_databricks_snippets(spark, tmp_path):
     exec(snippets()["databricks"].replace("/Volumes/main/default/sparkqos", str(tmp_path)), namespace)
     namespace["handle"].stop()
     assert namespace["handle"].query is not None
+
+
+def test_nesting_snippet_and_its_configuration_build_the_same_strategies(capsys):
+    """The Python spelling of nested strategies and the README's TOML for the same candidates
+    (through the jobs' configuration loader) give the same strategies."""
+    namespace = {"__name__": "readme"}
+    exec(snippets()["nesting"], namespace)
+    assert "PathCapacity(quantum=0.05)" in capsys.readouterr().out
+    assert namespace["shares"].inner.quantum == 0.2 and namespace["adaptive"].class_shares.k == 2.0
+    toml = re.search(r"<!-- toml: nesting -->\n```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    schema = {"scheduler": {"strategy": Key(str, "fifo"), "candidates": Key(list, [], choices=available)}}
+    cfg = load_config(schema, text=toml)["scheduler"]
+    Adaptive = type(namespace["adaptive"])
+    from_toml = Adaptive(candidates=cfg["candidates"])._members
+    from_python = Adaptive(candidates=namespace["candidates"])._members
+    assert {n: repr(m) for n, m in from_toml.items()} == {n: repr(m) for n, m in from_python.items()}
 
 
 def test_strategies_snippet(capsys):

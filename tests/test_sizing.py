@@ -34,10 +34,12 @@ def test_quantum_is_a_tenth_of_the_budget_when_it_has_a_default():
 
 
 def test_adaptive_period_is_the_trigger_and_members_are_sized():
-    params = Adaptive.sized_params(0.5, 2.0, candidates=["fifo", "pc", "cqc"], member_params={"cqc": {"k": 3.0}})
+    cqc = {"name": "cqc", "params": {"k": 3.0}}  # a candidate as configuration files give it
+    params = Adaptive.sized_params(0.5, 2.0, candidates=["fifo", "pc", cqc])
     assert params["period"] == 2.0
-    assert params["member_params"] == {"pc": {"quantum": 0.05}, "cqc": {"k": 3.0, "quantum": 0.05}}
-    adaptive = Adaptive.sized_for(0.5, 2.0, candidates=["fifo", "pc", "cqc"], member_params={"cqc": {"k": 3.0}})
+    fifo, pc, sized_cqc = params["candidates"]
+    assert fifo == "fifo" and pc.params() == {"quantum": 0.05} and sized_cqc.params() == {"k": 3.0, "quantum": 0.05}
+    adaptive = Adaptive.sized_for(0.5, 2.0, candidates=["fifo", "pc", cqc])
     members = adaptive._members
     assert members["cqc"].k == 3.0 and members["cqc"].quantum == pytest.approx(0.05)
     assert members["pc"].quantum == pytest.approx(0.05) and adaptive.period == 2.0
@@ -45,6 +47,37 @@ def test_adaptive_period_is_the_trigger_and_members_are_sized():
     assert "period" not in Adaptive.sized_params(0.5)  # no trigger interval (available_now): its default
     # default candidates (fifo, rr, mtiq, chain) have no time parameter set by default
     assert Adaptive.sized_params(0.5) == {}
+    # a Scheduler is used as given: its parameters are all set
+    given = Cqc(k=3.0)
+    assert Adaptive.sized_params(0.5, candidates=["fifo", given])["candidates"][1] is given
+    assert Adaptive.sized_for(0.5, candidates=["fifo", given])._members["cqc"].quantum == 1.0
+
+
+def test_class_shares_size_their_inner_strategy():
+    assert repr(ClassShares.sized_for(2.0, inner="pc")) == repr(ClassShares(PathCapacity(quantum=0.2), k=2.0, quantum=0.2))
+    table = ClassShares.sized_for(2.0, inner={"name": "pc", "params": {"quantum": 0.5}})
+    assert table.inner.quantum == 0.5 and table.k == 2.0 and table.quantum == pytest.approx(0.2)
+    assert ClassShares.sized_for(2.0, inner=PathCapacity()).inner.quantum == 1.0  # given: kept
+
+
+def test_old_nesting_spellings_warn_and_build_the_same_strategy():
+    """``member_params=``, ``inner_params=`` and adaptive's ``class_shares={...}`` stay one release."""
+    new = Adaptive.sized_for(0.5, 2.0, candidates=["fifo", "pc", {"name": "cqc", "params": {"k": 3.0}}])
+    with pytest.warns(DeprecationWarning, match=r"member_params= is deprecated: give the candidates themselves"):
+        old = Adaptive.sized_for(0.5, 2.0, candidates=["fifo", "pc", "cqc"], member_params={"cqc": {"k": 3.0}})
+    assert repr(old) == repr(new)
+    with pytest.warns(DeprecationWarning, match=r"inner_params= is deprecated: give the inner strategy itself"):
+        old = ClassShares.sized_for(2.0, inner="pc", inner_params={"quantum": 0.5})
+    assert repr(old) == repr(ClassShares(PathCapacity(quantum=0.5), k=2.0, quantum=0.2))
+    with pytest.warns(DeprecationWarning, match=r"class_shares=\{\.\.\.\}= is deprecated: give class_shares=ClassShares"):
+        old = Adaptive.sized_for(0.5, candidates=["fifo"], class_shares={"k": 3.0})
+    assert repr(old) == repr(
+        Adaptive.sized_for(0.5, candidates=["fifo"], class_shares={"name": "class_shares", "params": {"k": 3.0}})
+    )
+    assert repr(old.class_shares) == repr(ClassShares(None, k=3.0, quantum=0.05))
+    with pytest.raises(SchedulerError, match=r"member_params names \['pc'\], which are not candidates \['fifo'\]"):
+        with pytest.warns(DeprecationWarning):
+            Adaptive(["fifo"], member_params={"pc": {}})
 
 
 def test_sizing_rejects_a_budget_that_is_not_a_time():

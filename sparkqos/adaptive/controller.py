@@ -56,6 +56,13 @@ from typing import Any
 
 import numpy as np
 
+from sparkqos.adaptive.members import (
+    class_shares_table,
+    listed_candidates,
+    read_candidates,
+    read_class_shares,
+    with_member_params,
+)
 from sparkqos.adaptive.qos import QosSpec, Window, measure, resolve
 from sparkqos.adaptive.scoring import Scoring
 from sparkqos.errors import QosSpecError, SchedulerError, check_choice, check_number
@@ -371,18 +378,18 @@ class AdaptiveController:
 class Adaptive(Scheduler):
     """Runs one of ``candidates`` at a time and re-chooses it every evaluation window (thesis ch. 5).
 
-    Parameters: ``candidates`` (registry names), ``qos`` (a :class:`~sparkqos.adaptive.qos.QosSpec`, a
-    template name, a TOML path, …; default ``balanced``), ``seed`` of the roulette wheel (None: not
-    reproducible), the evaluation window — every ``period`` time units of ``state.now`` and/or
-    every ``period_picks`` picks — the ``starvation`` threshold (consecutive picks of units with
-    no work before a forced switch), ``scoring``: how windows are scored and the wheel spun
-    (:class:`~sparkqos.adaptive.scoring.Scoring`: ``decay``, ``age_unit``, ``w``, ``spread``,
-    ``delay_signal``, ``memory_signal``, ``sharpness``, ``explore``, ``log_limit``; each may also be
-    given by name, ``Adaptive(decay=0.9)``), ``member_params``, parameters of
-    the candidates by name (e.g. ``{"cqc": {"k": 0.5}}``; the others get their defaults), and
-    ``class_shares``: None, or the parameters (``k``, ``quantum``) of the
-    :class:`~sparkqos.schedulers.classes.ClassShares` each candidate then runs under, so CQC's
-    class shares hold whichever candidate is in force (``{}``: the defaults).
+    Parameters: ``candidates``, each a component — a Scheduler (``Cqc(k=3.0)``), a registry name
+    (its defaults) or, as configuration files give it, ``{"name": "cqc", "params": {"k": 3.0}}``;
+    ``qos`` (a :class:`~sparkqos.adaptive.qos.QosSpec`, a template name, a TOML path, …);
+    ``seed`` of the roulette wheel (None: not reproducible); the evaluation window, every
+    ``period`` time units of ``state.now`` and/or every ``period_picks`` picks; ``starvation``
+    (consecutive picks of units with no work before a forced switch); ``scoring``
+    (:class:`~sparkqos.adaptive.scoring.Scoring`, whose fields may also be given by name,
+    ``Adaptive(decay=0.9)``); ``class_shares``: None, or the
+    :class:`~sparkqos.schedulers.classes.ClassShares` (kept as ``inner=None``) each candidate runs
+    under, so class shares hold whichever candidate is in force (``ClassShares(k=2.0)``, or
+    ``"class_shares"``). ``member_params={"cqc": {...}}`` and ``class_shares={"k": ...}`` are
+    the deprecated spellings (a DeprecationWarning).
 
     Window statistics come from the state: output rate from ``output_total`` deltas, mean delay
     from ``output_delay_total`` / ``output_total`` deltas, memory as the time-weighted mean of
@@ -396,9 +403,11 @@ class Adaptive(Scheduler):
     ['mtiq', 'chain', 'fifo', 'mtiq']
     """
 
+    DEPRECATED = ("member_params",)
+
     def __init__(
         self,
-        candidates: Sequence[str] = ("fifo", "rr", "mtiq", "chain"),
+        candidates: Sequence[registry.Component] | str = ("fifo", "rr", "mtiq", "chain"),
         qos: Any = "balanced",
         seed: int | None = 0,
         period: float | None = 1.0,
@@ -406,10 +415,9 @@ class Adaptive(Scheduler):
         starvation: int = 3,
         scoring: Scoring | None = None,
         member_params: Mapping[str, Mapping[str, Any]] | None = None,
-        class_shares: Mapping[str, Any] | None = None,
+        class_shares: registry.Component | None = None,
         **scoring_values: Any,
     ):
-        self.candidates = candidates
         self.qos = qos
         self.seed = seed
         self.period = period
@@ -418,28 +426,20 @@ class Adaptive(Scheduler):
         if scoring is not None and not isinstance(scoring, Scoring):
             raise SchedulerError(f"scoring must be a Scoring, got {scoring!r}")
         self.scoring = Scoring.of(scoring, **scoring_values)
-        names = [candidates] if isinstance(candidates, str) else list(candidates)
-        if "adaptive" in names or any(not isinstance(n, str) for n in names):
-            raise SchedulerError(f"candidates are names of non-adaptive registered strategies, got {candidates!r}")
+        self.candidates, given = read_candidates(candidates, member_params)
+        if any(isinstance(m, Adaptive) for m in given):
+            raise SchedulerError(
+                f"candidates are names of non-adaptive strategies (or such strategies, or tables), got {candidates!r}"
+            )
+        names = [registry.label(m) for m in given]
         if period is None and period_picks is None:
             raise SchedulerError("adaptive needs an evaluation window: period and/or period_picks")
         check_number("period", period, low=0, low_open=True, none_ok=True, error=SchedulerError)
         check_number("period_picks", period_picks, low=1, integer=True, none_ok=True, error=SchedulerError)
         check_number("starvation", starvation, low=1, integer=True, error=SchedulerError)
         self.controller = AdaptiveController(names, resolve(qos), seed, **dataclasses.asdict(self.scoring))
-        member_params = {} if member_params is None else member_params
-        if not isinstance(member_params, Mapping) or any(not isinstance(v, Mapping) for v in member_params.values()):
-            raise SchedulerError(f"member_params maps candidate names to parameter tables, got {member_params!r}")
-        strangers = sorted(set(member_params) - set(names))
-        if strangers:
-            raise SchedulerError(f"member_params names {strangers}, which are not candidates {names}")
-        self.member_params = {n: dict(v) for n, v in member_params.items()}
-        if class_shares is not None and (not isinstance(class_shares, Mapping) or {"inner", "inner_params"} & set(class_shares)):
-            raise SchedulerError(
-                f"class_shares is None or the k and quantum of the class shares under each candidate, got {class_shares!r}"
-            )
-        self.class_shares = None if class_shares is None else dict(class_shares)
-        self._members: dict[str, Scheduler] = {n: self._member(n) for n in names}
+        self.class_shares = read_class_shares(class_shares)
+        self._members: dict[str, Scheduler] = {n: self._member(m) for n, m in zip(names, given)}
         self._starved = 0
         self._window: dict[str, float] | None = None
         self._yield: dict[str, float] = {}  # Π σ from each operator to its root
@@ -448,42 +448,42 @@ class Adaptive(Scheduler):
     @classmethod
     def sized_params(cls, budget_s: float, period_s: float | None = None, **params: Any) -> dict[str, Any]:
         """Left unset, the evaluation ``period`` becomes ``period_s`` (the trigger interval), so
-        the controller scores and picks once per trigger; each registered candidate's
-        ``member_params`` are sized by that candidate's own rule (what is set is kept)."""
+        the controller scores and picks once per trigger; each candidate given by name or table
+        is sized by that candidate's own rule (what is set is kept; a Scheduler is used as given),
+        and so are the class shares' ``k`` and ``quantum``.
+
+        >>> Adaptive.sized_for(0.5, 2.0, candidates=["fifo", {"name": "cqc", "params": {"k": 3.0}}]).candidates
+        ['fifo', Cqc(k=3.0, quantum=0.05)]
+        """
         params = super().sized_params(budget_s, period_s, **params)
         if period_s is not None:
             params.setdefault("period", period_s)
-        candidates = params.get("candidates", inspect.signature(cls.__init__).parameters["candidates"].default)
-        names = [candidates] if isinstance(candidates, str) else list(candidates)
-        members = {n: dict(v) for n, v in dict(params.get("member_params") or {}).items()}
-        for n in names:
-            if isinstance(n, str) and n in registry.available():
-                sized = type(registry.get(n)).sized_params(budget_s, **members.get(n, {}))
-                if sized:
-                    members[n] = sized
-        if members:
-            params["member_params"] = members
+        listed = listed_candidates(params.get("candidates", inspect.signature(cls.__init__).parameters["candidates"].default))
+        if params.get("member_params") is not None:
+            listed = with_member_params(listed, params.pop("member_params"))
+        params.pop("member_params", None)
+        sized = [registry.sized_component(c, budget_s, where="adaptive: candidates") for c in listed]
+        if any(s is not c for s, c in zip(sized, listed)):
+            params["candidates"] = sized
         if params.get("class_shares") is not None:
-            shares = type(registry.get("class_shares")).sized_params(budget_s, **dict(params["class_shares"]))
-            params["class_shares"] = {k: v for k, v in shares.items() if k not in ("inner", "inner_params")}
+            spec = class_shares_table(params["class_shares"])
+            params["class_shares"] = registry.sized_component(spec, budget_s, where="adaptive: class_shares")
         return params
 
-    def _member(self, name: str) -> Scheduler:
-        """Candidate ``name`` with its ``member_params``; under class shares when they are on (as
-        the candidate's ``class_shares_params`` says: ``cqc`` shares time between classes itself)."""
-        params = dict(self.member_params.get(name, {}))
-        if self.class_shares is None:
-            return registry.get(name, **params)
-        name, params = type(registry.get(name)).class_shares_params(name, params)
-        if name == "class_shares":
-            params = {**params, "inner_params": params.get("inner_params") or None, **self.class_shares}
-        return registry.get(name, **params)
+    def _member(self, candidate: str | Scheduler) -> Scheduler:
+        """The strategy ``candidate`` stands for; under the class shares when they are on, unless
+        the candidate shares time between classes itself (its ``class_shares_params`` says so: ``cqc``)."""
+        member = candidate.clone() if isinstance(candidate, Scheduler) else registry.get(candidate)
+        if self.class_shares is None or type(member).class_shares_params(registry.label(member), {})[0] != "class_shares":
+            return member
+        return self.class_shares.clone(inner=candidate)
 
     @classmethod
     def class_shares_params(cls, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Class shares go under each candidate (``class_shares={}``), not around the controller:
-        it keeps scoring whole-plan windows, and whichever candidate it runs honours the shares."""
-        return name, {**params, "class_shares": dict(params.get("class_shares") or {})}
+        """Class shares go under each candidate (``class_shares="class_shares"``: ClassShares with
+        its defaults), not around the controller: it keeps scoring whole-plan windows, and
+        whichever candidate it runs honours the shares."""
+        return name, {**params, "class_shares": params.get("class_shares") or "class_shares"}
 
     @property
     def decisions(self) -> list[dict[str, Any]]:

@@ -74,8 +74,8 @@ def _function_name(fn: Node) -> str:
 
 
 def window(qc: Any, node: Node) -> Rel:
-    if "windowExpressions" not in node.fields:  # Spark Connect writes the node without its fields
-        raise qc.unsupported("Spark operation 'Window'", "window functions are not supported under Spark Connect yet")
+    if "windowExpressions" not in node.fields:  # a bare node of the Spark Connect reader
+        raise qc.unsupported("Spark operation 'Window'", "window functions other than items of a select under Spark Connect")
     child = qc.relation(node.children[0])
     lags: list[Lag] = []
     new_attrs: list[tuple[int, str]] = []
@@ -124,8 +124,8 @@ def window(qc: Any, node: Node) -> Rel:
 def deduplicate(qc: Any, node: Node) -> Rel:
     within = node.cls == "DeduplicateWithinWatermark"
     operation = "dropDuplicatesWithinWatermark" if within else "dropDuplicates"
-    if "keys" not in node.fields:  # Spark Connect writes the node without its fields
-        raise qc.unsupported(f"Spark operation {node.cls!r}", f"{operation} is not supported under Spark Connect yet")
+    if "keys" not in node.fields:  # a bare node (the Spark Connect reader writes its keys)
+        raise qc.unsupported(f"Spark operation {node.cls!r}", f"{operation} without its keys, as no Spark Connect plan writes it")
     child = qc.relation(node.children[0])
     keys = [_column(qc, parse_expr(k), child, f"a {operation} key") for k in node.fields["keys"]]
     time_col = delay_us = None

@@ -275,6 +275,14 @@ class StrategyConfig:
     orders the work inside each class (schedulers/classes.py; ``adaptive``: above each
     candidate). A plan with a single class runs the strategy as is; the papers' plain strategies
     are ``class_shares=False``.
+
+    A strategy nested in this one is one of its ``params``, spelled as this config is: a name or
+    a ``{"name": ..., "params": {...}}`` table (or a Scheduler, used as given), so a TOML file's
+    tables map 1:1 to the constructor tree; what a name or a table leaves unset is sized too:
+
+    >>> cqc = {"name": "cqc", "params": {"k": 3.0}}
+    >>> StrategyConfig("adaptive", params={"candidates": ["fifo", cqc]}, class_shares=False).make(None, 0.5).candidates
+    ['fifo', Cqc(k=3.0, quantum=0.05)]
     """
 
     name: str | Scheduler = "adaptive"
@@ -595,7 +603,7 @@ class RunConfig:
         """The strategy to run, sized to this run's trigger (:meth:`StrategyConfig.make`).
 
         >>> RunConfig(checkpoint="/tmp/ckpt", strategy="chain", class_shares=True, trigger_s=1.0).make_scheduler()
-        ClassShares(inner='chain', k=1.0, quantum=0.1, inner_params=None)
+        ClassShares(inner='chain', k=1.0, quantum=0.1)
         """
         return self.strategy.make(plan, self.effective_budget_s, self.interval_s)
 

@@ -34,6 +34,8 @@ class Scheduler(ABC):
 
     #: Registry name, set by :func:`sparkqos.schedulers.register`.
     name: ClassVar[str] = ""
+    #: ``__init__`` keywords kept one release for old callers: not parameters (``params()``, ``repr``).
+    DEPRECATED: ClassVar[tuple[str, ...]] = ()
 
     _state: SchedulerState | None = None
     _log: list[str] | None = None
@@ -46,7 +48,7 @@ class Scheduler(ABC):
             return []
         sig = inspect.signature(cls.__init__)
         plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        return [name for name, p in sig.parameters.items() if name != "self" and p.kind in plain]
+        return [name for name, p in sig.parameters.items() if name != "self" and p.kind in plain and name not in cls.DEPRECATED]
 
     def params(self) -> dict[str, Any]:
         return {p: getattr(self, p) for p in self._param_names()}
@@ -89,9 +91,10 @@ class Scheduler(ABC):
         """The strategy to build instead of ``name`` (this class's registry name, with ``params``)
         when class shares are on (:func:`sparkqos.schedulers.registry.build`): by default
         ``class_shares`` over it (schedulers/classes.py: CQC's level 1 above, this strategy inside
-        each class). A strategy that delegates to others (``adaptive``) or already shares time
-        between classes (``cqc``) says otherwise here, so callers never name strategies."""
-        return "class_shares", {"inner": name, "inner_params": dict(params)}
+        each class, given as the component ``{"name": name, "params": params}``). A strategy that
+        delegates to others (``adaptive``) or already shares time between classes (``cqc``) says
+        otherwise here, so callers never name strategies."""
+        return "class_shares", {"inner": {"name": name, "params": dict(params)}}
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

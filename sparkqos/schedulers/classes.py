@@ -25,7 +25,7 @@ up the path. As in CQC, the overrun is deducted from the class's next credit. A 
 single class is served by the inner strategy alone, on the engine's state: class shares change
 nothing there.
 
-``adaptive`` puts class shares under each candidate instead (``Adaptive(class_shares={...})``,
+``adaptive`` puts class shares under each candidate instead (``Adaptive(class_shares=ClassShares(k=...))``,
 what :func:`~sparkqos.schedulers.registry.build` does for it), so its controller still measures
 and scores whole-plan windows while every candidate it runs honours the class shares.
 """
@@ -146,8 +146,12 @@ class ClassShares(SharesClasses):
     above any strategy ``inner``, which orders the work inside the class whose turn it is (see
     the module: one instance per class, each on a :class:`ClassView`).
 
-    ``inner`` is a registry name or a Scheduler (cloned per class), built with ``inner_params``;
-    ``k`` the length of a round and ``quantum`` the longest unit, in the engine's time units.
+    ``inner`` is a component (cloned per class): a Scheduler, a registry name (its defaults) or a
+    ``{"name", "params"}`` table as configuration files give it — ``ClassShares(PathCapacity(quantum=0.2))``
+    is ``ClassShares({"name": "pc", "params": {"quantum": 0.2}})``; ``k`` the length of a round and
+    ``quantum`` the longest unit, in the engine's time units. ``inner=None`` leaves the inner to an
+    owner (adaptive's ``class_shares``: each candidate in turn) and cannot serve alone. ``inner_params`` is the deprecated
+    spelling of the inner strategy's parameters (a DeprecationWarning; give the strategy itself).
 
     Two one-operator queries in classes of priority 2 and 1, k = 6: each round serves H for 4 time
     units and N for 2, whatever the strategy inside (fifo here; HR inside is
@@ -163,26 +167,28 @@ class ClassShares(SharesClasses):
     'hhhhnnhhhhnn'
     """
 
+    DEPRECATED = ("inner_params",)
+
     def __init__(
         self,
-        inner: str | Scheduler = "hr",
+        inner: registry.Component | None = "hr",
         k: float = 20.0,
         quantum: float = 1.0,
         inner_params: Mapping[str, Any] | None = None,
     ):
         check_number("k", k, low=0, low_open=True, error=SchedulerError, where="class_shares: ")
         check_number("quantum", quantum, low=0, low_open=True, error=SchedulerError, where="class_shares: ")
-        if inner_params is not None and not isinstance(inner_params, Mapping):
-            raise SchedulerError(f"class_shares: inner_params must be a table of parameters, got {inner_params!r}")
-        self.inner = inner
+        if inner_params is not None:
+            registry.deprecated("class_shares", "inner_params", "the inner strategy itself: inner=PathCapacity(quantum=0.2)")
+            inner = registry.with_params(inner, inner_params, where="class_shares: inner_params")
+        self.inner = None if inner is None else registry.component(inner, where="class_shares: inner")
         self.k = k
         self.quantum = quantum
-        self.inner_params = dict(inner_params) if inner_params else None
-        proto = self._make_inner()
-        if type(proto).class_shares_params(type(proto).name or "inner", {})[0] != "class_shares":
+        proto = None if self.inner is None else self._make_inner()
+        if proto is not None and type(proto).class_shares_params(registry.label(proto), {})[0] != "class_shares":
             raise SchedulerError(
                 f"class_shares: {proto!r} shares time between classes itself or delegates to other strategies; "
-                "give a plain strategy (adaptive takes class_shares={...} to put class shares under each candidate)"
+                "give a plain strategy (adaptive takes class_shares=ClassShares(...) to put class shares under each candidate)"
             )
         self._turns = ClassTurns(k)
         self._inners: dict[str, Scheduler] = {}
@@ -193,26 +199,28 @@ class ClassShares(SharesClasses):
         self._restored_inner: dict[str, dict[str, Any]] = {}
 
     def _make_inner(self) -> Scheduler:
-        params = self.inner_params or {}
-        if isinstance(self.inner, Scheduler):
-            return self.inner.clone(**params)
-        if isinstance(self.inner, str):
-            return registry.get(self.inner, **params)
-        raise SchedulerError(f"class_shares: inner must be a strategy name or a Scheduler, got {self.inner!r}")
+        if self.inner is None:
+            raise SchedulerError("class_shares: inner=None leaves the inner strategy to an owner (adaptive); give a strategy")
+        return self.inner.clone() if isinstance(self.inner, Scheduler) else registry.get(self.inner)
 
     @classmethod
     def sized_params(cls, budget_s: float, period_s: float | None = None, **params: Any) -> dict[str, Any]:
         """Left unset, the round ``k`` becomes the trigger's budget (as CQC's) and the quantum a
-        tenth of it; a registered inner strategy's ``inner_params`` are sized by its own rule.
+        tenth of it; an inner strategy given by name or table is sized by its own rule (a
+        Scheduler is used as given).
 
         >>> ClassShares.sized_for(2.0, inner="pc")
-        ClassShares(inner='pc', k=2.0, quantum=0.2, inner_params={'quantum': 0.2})
+        ClassShares(inner=PathCapacity(quantum=0.2), k=2.0, quantum=0.2)
+        >>> ClassShares.sized_for(2.0, inner={"name": "pc", "params": {"quantum": 0.5}}).inner
+        PathCapacity(quantum=0.5)
         """
         params.setdefault("k", budget_s)
-        inner = params.get("inner", "hr")
-        if isinstance(inner, str) and inner in registry.available():
-            sized = type(registry.get(inner)).sized_params(budget_s, period_s, **dict(params.get("inner_params") or {}))
-            params["inner_params"] = sized or None
+        if params.get("inner_params") is not None:
+            registry.deprecated("class_shares", "inner_params", "the inner strategy itself: inner=PathCapacity(quantum=0.2)")
+            params["inner"] = registry.with_params(params.get("inner", "hr"), params.pop("inner_params"), where="inner_params")
+        params.pop("inner_params", None)
+        if params.get("inner") is not None:
+            params["inner"] = registry.sized_component(params["inner"], budget_s, period_s, where="class_shares: inner")
         return super().sized_params(budget_s, period_s, **params)
 
     # -- derived structures -------------------------------------------------------------------

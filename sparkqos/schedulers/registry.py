@@ -1,5 +1,11 @@
 """The strategy registry: strategies by name, so configurations and jobs select them by string.
 
+A strategy nested in another (``ClassShares``' ``inner``, ``Adaptive``'s ``candidates``) is a
+parameter of its owner, given as a component: a :class:`Scheduler` (``inner=PathCapacity(quantum=0.2)``),
+a bare registry name (that strategy with its defaults), or — the spelling of configuration files,
+which need names — a table ``{"name": "pc", "params": {"quantum": 0.2}}``, the shape of
+``StrategyConfig(name, params=...)`` and of a TOML inline table; :func:`component` reads all three.
+
 >>> from sparkqos.schedulers import registry
 >>> registry.get("chain")
 Chain()
@@ -9,7 +15,8 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from sparkqos.errors import SchedulerError, UnknownStrategy
@@ -18,6 +25,9 @@ from sparkqos.schedulers.base import Scheduler
 _REGISTRY: dict[str, type[Scheduler]] = {}
 
 S = TypeVar("S", bound=type[Scheduler])
+
+#: A nested strategy as its owner takes it: a Scheduler, a registry name, or ``{"name", "params"}``.
+Component = str | Scheduler | Mapping[str, Any]
 
 
 def register(name: str, *, replace: bool = False) -> Callable[[S], S]:
@@ -77,7 +87,9 @@ def build(
     the strategy's ``class_shares_params`` says: ``class_shares`` over it by default).
 
     >>> build("fifo", 2.0, class_shares=True)
-    ClassShares(inner='fifo', k=2.0, quantum=0.2, inner_params=None)
+    ClassShares(inner='fifo', k=2.0, quantum=0.2)
+    >>> build("pc", 2.0, class_shares=True)
+    ClassShares(inner=PathCapacity(quantum=0.2), k=2.0, quantum=0.2)
     >>> build("pc", 2.0)
     PathCapacity(quantum=0.2)
     """
@@ -90,3 +102,77 @@ def build(
     if budget_s is not None:
         params = cls.sized_params(budget_s, period_s, **params)
     return get(name, **params)
+
+
+def _table(spec: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """The name and parameters of a component given as a ``{"name", "params"}`` table."""
+    params = spec.get("params", {})
+    if set(spec) - {"name", "params"} or not isinstance(spec.get("name"), str) or not isinstance(params, Mapping):
+        raise SchedulerError(f"{where}: a strategy table is {{'name': <strategy>, 'params': {{...}}}}, got {dict(spec)!r}")
+    return spec["name"], dict(params)
+
+
+def component(spec: Component, *, where: str) -> str | Scheduler:
+    """``spec`` as its owner keeps it: a Scheduler or a name as given, a ``{"name", "params"}``
+    table built through the registry (a table without parameters is its bare name).
+
+    >>> component({"name": "pc", "params": {"quantum": 0.2}}, where="inner")
+    PathCapacity(quantum=0.2)
+    >>> component({"name": "fifo"}, where="inner")
+    'fifo'
+    """
+    if isinstance(spec, (str, Scheduler)):
+        return spec
+    if isinstance(spec, Mapping):
+        name, params = _table(spec, where)
+        return get(name, **params) if params else name
+    raise SchedulerError(
+        f"{where} is a strategy: a Scheduler, a registry name or {{'name': ..., 'params': {{...}}}}, got {spec!r}"
+    )
+
+
+def label(spec: str | Scheduler) -> str:
+    """The name a component goes by: its registry name (its class name when unregistered)."""
+    return spec if isinstance(spec, str) else type(spec).name or type(spec).__name__
+
+
+def with_params(spec: Component, params: Mapping[str, Any], *, where: str) -> Component:
+    """``spec`` with ``params`` set on top of its own: what the deprecated ``inner_params`` and
+    ``member_params`` spellings meant."""
+    if not isinstance(params, Mapping):
+        raise SchedulerError(f"{where} must be a table of parameters, got {params!r}")
+    if isinstance(spec, Scheduler):
+        return spec.clone(**params)
+    if isinstance(spec, Mapping):
+        name, own = _table(spec, where)
+        return {"name": name, "params": {**own, **params}}
+    return {"name": spec, "params": dict(params)}
+
+
+def sized_component(spec: Component, budget_s: float, period_s: float | None = None, *, where: str) -> str | Scheduler:
+    """``spec`` with the time parameters it leaves unset sized by its strategy's own
+    :meth:`~sparkqos.schedulers.base.Scheduler.sized_params` (what it sets is kept). A Scheduler
+    is used as given; so is a name nobody registered (its owner reports it).
+
+    >>> sized_component({"name": "cqc", "params": {"k": 3.0}}, 0.5, where="candidate")
+    Cqc(k=3.0, quantum=0.05)
+    >>> sized_component("fifo", 0.5, where="candidate")
+    'fifo'
+    """
+    if isinstance(spec, str):
+        name, params = spec, {}
+    elif isinstance(spec, Mapping):
+        name, params = _table(spec, where)
+    else:
+        return component(spec, where=where)
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        return component(spec, where=where)
+    sized = cls.sized_params(budget_s, period_s, **params)
+    return get(name, **sized) if sized else name
+
+
+def deprecated(owner: str, old: str, new: str, *, depth: int = 1) -> None:
+    """Warn that ``owner``'s keyword ``old`` stays one release; ``new`` is the spelling to use.
+    ``depth``: how many calls of ours stand between the user's call and the caller of this."""
+    warnings.warn(f"{owner}: {old}= is deprecated: give {new}", DeprecationWarning, stacklevel=2 + depth)

@@ -35,7 +35,20 @@ from pyspark.sql.connect.plan import CachedRelation
 from sparkqos.compile.nodes import UNMAPPED
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
-from sparkqos.spark.connect_relations import AGGREGATE_FUNCTIONS, EXPR_ID, PKG, aggregate, generate, generator_items, watermark
+from sparkqos.spark.connect_relations import (
+    EXPR_ID,
+    PKG,
+    aggregate,
+    contains,
+    deduplicate,
+    generate,
+    generator_items,
+    is_aggregate,
+    is_window,
+    watermark,
+    window_items,
+    window_select,
+)
 from sparkqos.spark.connect_relations import attr as _attr
 from sparkqos.spark.connect_relations import literal as _literal
 from sparkqos.spark.connect_relations import type_name as _type_name
@@ -171,7 +184,7 @@ class _Translator:
             return [node], [(i, f.name, _type_name(f.dataType)) for i, f in zip(ids, fields, strict=True)]
         kind = rel.WhichOneof("rel_type")
         body = getattr(rel, kind)
-        if kind in ("filter", "project", "with_columns", "aggregate") and _contains(body, is_sql):
+        if kind in ("filter", "project", "with_columns", "aggregate") and contains(body, is_sql):
             body = read_sql(body, self.df.sparkSession, self.unsupported)
         if kind == "filter":
             nodes, attrs = self.relation(body.input)
@@ -180,7 +193,7 @@ class _Translator:
                 return [{"class": f"{_PKG}.plans.logical.Filter", "num-children": 1, "condition": marker}, *nodes], attrs
             cond = self.typed(body.input, [body.condition], attrs)[0]
             return [{"class": f"{_PKG}.plans.logical.Filter", "num-children": 1, "condition": cond[0]}, *nodes], attrs
-        if kind == "project" and not _contains(body, _is_window) and _contains(body, _is_aggregate):
+        if kind == "project" and not contains(body, is_window) and contains(body, is_aggregate):
             if any(e.WhichOneof("expr_type") == "unresolved_star" for e in body.expressions):
                 raise self.unsupported("a select of aggregates and of every column (*)")
             return aggregate(self, rel, body.input, [], list(body.expressions))  # classic: an Aggregate
@@ -188,11 +201,14 @@ class _Translator:
             return aggregate(self, rel, body.input, list(body.grouping_expressions), list(body.aggregate_expressions))
         if kind == "with_watermark":
             return watermark(self, body)
-        if kind in ("project", "with_columns") and (_contains(body, _is_window) or _contains(body, _is_aggregate)):
+        if kind == "deduplicate":
+            return deduplicate(self, body)
+        bare = contains(body, is_aggregate) or (contains(body, is_window) and window_items(kind, body) is None)
+        if kind in ("project", "with_columns") and bare:
             # classic: a Window operator under the Project, or an Aggregate instead of it
             nodes, _ = self.relation(body.input)
             out = [(self.fresh(), f.name, _type_name(f.dataType)) for f in self.schema(rel).fields]
-            op = "Window" if _contains(body, _is_window) else "Aggregate"
+            op = "Window" if contains(body, is_window) else "Aggregate"
             return [{"class": op, "num-children": 1}, *nodes], out
         if kind in ("project", "with_columns"):
             return self.project(rel, kind, body)
@@ -218,9 +234,13 @@ class _Translator:
     def project(self, rel: proto.Relation, kind: str, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
         nodes, attrs = self.relation(body.input)
         input_rel = body.input
-        items = generator_items(self, kind, body, attrs)
-        if items is not None:  # explode & co.: a Generate under the select, its items over both
-            input_rel, items, nodes, attrs = generate(self, input_rel, items, nodes, attrs)
+        items = window_items(kind, body, attrs)
+        if items is not None:  # lag & co.: a Window under the select, its items over both
+            input_rel, items, nodes, attrs = window_select(self, input_rel, items, nodes, attrs)
+            kind = "project"
+        elif (gen_items := generator_items(self, kind, body, attrs)) is not None:
+            # explode & co.: a Generate under the select, its items over both
+            input_rel, items, nodes, attrs = generate(self, input_rel, gen_items, nodes, attrs)
             kind = "project"
         elif kind == "project":
             items = list(body.expressions)
@@ -618,27 +638,6 @@ def _is_mapped(e: proto.Expression) -> bool:
         return udf.WhichOneof("function") == "python_udf" and bool(udf.python_udf.command)
     f = e.unresolved_function
     return kind == "unresolved_function" and not f.is_distinct and f.function_name in _KNOWN
-
-
-def _is_window(e: proto.Expression) -> bool:
-    return e.WhichOneof("expr_type") == "window"
-
-
-def _is_aggregate(e: proto.Expression) -> bool:
-    f = e.unresolved_function
-    return e.WhichOneof("expr_type") == "unresolved_function" and f.function_name in AGGREGATE_FUNCTIONS
-
-
-def _contains(msg: Any, test: Callable[[proto.Expression], bool]) -> bool:
-    """Whether an expression passing ``test`` appears anywhere in ``msg`` (not in its inputs)."""
-    for f, v in msg.ListFields():
-        if f.message_type is None or f.message_type.name == "Relation" or f.message_type.GetOptions().map_entry:
-            continue
-        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
-        for item in v if repeated else [v]:
-            if (f.message_type.name == "Expression" and test(item)) or _contains(item, test):
-                return True
-    return False
 
 
 def _walk(e: proto.Expression, visit: Callable[[proto.Expression], None]) -> None:

@@ -1,7 +1,7 @@
-"""Spark Connect relations whose analyzed form is not the client's: aggregations, watermarks and
-generators, written as the analyzed-plan JSON nodes :mod:`sparkqos.compile.stateful` and
-:mod:`sparkqos.compile.nested` map (for :mod:`sparkqos.spark.connect_plan`, whose translator
-each function here takes as ``tr``).
+"""Spark Connect relations whose analyzed form is not the client's: aggregations, watermarks,
+generators, window functions and deduplications, written as the analyzed-plan JSON nodes
+:mod:`sparkqos.compile.stateful`, :mod:`sparkqos.compile.nested` and :mod:`sparkqos.compile.keyed`
+map (for :mod:`sparkqos.spark.connect_plan`, whose translator each function here takes as ``tr``).
 
 * ``groupBy(...).agg(...)``, ``groupBy(...).count()``, ``df.agg(...)`` and a ``select`` of
   aggregates become an ``Aggregate`` with its grouping and aggregate expressions, as the analyzer
@@ -10,22 +10,40 @@ each function here takes as ``tr``).
 * A ``window(ts, duration[, slide[, start]])`` key becomes the analyzer's rewrite of it under the
   Aggregate (``Project(named_struct(start, end) AS window, ...) <- Filter(isnotnull(ts))``), whose
   start expression carries ``(ts - start) % slide`` and whose end ``... + duration`` in
-  microseconds, read from the call's interval strings (:func:`interval_us`).
+  microseconds, read from the call's interval strings as Spark reads them
+  (:func:`sparkqos.compile.sessions.interval_string_us`); a ``session_window(ts, gap)`` key
+  becomes its rewrite (``Filter(isnotnull(ts)) <- Project(named_struct(start, ts, end, ts + gap)
+  AS session_window, ...)``).
 * ``withWatermark(col, delay)`` passes its input's columns on, and its delay in seconds is kept by
   the event-time column's expression id — what classic pyspark reads from the JVM plan.
 * ``explode``/``explode_outer``/``posexplode``/``posexplode_outer`` in a select (or
-  ``withColumn``) become a ``Generate`` under the select.
+  ``withColumn``) become a ``Generate`` under the select; window functions that are items of
+  a select (one window spec) a ``Window`` under it (compile/keyed.py runs ``lag`` over columns);
+  ``dropDuplicates``/``distinct``/``dropDuplicatesWithinWatermark`` a ``Deduplicate``.
 """
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
+import base64
+from collections.abc import Callable
 from typing import Any
 
 import pyspark.sql.connect.proto as proto
 
-__all__ = ["AGGREGATE_CLASSES", "AGGREGATE_FUNCTIONS", "GENERATORS", "aggregate", "generator_items", "interval_us", "watermark"]
+from sparkqos.compile.sessions import interval_string_us
+from sparkqos.spark.spark_part import RELATION_FIELD
+
+__all__ = [
+    "AGGREGATE_CLASSES",
+    "AGGREGATE_FUNCTIONS",
+    "GENERATORS",
+    "aggregate",
+    "deduplicate",
+    "generator_items",
+    "watermark",
+    "window_items",
+    "window_select",
+]
 
 PKG = "org.apache.spark.sql.catalyst"
 EXPR_ID = f"{PKG}.expressions.ExprId"
@@ -57,18 +75,6 @@ GENERATORS = {
     "posexplode": ("PosExplode", False),
     "posexplode_outer": ("PosExplode", True),
 }
-#: Interval units of ``IntervalUtils.stringToInterval`` without months, in microseconds.
-_UNITS_US = {
-    "week": 604_800_000_000,
-    "day": 86_400_000_000,
-    "hour": 3_600_000_000,
-    "minute": 60_000_000,
-    "second": 1_000_000,
-    "millisecond": 1_000,
-    "microsecond": 1,
-}
-_INTERVAL = re.compile(r"(?:\s*[+-]?\d+(?:\.\d+)?\s+[a-z]+)+\s*")
-_TERM = re.compile(r"([+-]?\d+(?:\.\d+)?)\s+([a-z]+)")
 
 
 def type_name(dt: Any) -> Any:
@@ -83,34 +89,12 @@ def attr(a: tuple[dict[str, Any], str, Any]) -> dict[str, Any]:
     return {"class": f"{_E}AttributeReference", "num-children": 0, "name": name, "dataType": t, "exprId": eid}
 
 
-def literal(value: str, t: str) -> dict[str, Any]:
+def literal(value: str | None, t: Any) -> dict[str, Any]:
     return {"class": f"{_E}Literal", "num-children": 0, "value": value, "dataType": t}
 
 
 def alias(name: str, eid: dict[str, Any]) -> dict[str, Any]:
     return {"class": f"{_E}Alias", "num-children": 1, "name": name, "exprId": eid}
-
-
-def interval_us(text: str, months: bool = False) -> int | None:
-    """Microseconds of an interval string as ``window()`` and ``withWatermark`` take it
-    (``"10 seconds"``, ``"1 hour 30 minutes"``, ``"interval 500 milliseconds"``); None for what
-    sparkqos does not read: months and years, fractions of a unit other than seconds, other
-    spellings. ``months``: a month counts 31 days (Spark's watermark delay)."""
-    t = text.strip().lower()
-    t = t[len("interval") :] if t.startswith("interval") else t
-    if not _INTERVAL.fullmatch(t):
-        return None
-    total = Decimal(0)
-    for number, unit in _TERM.findall(t):
-        unit = unit[:-1] if unit.endswith("s") else unit
-        per = _UNITS_US.get(unit, 31 * _UNITS_US["day"] if months and unit == "month" else None)
-        if per is None or ("." in number and unit != "second"):
-            return None
-        try:
-            total += Decimal(number) * per
-        except InvalidOperation:
-            return None
-    return int(total) if total == total.to_integral_value() else None
 
 
 def _call(e: proto.Expression) -> Any:
@@ -125,14 +109,35 @@ def _string_literal(e: proto.Expression) -> str | None:
     return lit.string if lit is not None and lit.WhichOneof("literal_type") == "string" else None
 
 
+def _session_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any], key: tuple[Any, str, Any]) -> list[Any]:
+    """The analyzer's rewrite of ``session_window(ts, gap)`` as a Filter over a Project, both over
+    the input's nodes (added by the caller): the Project's Alias defines ``key``."""
+    if len(call.arguments) != 2:
+        raise tr.unsupported("a session_window() sparkqos cannot read", "session_window(time column, 'gap')")
+    (ts_nodes, _), (gap_nodes, _) = tr.typed(input_rel, list(call.arguments), attrs)
+    end = [{"class": f"{_E}TimestampAddInterval", "num-children": 2, "timeZoneId": tr.time_zone}, *ts_nodes, *gap_nodes]
+    struct = [{"class": f"{_E}CreateNamedStruct", "num-children": 4}]
+    struct += [literal("start", "string"), *ts_nodes, literal("end", "string"), *end]
+    project = {
+        "class": f"{PKG}.plans.logical.Project",
+        "num-children": 1,
+        "projectList": [[alias(key[1], key[0]), *struct], *[[attr(a)] for a in attrs]],
+    }
+    not_null = [{"class": f"{_E}IsNotNull", "num-children": 1}, *ts_nodes]
+    return [{"class": f"{PKG}.plans.logical.Filter", "num-children": 1, "condition": not_null}, project]
+
+
 def _window_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any], key: tuple[Any, str, Any]) -> list[Any]:
     """The analyzer's rewrite of ``window(ts, duration[, slide[, start]])`` as a Project over a
     Filter, both over the input's nodes (added by the caller): the Project's Alias defines ``key``."""
+    if call.function_name == "session_window":
+        return _session_key(tr, call, input_rel, attrs, key)
     args = list(call.arguments)
     texts = [_string_literal(a) for a in args[1:]]
     if not 2 <= len(args) <= 4 or None in texts:
         raise tr.unsupported("a window() sparkqos cannot read", "window(time column, 'duration'[, 'slide'[, 'start']])")
-    size, slide, start = (interval_us(t) for t in (texts + [texts[0], "0 seconds"][len(texts) - 1 :])[:3])
+    read = [interval_string_us(t) for t in (texts + [texts[0], "0 seconds"][len(texts) - 1 :])[:3]]
+    size, slide, start = (None if r is None else r[0] for r in read)
     if None in (size, slide, start):
         raise tr.unsupported(f"window() durations {texts}", "give them as '<n> <unit>' (weeks to microseconds)")
     ((ts_nodes, _),) = tr.typed(input_rel, [args[0]], attrs)
@@ -196,7 +201,9 @@ def aggregate(
         names = [f.name for f in fields]
         raise tr.unsupported("an aggregation whose output columns sparkqos cannot place", f"Spark gives {names}")
     out = [(tr.fresh(), f.name, type_name(f.dataType)) for f in fields]
-    windows = [k for k, g in enumerate(grouping) if (c := _call(g)) is not None and c.function_name == "window"]
+    windows = [
+        k for k, g in enumerate(grouping) if (c := _call(g)) is not None and c.function_name in ("window", "session_window")
+    ]
     if len(windows) > 1:
         raise tr.unsupported("a groupBy over two time windows")
     below = nodes
@@ -233,30 +240,54 @@ def watermark(tr: Any, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     expression id in ``tr.watermarks``."""
     nodes, attrs = tr.relation(body.input)
     found = [a for a in attrs if a[1] == body.event_time] or [a for a in attrs if a[1].lower() == body.event_time.lower()]
-    delay = interval_us(body.delay_threshold, months=True)
+    delay = interval_string_us(body.delay_threshold)
     if len(found) != 1 or delay is None:
         what = f"withWatermark({body.event_time!r}, {body.delay_threshold!r})"
-        raise tr.unsupported(what, "a column of the input and a delay '<n> <unit>'")
-    tr.watermarks[found[0][0]["id"]] = delay / 1e6
+        raise tr.unsupported(what, "a column of the input and a delay '<n> <unit>' (weeks to microseconds)")
+    tr.watermarks[found[0][0]["id"]] = delay[0] / 1e6
     return [{"class": f"{PKG}.plans.logical.EventTimeWatermark", "num-children": 1}, *nodes], attrs
+
+
+def deduplicate(tr: Any, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """``dropDuplicates([keys])``, ``distinct()`` and ``dropDuplicatesWithinWatermark(keys)``: a
+    Deduplicate over the key attributes (every column without keys), its input's columns passed on."""
+    nodes, attrs = tr.relation(body.input)
+    if body.all_columns_as_keys or not body.column_names:
+        keys = list(attrs)
+    else:
+        keys = []
+        for name in body.column_names:
+            found = [a for a in attrs if a[1] == name] or [a for a in attrs if a[1].lower() == name.lower()]
+            if len(found) != 1:
+                raise tr.unsupported(f"a dropDuplicates key {name!r} sparkqos cannot place", "a column of its input")
+            keys.append(found[0])
+    cls = "DeduplicateWithinWatermark" if body.within_watermark else "Deduplicate"
+    node = {"class": f"{PKG}.plans.logical.{cls}", "num-children": 1, "keys": [[attr(a)] for a in keys]}
+    return [node, *nodes], attrs
 
 
 def generator_items(tr: Any, kind: str, body: Any, attrs: list[Any]) -> list[proto.Expression] | None:
     """The select items of a ``select``/``withColumns`` holding a generator (``withColumns`` as the
     select Spark makes of it: every input column, replaced or not, then the new ones); None when
     it holds none."""
-    if kind == "project":
-        items = list(body.expressions)
-    else:
-        new = {a.name[0]: a for a in body.aliases if len(a.name) == 1}
-        if len(new) != len(body.aliases):
-            return None
-        items = []
-        for a in attrs:
-            items.append(_aliased(new.pop(a[1]).expr, a[1]) if a[1] in new else _column(a[1]))
-        items.extend(_aliased(a.expr, n) for n, a in new.items())
-    if not any((c := _call(e)) is not None and c.function_name in GENERATORS for e in items):
+    items = _items(kind, body, attrs)
+    if items is None or not any((c := _call(e)) is not None and c.function_name in GENERATORS for e in items):
         return None
+    return items
+
+
+def _items(kind: str, body: Any, attrs: list[Any]) -> list[proto.Expression] | None:
+    """A ``select``'s items, or the select Spark makes of a ``withColumns``: every input column,
+    replaced or not, then the new ones (None: a multi-part name)."""
+    if kind == "project":
+        return list(body.expressions)
+    new = {a.name[0]: a for a in body.aliases if len(a.name) == 1}
+    if len(new) != len(body.aliases):
+        return None
+    items = []
+    for a in attrs:
+        items.append(_aliased(new.pop(a[1]).expr, a[1]) if a[1] in new else _column(a[1]))
+    items.extend(_aliased(a.expr, n) for n, a in new.items())
     return items
 
 
@@ -315,3 +346,124 @@ def generate(
         else:
             rest.append(e)
     return both, rest, [node, *nodes], attrs + made
+
+
+def _window(e: proto.Expression) -> Any:
+    while e.WhichOneof("expr_type") == "alias":
+        e = e.alias.expr
+    return e.window if e.WhichOneof("expr_type") == "window" else None
+
+
+def window_items(kind: str, body: Any, attrs: list[Any] | None = None) -> list[proto.Expression] | None:
+    """The select items of a ``select``/``withColumns`` whose window functions are each the whole
+    of an item, none inside another (what the analyzer's ``Window`` node takes), as
+    :func:`generator_items` gives them; None for a select without them or with others
+    (``attrs``: the input's columns; without them, only whether)."""
+    exprs = list(body.expressions) if kind == "project" else [a.expr for a in body.aliases]
+    tops = [w for e in exprs if (w := _window(e)) is not None]
+    nested = [contains(w, is_window) for w in tops] + [contains(e, is_window) for e in exprs if _window(e) is None]
+    if not tops or any(nested):
+        return None
+    return _items(kind, body, attrs) if attrs is not None else []
+
+
+def window_select(
+    tr: Any, input_rel: proto.Relation, items: list[proto.Expression], nodes: list[Any], attrs: list[Any]
+) -> tuple[proto.Relation, list[proto.Expression], list[Any], list[Any]]:
+    """A select's window functions (one window spec) as the analyzer's ``Window`` node over
+    ``input_rel``, as :func:`generate` returns a generator's: the relation of the input's columns
+    and the functions' results, the items referring to those by name, the nodes and attributes."""
+    found = [k for k, e in enumerate(items) if _window(e) is not None]
+    specs = set()
+    for k in found:
+        w = proto.Expression.Window()
+        w.CopyFrom(_window(items[k]))
+        w.ClearField("window_function")
+        specs.add(w.SerializeToString(deterministic=True))
+    spec = _window(items[found[0]])
+    if len(specs) > 1 or spec.HasField("frame_spec"):
+        raise tr.unsupported("window functions over two window specs or a frame in one select under Spark Connect")
+    both = proto.Relation()
+    both.project.input.CopyFrom(input_rel)
+    both.project.expressions.add().unresolved_star.SetInParent()
+    for k in found:
+        both.project.expressions.add().CopyFrom(items[k])
+    made = [(tr.fresh(), f.name, type_name(f.dataType)) for f in tr.schema(both).fields[len(attrs) :]]
+    if len(made) != len(found) or {n for _, n, _ in made} & {a[1] for a in attrs}:
+        raise tr.unsupported("a window function's result under a column name its input has", "give it a new name")
+    expressions = []
+    below: list[list[Any]] = []  # lag arguments that are expressions, computed by a select below
+    computing: list[proto.Expression] = []  # the same as Connect expressions
+    for k, m in zip(found, made, strict=True):
+        call = _window(items[k]).window_function
+        fn = call.unresolved_function if call.WhichOneof("expr_type") == "unresolved_function" else None
+        if fn is None or fn.function_name != "lag" or not 1 <= len(fn.arguments) <= 3:
+            name = fn.function_name if fn is not None else call.WhichOneof("expr_type")
+            expressions.append(
+                [alias(m[1], m[0]), {"class": f"{_E}WindowExpression", "num-children": 1}, {"class": name, "num-children": 0}]
+            )
+            continue
+        args = tr.typed(input_rel, list(fn.arguments), attrs)
+        (src, st), (offset, _) = args[0], args[1] if len(args) > 1 else ([literal("1", "integer")], "integer")
+        if not src[0]["class"].endswith("AttributeReference"):  # the analyzer computes it below: _w0, _w1...
+            computed = (tr.fresh(), f"_w{len(below)}", st)
+            below.append([alias(computed[1], computed[0]), *src])
+            computing.append(_aliased(fn.arguments[0], computed[1]))
+            src = [attr(computed)]
+        default, dt = args[2] if len(args) > 2 else ([literal(None, st)], st)  # lag's default: null
+        default = default if dt in (st, "void") else [{"class": f"{_E}Cast", "num-children": 1, "dataType": st}, *default]
+        lag = [{"class": f"{_E}Lag", "num-children": 3}, *src, *offset, *default]
+        expressions.append([alias(m[1], m[0]), {"class": f"{_E}WindowExpression", "num-children": 1}, *lag])
+    partition = [nodes_ for nodes_, _ in tr.typed(input_rel, list(spec.partition_spec), attrs)]
+    order = []
+    for o, (o_nodes, _) in zip(spec.order_spec, tr.typed(input_rel, [o.child for o in spec.order_spec], attrs), strict=True):
+        direction = "Descending$" if o.direction == proto.Expression.SortOrder.SORT_DIRECTION_DESCENDING else "Ascending$"
+        last = o.null_ordering == proto.Expression.SortOrder.SORT_NULLS_LAST or (
+            o.null_ordering == proto.Expression.SortOrder.SORT_NULLS_UNSPECIFIED and direction == "Descending$"
+        )
+        sort = {"class": f"{_E}SortOrder", "num-children": 1}
+        sort.update(
+            direction={"object": f"{_E}{direction}"}, nullOrdering={"object": f"{_E}{'NullsLast$' if last else 'NullsFirst$'}"}
+        )
+        order.append([sort, *o_nodes])
+    node = {"class": f"{PKG}.plans.logical.Window", "num-children": 1}
+    node.update(windowExpressions=expressions, partitionSpec=partition, orderSpec=order)
+    if below:
+        lower = proto.Relation()  # what Spark runs when it evaluates that select (sparkqos.spark.spark_part)
+        lower.project.input.CopyFrom(input_rel)
+        lower.project.expressions.add().unresolved_star.SetInParent()
+        lower.project.expressions.extend(computing)
+        project = {"class": f"{PKG}.plans.logical.Project", "num-children": 1}
+        project.update(projectList=[*[[attr(a)] for a in attrs], *below])
+        project[RELATION_FIELD] = base64.b64encode(lower.SerializeToString()).decode("ascii")
+        nodes = [project, *nodes]
+    rest: list[proto.Expression] = []
+    for k, e in enumerate(items):
+        if k in found:
+            rest.append(_column(made[found.index(k)][1]))
+        elif e.WhichOneof("expr_type") == "unresolved_star" and not e.unresolved_star.HasField("unparsed_target"):
+            rest.extend(_column(a[1]) for a in attrs)
+        else:
+            rest.append(e)
+    return both, rest, [node, *nodes], attrs + made
+
+
+def is_window(e: proto.Expression) -> bool:
+    return e.WhichOneof("expr_type") == "window"
+
+
+def is_aggregate(e: proto.Expression) -> bool:
+    f = e.unresolved_function
+    return e.WhichOneof("expr_type") == "unresolved_function" and f.function_name in AGGREGATE_FUNCTIONS
+
+
+def contains(msg: Any, test: Callable[[proto.Expression], bool]) -> bool:
+    """Whether an expression passing ``test`` appears anywhere in ``msg`` (not in its inputs)."""
+    for f, v in msg.ListFields():
+        if f.message_type is None or f.message_type.name == "Relation" or f.message_type.GetOptions().map_entry:
+            continue
+        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+        for item in v if repeated else [v]:
+            if (f.message_type.name == "Expression" and test(item)) or contains(item, test):
+                return True
+    return False

@@ -85,8 +85,11 @@ def _max_rows(result: DataFrame) -> int:
 def join_sides(query: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Context entry ``join_sides``: condition key → (left side, right side) of every join with
     a condition in the plan (classic pyspark only: under Spark Connect there is no JVM plan).
-    ``plan_json`` (the context readers' common signature) is not needed here."""
+    The JVM plan is walked (round trips per node) only when its JSON, ``plan_json`` if given,
+    has a Join."""
     if jvm_plan is None:
+        return {}
+    if plan_json is not None and not any(str(e.get("class", "")).endswith(".Join") for e in plan_json):
         return {}
     sides: dict[str, tuple[JoinSide, JoinSide]] = {}
     max_rows = None

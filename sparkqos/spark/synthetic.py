@@ -8,14 +8,15 @@ to a marker literal carrying the operator's parameters. :mod:`sparkqos.compile.s
 marker and runs the executor's Synthetic operator, which spends the declared CPU per row. So that
 Spark's own run of the same transform (the FAIR-pools benchmark's) does the same work, a declared
 cost adds a pandas UDF to the condition that spends it per row in Spark's Python workers; the
-executor never calls it. Use it for experiments; real queries are real code.
+executor never calls it. The condition is one SQL expression (the UDF registered once per session
+as :data:`SPEND_FUNCTION`), so each operator costs one expression and one ``where`` to build.
+Use it for experiments; real queries are real code.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,16 +30,26 @@ __all__ = ["synthetic"]
 
 
 def _keep(key: str, op: Synthetic, is_long: bool = False) -> Column:
-    """The executor's keep/drop hash over column ``key`` as one SQL expression: one call into
-    the JVM, where the same hash built from Column functions took about 25 per operator (a second
-    of start-up per hundred operators). ``is_long``: the column is a bigint already (no cast)."""
+    """The executor's keep/drop hash over column ``key`` as a Column (:func:`_keep_sql`)."""
+    return F.expr(_keep_sql(key, op, is_long))
+
+
+def _keep_sql(key: str, op: Synthetic, is_long: bool = False) -> str:
+    """The executor's keep/drop hash over column ``key`` as SQL text. Its integer literals are
+    bigints (``L``), as the hash's arithmetic is: with int literals Spark's analysis wraps each in
+    a cast, which makes every where() and the plan read from it larger. ``is_long``: the column is
+    a bigint already (no cast)."""
     p, seed = op.MODULUS, op.seed % op.MODULUS
-    name = "`" + key.replace("`", "``") + "`"
+    name = _quoted(key)
     x = name if is_long else f"CAST({name} AS BIGINT)"
-    h = f"pmod(pmod(abs({x}), {p}) * {op.A1} + {seed}, {p})"
-    h = f"pmod({h} * {h} + {op.A2}, {p})"
-    h = f"pmod({h} * {h} + {seed}, {p})"
-    return F.expr(f"{name} IS NOT NULL AND {h} < {op.threshold}")
+    h = f"pmod(pmod(abs({x}), {p}L) * {op.A1}L + {seed}L, {p}L)"
+    h = f"pmod({h} * {h} + {op.A2}L, {p}L)"
+    h = f"pmod({h} * {h} + {seed}L, {p}L)"
+    return f"{name} IS NOT NULL AND {h} < {op.threshold}L"
+
+
+def _quoted(key: str) -> str:
+    return "`" + key.replace("`", "``") + "`"
 
 
 def _burn_rows(key, cost_s):  # pandas Series in (the key, the cost per row), Series out
@@ -49,13 +60,20 @@ def _burn_rows(key, cost_s):  # pandas Series in (the key, the cost per row), Se
     return key.notna() | key.isna()
 
 
+#: The SQL name of the pandas UDF spending a declared CPU time per row (:func:`_spend`).
+SPEND_FUNCTION = "sparkqos_synthetic_spend"
+
+
 @functools.lru_cache(maxsize=4)
-def _spend(session: SparkSession) -> Any:
-    """A pandas UDF spending its second argument's seconds of CPU per row, keeping every row: one
-    per session for every operator (a UDF per operator sent its function to the JVM once each)."""
+def _spend(session: SparkSession) -> str:
+    """The SQL name of a pandas UDF spending its second argument's seconds of CPU per row and
+    keeping every row, registered once per session for every operator: a condition naming it is
+    one SQL expression, one call into the JVM (built from Column objects, the UDF call and the
+    ``&`` joining it took about 60 round trips per operator)."""
     from pyspark.sql.functions import pandas_udf
 
-    return pandas_udf(_burn_rows, "boolean")
+    session.udf.register(SPEND_FUNCTION, pandas_udf(_burn_rows, "boolean"))
+    return SPEND_FUNCTION
 
 
 def synthetic(df: DataFrame, selectivity: float, cost_s: float = 0.0, seed: int = 0, key: str = "") -> DataFrame:
@@ -80,7 +98,11 @@ def synthetic(df: DataFrame, selectivity: float, cost_s: float = 0.0, seed: int 
         )
     op = Synthetic(selectivity, cost_s, seed, key)
     marker = SYNTHETIC_MARKER + json.dumps({"selectivity": selectivity, "cost_s": cost_s, "seed": seed, "key": key})
-    keep = _keep(key, op, isinstance(fields[key], LongType))
-    if cost_s > 0:
-        keep = keep & _spend(df.sparkSession)(F.col(key), F.lit(float(cost_s)))
-    return df.where(keep & F.lit(marker).isNotNull())
+    keep = _keep_sql(key, op, isinstance(fields[key], LongType))
+    if cost_s > 0:  # a double literal (D), as F.lit(float) gives
+        keep = f"({keep}) AND {_spend(df.sparkSession)}({_quoted(key)}, {float(cost_s)!r}D)"
+    if "'" in marker or "\\" in marker:  # a key SQL text would have to escape: the marker as a Column
+        return df.where(F.expr(keep) & F.lit(marker).isNotNull())
+    # parenthesised: Spark parses a chain of ANDs into a balanced tree, and the compiler finds the
+    # marker as the right side of the top And
+    return df.where(F.expr(f"({keep}) AND '{marker}' IS NOT NULL"))

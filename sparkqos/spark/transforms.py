@@ -1,9 +1,9 @@
 """Queries as ordinary PySpark code: transforms (DataFrame → DataFrame) read from Spark's plans.
 
 :func:`compile_transforms` applies each transform to the input DataFrame, reads the analyzed
-logical plan Spark built for it (classic pyspark: ``queryExecution().analyzed().toJSON()``; Spark
-Connect: the client's plan typed by the server, in the same JSON shape, see
-:mod:`sparkqos.spark.connect_plan`) and hands the parsed JSON to
+logical plan Spark built for it (classic pyspark: ``queryExecution().analyzed()``, every query's
+and the input's as JSON in one ``toJSON`` call; Spark Connect: the client's plan typed by the
+server, in the same JSON shape, see :mod:`sparkqos.spark.connect_plan`) and hands the parsed JSON to
 :func:`sparkqos.compile.spark_plan.compile_plans`, which maps it to the executor's operators.
 Nothing runs on Spark: the transform only builds a plan, so an unsupported operation is reported
 (:class:`~sparkqos.errors.UnsupportedTransform`) before any data moves.
@@ -75,13 +75,17 @@ def _java_version(session: Any) -> int | None:
     return int(major) if major.isdigit() else None
 
 
-def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
+def _plan_facts(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the analyzed JSON leaves out for stateful operators: whether the input streams, and
     each watermark's delay in seconds by its event-time column's expression id
     (``EventTimeWatermark.delay`` is a CalendarInterval the JSON writes as null); and the JDK
-    version Spark computes on."""
+    version Spark computes on. The JVM plan is walked (a round trip per node) only when its JSON,
+    ``plan_json`` if given, has an EventTimeWatermark."""
     facts: dict[str, Any] = {"streaming": bool(result.isStreaming), "java_version": _java_version(result.sparkSession)}
     if jvm_plan is None:
+        return facts
+    if plan_json is not None and not any(str(e.get("class", "")).endswith(".EventTimeWatermark") for e in plan_json):
+        facts["watermarks"] = {}
         return facts
     from py4j.java_gateway import get_field
 
@@ -103,7 +107,7 @@ def _plan_facts(name: str, result: DataFrame, jvm_plan: Any) -> dict[str, Any]:
 
 
 def _context(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = _plan_facts(name, result, jvm_plan)
+    out: dict[str, Any] = _plan_facts(name, result, jvm_plan, plan_json)
     for reader in CONTEXT_READERS:
         out.update(reader(name, result, jvm_plan, plan_json))
     return out
@@ -168,30 +172,84 @@ def _may_try_cast(result: DataFrame, plan: Any) -> bool:
     return len(text) >= limit - 64
 
 
+def _subtrees(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The children's subtrees of the first node of a pre-order plan JSON."""
+    out, i = [], 1
+    for _ in range(int(entries[0].get("num-children", 0))):
+        need, start = 1, i
+        while need:
+            need += int(entries[i].get("num-children", 0)) - 1
+            i += 1
+        out.append(entries[start:i])
+    return out
+
+
+def _union(session: Any, plans: list[Any]) -> Any:
+    """One JVM Union node over ``plans``, built for reading them in one call (never analysed or
+    run); None where this Spark cannot build it."""
+    try:
+        jvm = session._jvm
+        return jvm.org.apache.spark.sql.catalyst.plans.logical.Union(jvm.PythonUtils.toSeq(plans), False, False)
+    except Exception:  # noqa: BLE001 - a Spark without this Union: the caller reads plan by plan
+        return None
+
+
+def _json_of(session: Any, plans: list[Any]) -> list[list[dict[str, Any]]]:
+    """The JSON of each JVM plan of ``plans``, read in one call, as the children of one
+    :func:`_union`: each ``toJSON`` call costs tens of milliseconds however small the plan,
+    seconds for forty queries. One call per plan where the Union cannot be built."""
+    union = _union(session, plans)
+    if union is not None:
+        parts = _subtrees(json.loads(union.toJSON()))
+        if len(parts) == len(plans):
+            return parts
+    return [json.loads(p.toJSON()) for p in plans]
+
+
 class _ClassicPlans:
-    """Analyzed plans as JSON, straight from the JVM (classic pyspark)."""
+    """Analyzed plans as JSON, straight from the JVM (classic pyspark), all read in one call
+    once every query is known."""
 
     def __init__(self, df: DataFrame):
-        source = _analyzed(df)
-        self.source_json = json.loads(source.toJSON())
-        output = source.output()
-        self.source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
+        self.df = df
+        self.source = _analyzed(df)
+        self.added: dict[str, tuple[DataFrame, Any]] = {}
         self.plans: dict[str, list[dict[str, Any]]] = {}
         self.context: dict[str, dict[str, Any]] = {}
         self.stager = ClassicStager(df)
 
     def add(self, name: str, result: DataFrame) -> None:
-        analyzed = _analyzed(result)
-        self.plans[name] = json.loads(analyzed.toJSON())
-        self.stager.add(name, analyzed, self.plans[name])
-        self.context[name] = _context(name, result, analyzed, self.plans[name])
-        if '.Cast"' in json.dumps(self.plans[name]) and _may_try_cast(result, analyzed) and "TRY" in _cast_modes(analyzed):
-            raise UnsupportedTransform(name, "Spark function 'try_cast'")
+        self.added[name] = (result, _analyzed(result))
+
+    def _read(self) -> None:
+        names = list(self.added)
+        jsons = _json_of(self.df.sparkSession, [self.source] + [self.added[n][1] for n in names])
+        self.source_json = jsons[0]
+        output = self.source.output()
+        self.source_ids = [int(output.apply(i).exprId().id()) for i in range(output.size())]
+        for name, plan_json in zip(names, jsons[1:], strict=True):
+            result, analyzed = self.added[name]
+            self.plans[name] = plan_json
+            self.stager.add(name, analyzed, plan_json)
+            self.context[name] = _context(name, result, analyzed, plan_json)
+        # a try_cast is looked for in the tree string of every plan with a cast at once, then
+        # in each such plan if that string may hold one
+        casts = [n for n in names if '.Cast"' in json.dumps(self.plans[n])]
+        union = _union(self.df.sparkSession, [self.added[n][1] for n in casts]) if len(casts) > 1 else None
+        if casts and (union is None or _may_try_cast(self.df, union)):
+            for name in casts:
+                result, analyzed = self.added[name]
+                if _may_try_cast(result, analyzed) and "TRY" in _cast_modes(analyzed):
+                    raise UnsupportedTransform(name, "Spark function 'try_cast'")
 
     def read(self, time_zone: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], list[int]]:
+        if len(self.plans) < len(self.added):
+            self._read()
         return self.plans, self.source_json, self.source_ids
 
     def contexts(self) -> dict[str, dict[str, Any]]:
+        if len(self.plans) < len(self.added):
+            self._read()
         return self.context
 
 
