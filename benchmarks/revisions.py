@@ -8,7 +8,9 @@ benchmark file *of that revision* runs there with that revision's ``sparkqos`` f
 ``--rounds`` times, base and head alternating (base, head, base, head, ...), so that a shared,
 noisy machine loads both alike. Of each run it keeps the output lines matching ``--match``
 (default: lines with a ratio or a per-unit figure: ``ratio``, ``µs``, ``ms``, ``/s``, ``×``) and
-prints them by revision, in run order. The worktrees are removed at the end.
+prints them by revision, in run order. The worktrees are removed at the end. Each gets a
+``.venv`` that reuses this interpreter's packages, so benchmarks that start their variants through
+``spark-submit.sh`` (vs_fair_pools) run the revision's code without installing anything.
 
 Both revisions must accept ``ARGS``; benchmarks whose options changed between them take the
 options both know.
@@ -30,11 +32,27 @@ DEFAULT_MATCH = r"ratio|µs|ms\b|/s\b|×|whole batches"
 
 
 def checkout(rev: str, where: Path) -> Path:
-    """A detached worktree of ``rev`` at ``where``."""
+    """A detached worktree of ``rev`` at ``where``, with a ``.venv`` over this Python's packages."""
     subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(where), rev], check=True, capture_output=True
     )
+    overlay(where)
     return where
+
+
+def overlay(tree: Path) -> None:
+    """``tree/.venv``: a virtualenv that sees this interpreter's packages (a ``.pth`` adding its
+    site-packages as a site directory) and is stamped as installed for ``tree``'s pyproject.toml,
+    so a benchmark that starts variants through ``tree/spark-submit.sh`` runs them at once, on
+    the same packages, instead of installing the revision into a new or a shared virtualenv (which
+    would re-point the shared one's editable ``sparkqos`` at the temporary tree)."""
+    venv = tree / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    sites = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (pure,) = set(venv.glob("lib/python*/site-packages"))
+    (pure / "_revisions_overlay.pth").write_text("".join(f"import site; site.addsitedir({s!r})\n" for s in sites))
+    stamp = subprocess.run("cksum < pyproject.toml", shell=True, cwd=tree, capture_output=True, text=True, check=True)
+    (venv / ".sparkqos-installed").write_text(stamp.stdout)
 
 
 def run_once(tree: Path, bench: str, args: list[str], match: re.Pattern[str]) -> tuple[float, list[str]]:
