@@ -51,6 +51,9 @@ def overlay(tree: Path) -> None:
     sites = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
     (pure,) = set(venv.glob("lib/python*/site-packages"))
     (pure / "_revisions_overlay.pth").write_text("".join(f"import site; site.addsitedir({s!r})\n" for s in sites))
+    for tool in (Path(sys.prefix) / "bin").iterdir():  # spark-submit, find-spark-home, ... of pyspark
+        if not (venv / "bin" / tool.name).exists():
+            (venv / "bin" / tool.name).symlink_to(tool)
     stamp = subprocess.run("cksum < pyproject.toml", shell=True, cwd=tree, capture_output=True, text=True, check=True)
     (venv / ".sparkqos-installed").write_text(stamp.stdout)
 
