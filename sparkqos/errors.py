@@ -21,6 +21,7 @@ run fast one of 'one', 'quantum'
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -238,3 +239,10 @@ def not_one_of(error: type[SparkqosError], message: str, parameter: str, value: 
     """``error(message)`` about ``parameter``, whose ``value`` is not among ``choices`` (a list of
     names: columns, streams), for the caller to raise."""
     return error(message, parameter=parameter, value=value, expected=f"one of {list(choices)}")
+
+
+def warn_deprecated(spelling: str, instead: str, *, stacklevel: int) -> None:
+    """A DeprecationWarning that ``spelling`` (an old keyword, ``name=``, or value) is read one
+    more release and ``instead`` is the one to give; ``stacklevel`` as the caller would pass it
+    to :func:`warnings.warn`."""
+    warnings.warn(f"{spelling} is deprecated: give {instead}", DeprecationWarning, stacklevel=stacklevel + 1)

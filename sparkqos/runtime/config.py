@@ -50,7 +50,6 @@ import difflib
 import math
 import re
 import types
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +65,7 @@ from sparkqos.errors import (
     UnknownStrategy,
     check_choice,
     check_number,
+    warn_deprecated,
 )
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.model.plan import Plan
@@ -237,11 +237,7 @@ class Trigger:
     def seconds(cls, trigger_s: float | str) -> Trigger:
         """The ``trigger_s=`` shorthand: a number of seconds (or the deprecated ``"available_now"``)."""
         if trigger_s == AVAILABLE_NOW:
-            warnings.warn(
-                "trigger_s='available_now' is deprecated: give trigger=Trigger(availableNow=True)",
-                DeprecationWarning,
-                stacklevel=4,
-            )
+            warn_deprecated("trigger_s='available_now'", "trigger=Trigger(availableNow=True)", stacklevel=4)
             return cls(availableNow=True)
         try:
             check_number("trigger_s", trigger_s, low=0, low_open=True, error=RunnerError)
@@ -629,7 +625,7 @@ def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any]) -
     fields: dict[str, dict[str, Any]] = {p: {} for p in parts}
     for key, value in shorthands.items():
         if key in _DEPRECATED:
-            warnings.warn(f"{key}= is deprecated: give {_DEPRECATED[key]}", DeprecationWarning, stacklevel=4)
+            warn_deprecated(f"{key}=", _DEPRECATED[key], stacklevel=4)
         if key == "trigger_s":
             continue
         if key == "executor_args":

@@ -15,11 +15,10 @@ True
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from sparkqos.errors import SchedulerError, UnknownStrategy
+from sparkqos.errors import SchedulerError, UnknownStrategy, warn_deprecated
 from sparkqos.schedulers.base import Scheduler
 
 _REGISTRY: dict[str, type[Scheduler]] = {}
@@ -175,4 +174,4 @@ def sized_component(spec: Component, budget_s: float, period_s: float | None = N
 def deprecated(owner: str, old: str, new: str, *, depth: int = 1) -> None:
     """Warn that ``owner``'s keyword ``old`` stays one release; ``new`` is the spelling to use.
     ``depth``: how many calls of ours stand between the user's call and the caller of this."""
-    warnings.warn(f"{owner}: {old}= is deprecated: give {new}", DeprecationWarning, stacklevel=2 + depth)
+    warn_deprecated(f"{owner}: {old}=", new, stacklevel=2 + depth)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import json
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -32,7 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sparkqos.compile.spark_part import check_placement
 from sparkqos.compile.spark_plan import DEFAULT_STREAM, compile_plans
-from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
+from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number, warn_deprecated
 from sparkqos.executor.loop import replay
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
@@ -382,7 +381,7 @@ def run(
     if not isinstance(strategy, StrategyConfig):
         if strategy_params is not None:
             replacement = "strategy=StrategyConfig(name, params={...})"
-            warnings.warn(f"strategy_params= is deprecated: give {replacement}", DeprecationWarning, stacklevel=3)
+            warn_deprecated("strategy_params=", replacement, stacklevel=3)
         strategy = StrategyConfig(strategy, params=dict(strategy_params or {}))
     elif strategy_params is not None:
         raise RunnerError(
