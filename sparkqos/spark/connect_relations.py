@@ -25,7 +25,7 @@ map (for :mod:`sparkqos.spark.connect_plan`, whose translator each function here
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyspark.sql.connect.proto as proto
@@ -457,13 +457,17 @@ def is_aggregate(e: proto.Expression) -> bool:
     return e.WhichOneof("expr_type") == "unresolved_function" and f.function_name in AGGREGATE_FUNCTIONS
 
 
-def contains(msg: Any, test: Callable[[proto.Expression], bool]) -> bool:
-    """Whether an expression passing ``test`` appears anywhere in ``msg`` (not in its inputs)."""
+def held_messages(msg: Any) -> Iterator[tuple[Any, bool]]:
+    """Each message ``msg``'s fields hold — not its input relations, not map entries — and
+    whether it is an Expression: the walk of :func:`contains` and of the SQL-string reader."""
     for f, v in msg.ListFields():
         if f.message_type is None or f.message_type.name == "Relation" or f.message_type.GetOptions().map_entry:
             continue
         repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
         for item in v if repeated else [v]:
-            if (f.message_type.name == "Expression" and test(item)) or contains(item, test):
-                return True
-    return False
+            yield item, f.message_type.name == "Expression"
+
+
+def contains(msg: Any, test: Callable[[proto.Expression], bool]) -> bool:
+    """Whether an expression passing ``test`` appears anywhere in ``msg`` (not in its inputs)."""
+    return any((is_expression and test(item)) or contains(item, test) for item, is_expression in held_messages(msg))

@@ -22,6 +22,8 @@ import pyspark.sql.connect.proto as proto
 from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 from pyspark.sql.connect.plan import CachedRelation
 
+from sparkqos.spark.connect_relations import held_messages
+
 __all__ = ["is_sql", "parse", "read_sql"]
 
 _TOKEN = re.compile(
@@ -299,17 +301,13 @@ def is_sql(e: proto.Expression) -> bool:
 def _replace_sql(msg: Any, read: Callable[[str], proto.Expression | None]) -> None:
     """Replace, in ``msg`` (not in its input relations), each SQL expression string that ``read``
     reads (returns an expression for)."""
-    for f, v in msg.ListFields():
-        if f.message_type is None or f.message_type.name == "Relation" or f.message_type.GetOptions().map_entry:
-            continue
-        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
-        for item in v if repeated else [v]:
-            if f.message_type.name == "Expression" and is_sql(item):
-                parsed = read(item.expression_string.expression)
-                if parsed is not None:
-                    item.CopyFrom(parsed)
-            else:
-                _replace_sql(item, read)
+    for item, is_expression in held_messages(msg):
+        if is_expression and is_sql(item):
+            parsed = read(item.expression_string.expression)
+            if parsed is not None:
+                item.CopyFrom(parsed)
+        else:
+            _replace_sql(item, read)
 
 
 def _select(body: Any, session: Any, e: proto.Expression, every_column: bool = False) -> ConnectDataFrame:
