@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -110,18 +111,10 @@ class Relation:
         ``(left, right)`` pair when the two sides name their time columns differently)."""
         return self._then("join", WindowJoin(on, rows=rows, seconds=seconds, time_col=time_col), other)
 
-    def window_agg(
-        self,
-        by: str | Sequence[str],
-        aggs: Sequence[Agg],
-        *,
-        time_col: str,
-        size: float,
-        slide: float | None = None,
-        lateness: float = 0.0,
-    ) -> Relation:
-        """Aggregates per key over tumbling (``slide`` None) or sliding event-time windows."""
-        return self._then("window_agg", WindowAggregate(by, aggs, time_col, size, slide, lateness))
+    def window_agg(self, by: str | Sequence[str], aggs: Sequence[Agg], **window: Any) -> Relation:
+        """Aggregates per key over tumbling or sliding event-time windows; ``window`` is
+        :class:`WindowAggregate`'s: ``time_col``, ``size``, ``slide`` (None: tumbling), ``lateness``."""
+        return self._then("window_agg", WindowAggregate(by, aggs, **window))
 
     def synthetic(self, selectivity: float, cost_s: float = 1e-6, seed: int = 0) -> Relation:
         """The papers' generic operator with declared selectivity and per-row cost."""

@@ -64,9 +64,9 @@ class Refusal:
     #: the operator and its kind (window aggregate, join, dedup, lag...)
     operator: str
     kind: str
+    shard_by: str
     #: the keys its state is grouped by, which do not include ``shard_by``
     keys: tuple[str, ...]
-    shard_by: str
 
     def message(self) -> str:
         return (
@@ -131,7 +131,7 @@ def shard_report(compiled: CompiledPlan, shard_by: str) -> dict[str, Refusal | N
             inputs = [carried.get(i, frozenset()) for i in plan[name].inputs]
             keys = _refused(op, inputs)
             if keys is not None and report[qname] is None:
-                report[qname] = Refusal(qname, name, type(op).__name__, keys, shard_by)
+                report[qname] = Refusal(qname, name, type(op).__name__, shard_by, keys)
             carried[name] = _carried(op, inputs)
     return report
 

@@ -109,6 +109,7 @@ def _bin(times: np.ndarray, until: float, resolution: float) -> list[tuple[float
 def on_off_pareto(
     mean_rate: float,
     until: float,
+    *,
     flows: int = 64,
     on_scale: float = 1.0,
     resolution: float = 1.0,
@@ -148,12 +149,13 @@ def on_off_pareto(
 def poisson_shifting(
     mean_rate: float,
     until: float,
+    *,
+    seed: int | None = None,
     period: float = 5.0,
     spread: float = 0.3,
     burst_probability: float = 0.25,
     burst_factor: float = 2.0,
     resolution: float = 1.0,
-    seed: int | None = None,
 ) -> list[tuple[float, float]]:
     """Poisson arrivals whose mean is redrawn every ``period`` time units (thesis §6.1).
 

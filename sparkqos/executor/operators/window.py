@@ -41,9 +41,10 @@ class WindowAggregate(WindowStateOperator):
 
     def __init__(
         self,
-        keys: Sequence[str],
+        keys: str | Sequence[str],
         aggs: Sequence[Agg],
         time_col: str,
+        *,
         size: float,
         slide: float | None = None,
         lateness: float = 0.0,
@@ -74,7 +75,7 @@ class WindowAggregate(WindowStateOperator):
         return self._copies
 
     def copy(self) -> WindowAggregate:
-        return WindowAggregate(self.keys, self.aggs, self.time_col, self.size, self.slide, self.lateness)
+        return WindowAggregate(self.keys, self.aggs, self.time_col, size=self.size, slide=self.slide, lateness=self.lateness)
 
     def _output_schema(self) -> pa.Schema:
         src = self.input_schemas[0]
