@@ -299,7 +299,7 @@ def write_readme(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="one repetition, 8 s traces, fewer plans (module docstring)")
+    ap.add_argument("--quick", action="store_true", help="one repetition, 6 s traces, fewer plans (module docstring)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per trace (default 3; 1 with --quick)")
     ap.add_argument("--only", default=",".join(SPARK), help="experiments to run on Spark")
     ap.add_argument("--traces", default=",".join(TRACES))
