@@ -116,15 +116,8 @@ def _session_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any]
         raise tr.unsupported("a session_window() sparkqos cannot read", "session_window(time column, 'gap')")
     (ts_nodes, _), (gap_nodes, _) = tr.typed(input_rel, list(call.arguments), attrs)
     end = [{"class": f"{_E}TimestampAddInterval", "num-children": 2, "timeZoneId": tr.time_zone}, *ts_nodes, *gap_nodes]
-    struct = [{"class": f"{_E}CreateNamedStruct", "num-children": 4}]
-    struct += [literal("start", "string"), *ts_nodes, literal("end", "string"), *end]
-    project = {
-        "class": f"{PKG}.plans.logical.Project",
-        "num-children": 1,
-        "projectList": [[alias(key[1], key[0]), *struct], *[[attr(a)] for a in attrs]],
-    }
-    not_null = [{"class": f"{_E}IsNotNull", "num-children": 1}, *ts_nodes]
-    return [{"class": f"{PKG}.plans.logical.Filter", "num-children": 1, "condition": not_null}, project]
+    project, not_null = _window_nodes(key, attrs, ts_nodes, ts_nodes, end)
+    return [not_null, project]
 
 
 def _window_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any], key: tuple[Any, str, Any]) -> list[Any]:
@@ -152,15 +145,25 @@ def _window_key(tr: Any, call: Any, input_rel: proto.Relation, attrs: list[Any],
         longs[1],
     ]
     end_expr = [{"class": f"{_E}Add", "num-children": 2}, *start_expr, longs[2]]
+    project, not_null = _window_nodes(key, attrs, ts_nodes, start_expr, end_expr)
+    return [project, not_null]
+
+
+def _window_nodes(
+    key: tuple[Any, str, Any], attrs: list[Any], ts_nodes: list[Any], start: list[Any], end: list[Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two nodes of the analyzer's rewrite of a (session) window: a Project defining ``key``
+    as the struct (start, end) beside the input's columns, and a Filter keeping rows whose time is
+    not null; the caller stacks them in the order its rewrite has."""
     struct = [{"class": f"{_E}CreateNamedStruct", "num-children": 4}]
-    struct += [literal("start", "string"), *start_expr, literal("end", "string"), *end_expr]
+    struct += [literal("start", "string"), *start, literal("end", "string"), *end]
     project = {
         "class": f"{PKG}.plans.logical.Project",
         "num-children": 1,
         "projectList": [[alias(key[1], key[0]), *struct], *[[attr(a)] for a in attrs]],
     }
     not_null = [{"class": f"{_E}IsNotNull", "num-children": 1}, *ts_nodes]
-    return [project, {"class": f"{PKG}.plans.logical.Filter", "num-children": 1, "condition": not_null}]
+    return project, {"class": f"{PKG}.plans.logical.Filter", "num-children": 1, "condition": not_null}
 
 
 def _aggregate_expression(tr: Any, e: proto.Expression, input_rel: proto.Relation, attrs: list[Any]) -> list[Any]:
