@@ -215,14 +215,16 @@ def test_synthetic_matches_spark(spark):
 def test_synthetic_keep_mask_is_sparks_on_nulls_negatives_and_large_keys(spark):
     """The executor's keep/drop hash against Spark evaluating sparkqos.synthetic's condition on the
     same keys: nulls are dropped, |key| is taken before the modulus, large keys stay exact."""
+    from pyspark.sql import functions as F
+
     from sparkqos.executor.operators import Synthetic
-    from sparkqos.spark.synthetic import _keep
+    from sparkqos.spark.synthetic import _keep_sql
 
     keys = [None, 0, 1, -1, 7, -7, 2**31 - 1, 2**31, -(2**40), 2**62, None, *range(100, 400, 7)]
     df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "i long, k long")
     for selectivity, seed in ((0.5, 11), (0.1, 3), (1.0, 0)):
         op = Synthetic(selectivity, cost_s=0.0, seed=seed, key="k")
-        want = [r["keep"] for r in df.select("i", _keep("k", op, is_long=True).alias("keep")).orderBy("i").collect()]
+        want = [r["keep"] for r in df.select("i", F.expr(_keep_sql("k", op, is_long=True)).alias("keep")).orderBy("i").collect()]
         got = op.keep_mask(pa.array(keys, pa.int64())).to_pylist()
         assert got == want
         no_nulls = [k for k in keys if k is not None]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
@@ -27,11 +27,6 @@ from sparkqos.errors import ArgumentError, PlanError, check_number
 from sparkqos.executor.operators import Synthetic
 
 __all__ = ["synthetic"]
-
-
-def _keep(key: str, op: Synthetic, is_long: bool = False) -> Column:
-    """The executor's keep/drop hash over column ``key`` as a Column (:func:`_keep_sql`)."""
-    return F.expr(_keep_sql(key, op, is_long))
 
 
 def _keep_sql(key: str, op: Synthetic, is_long: bool = False) -> str:
