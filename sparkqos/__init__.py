@@ -22,7 +22,6 @@ except ImportError as _exc:
 
 from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
 from sparkqos.adaptive import QosSpec
-from sparkqos.compile import QuerySet, avg, col, count, lit, max_, min_, sum_
 from sparkqos.errors import (
     CheckpointError,
     ConfigError,
@@ -46,10 +45,34 @@ from sparkqos.errors import (
     WorkloadError,
 )
 from sparkqos.model import Operator, OperatorPath, Plan, Query
-from sparkqos.runtime.config import Continuous, ExecutorOptions, Input, RunConfig, Storage, StrategyConfig, Trigger
-from sparkqos.runtime.intake import BacklogWarning, Intake
 
 __version__ = "0.1.0"
+
+# The query API and the run configuration load on first use (PEP 562), not with the package: every
+# Python worker Spark starts for a sparkqos source, UDF or shard imports this package, and the
+# runtime's part (pandas, through the report) would double that worker's start-up for nothing.
+_LAZY = {
+    **dict.fromkeys(("QuerySet", "avg", "col", "count", "lit", "max_", "min_", "sum_"), "sparkqos.compile"),
+    **dict.fromkeys(
+        ("Continuous", "ExecutorOptions", "Input", "RunConfig", "Storage", "StrategyConfig", "Trigger"), "sparkqos.runtime.config"
+    ),
+    **dict.fromkeys(("BacklogWarning", "Intake"), "sparkqos.runtime.intake"),
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparkqos' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def stream(df, queries, **kwargs):
