@@ -60,8 +60,12 @@ for arg in "$@"; do
   esac
 done
 
-export PYSPARK_PYTHON="$venv/bin/python"
-export PYSPARK_DRIVER_PYTHON="$venv/bin/python"
+# Spark's Python processes (the driver, the workers, the Python sources' runners) run the venv's
+# Python through sparkqos/spark/spark-python, which has them import pyspark from the venv (cached
+# bytecode) rather than from Spark's pyspark.zip, which each process would compile anew (~0.35 s).
+export SPARKQOS_PYTHON="$venv/bin/python"
+export PYSPARK_PYTHON="$here/sparkqos/spark/spark-python"
+export PYSPARK_DRIVER_PYTHON="$here/sparkqos/spark/spark-python"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 
 exec "$venv/bin/spark-submit" \

@@ -32,6 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # changes nothing of what Spark computes. A user's own SPARK_SUBMIT_OPTS wins.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
+#: The Python of Spark's Python processes in the tests (UDF workers, Python sources' runners, the
+#: Connect server's): this one, through the launcher spark-submit.sh uses, which imports pyspark from
+#: this Python's installation instead of compiling it from Spark's pyspark.zip in every process.
+SPARK_PYTHON = str(ROOT / "sparkqos" / "spark" / "spark-python")
+os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
+
 #: Test files whose tests wait on processes of their own (a notebook kernel, a Spark Connect
 #: server, a fresh virtualenv), longest first: they run first, so that with ``-n 2`` (pytest-xdist)
 #: they overlap the rest of the suite instead of ending it.
@@ -90,7 +96,7 @@ def run_connect_job(script: str, *args: str, cwd: Path, timeout: float) -> dict:
     """Run ``tests/<script>`` (one ``remote("local[2]")`` session) in its own process, its Spark
     workers on this Python, and return the JSON summary its last line prints."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_CONNECT")}
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PYSPARK_PYTHON"], env["PYSPARK_DRIVER_PYTHON"] = SPARK_PYTHON, sys.executable
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / script), *args],
@@ -106,7 +112,7 @@ def run_connect_job(script: str, *args: str, cwd: Path, timeout: float) -> dict:
 
 @pytest.fixture(scope="session")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", SPARK_PYTHON)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

@@ -90,6 +90,8 @@ def test_wheel_carries_the_package_data(wheel):
         names
     )
     assert not [n for n in names if n.startswith(("tests/", "jobs/", "benchmarks/"))]
+    launcher = zipfile.ZipFile(wheel).getinfo("sparkqos/spark/spark-python")  # Spark's Python processes' launcher
+    assert launcher.external_attr >> 16 & 0o111, "the launcher must stay executable"
 
 
 @pytest.mark.spark  # a Spark session in the fresh virtualenv
