@@ -28,8 +28,8 @@ path_latency as it is; classes workload ``A``, hr and cqc; cos at 320 operators,
 chain_memory's ``mix``, chain and fifo; adaptive on ``filters``, the thesis' four single
 strategies (fifo, rr, mtiq, chain: the singles' average the claim compares with is theirs, as in
 Tables 6.3-6.5) and adaptive over them with the thirds setting; simulator horizons of 600 time
-units instead of 2,000. The table is rewritten after
-every experiment, so a run stopped early leaves the rows it measured (its note says which).
+units instead of 2,000. The table is rewritten after every experiment, so a run stopped early
+leaves the rows it measured (its note says which).
 """
 
 from __future__ import annotations
