@@ -4,6 +4,7 @@ Spark's pyspark.zip, which Python compiles anew in every process (docs/ARCHITECT
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -43,7 +44,7 @@ def _launched_pythonpath(tmp_path: Path, spark_home: Path, pythonpath: str) -> s
     code = "import os; print(repr(os.environ.get('PYTHONPATH')))"
     env = {**os.environ, "SPARK_HOME": str(spark_home), "PYTHONPATH": pythonpath, "SPARKQOS_PYTHON": sys.executable}
     out = subprocess.run([str(LAUNCHER), "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
-    return eval(out.stdout.strip())  # noqa: S307 - the repr printed just above
+    return ast.literal_eval(out.stdout.strip())
 
 
 def test_the_launcher_drops_the_zips_of_a_pip_installed_pyspark_only(tmp_path):
