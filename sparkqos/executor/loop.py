@@ -208,6 +208,10 @@ class Executor:
             self.state.record_input(n)
         return n
 
+    def next_seq(self, stream: str) -> int:
+        """The sequence number the next row of ``stream`` gets (rows so far)."""
+        return self._seq[stream]
+
     # -- the loop ------------------------------------------------------------------------------------
     def run(self, budget_s: float | None = None, max_units: int | None = None, stop: threading.Event | None = None) -> RunReport:
         """Serve units the strategy picks until ``budget_s`` seconds pass, ``max_units`` units ran,

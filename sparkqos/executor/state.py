@@ -59,6 +59,7 @@ class ExecutorState(EngineState):
         self.shed_rows: dict[str, int] = {}
         self.peak_memory_bytes = 0
         self._query_of = {op.name: self.plan.query_of(op.name) for op in self.plan}
+        self._priority = {op.name: self.plan.classes.get(self.plan.class_of(op.name), 0.0) for op in self.plan}
         self.locks: dict[str, threading.RLock] | None = None  # per-operator locks when clusters run in threads
 
     def _upstream(self, name: str) -> list[str]:
@@ -157,13 +158,20 @@ class ExecutorState(EngineState):
 
     def _relieve(self) -> None:
         """Bring the queued bytes in memory under the limit: spill (or shed) the newest batches
-        of the queues holding most in memory; each queue keeps its head batch in memory."""
+        of the lowest class's queues first, those holding most in memory first; each queue keeps
+        its head batch in memory."""
         mem = self.memory_bytes
         self.peak_memory_bytes = max(self.peak_memory_bytes, mem)
         excess = mem - self.memory_limit_bytes
         if excess <= 0:
             return
-        queues = sorted(((q.memory_bytes, name, q) for name, ports in self.ports.items() for q in ports), key=lambda e: -e[0])
+        # the lowest classes first (the top class's rows stay in memory while others can go), the
+        # queues holding most first within a class
+        priority = self._priority
+        queues = sorted(
+            ((q.memory_bytes, name, q) for name, ports in self.ports.items() for q in ports),
+            key=lambda e: (priority[e[1]], -e[0]),
+        )
         for held, name, q in queues:
             if excess <= 0 or held <= 0:
                 break
@@ -190,6 +198,24 @@ class ExecutorState(EngineState):
                     excess -= freed
             if self.shed:
                 self.refresh(name)
+
+    def shed_before(self, op: str, port: int, bound: float) -> list[pa.RecordBatch]:
+        """Remove and return the rows at the front of ``op``'s queue ``port`` that arrived before
+        ``bound`` (load shedding a user chose, :mod:`sparkqos.runtime.targets`); counted per query
+        in :attr:`shed_rows`."""
+        q = self.ports[op][port]
+        with self._guard(op):
+            rows, nbytes = q.rows, q.nbytes
+            out = q.take_before(bound, inclusive=False, limit=q.rows)
+            gone_rows, gone_bytes = rows - q.rows, nbytes - q.nbytes
+        if gone_rows:
+            self._total_rows -= gone_rows
+            self._total_bytes -= gone_bytes
+            self.record_input(-gone_rows)  # shed, not released by work
+            query = self._query_of[op]
+            self.shed_rows[query] = self.shed_rows.get(query, 0) + gone_rows
+            self.refresh(op)
+        return out
 
     def close(self) -> None:
         """Remove the spill folder (spilled rows are gone after this)."""

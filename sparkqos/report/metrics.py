@@ -67,6 +67,25 @@ SCHEMA = pa.schema(
         # for them (the plan row: all parts); NaN where no part is evaluated by Spark
         ("sparkRows", pa.float64()),
         ("sparkS", pa.float64()),
+        # runner only: rows shed (sparkqos.runtime.shedding), the query's latency target, rows
+        # written later than it and whether none were (1/0; the plan row: every query with a
+        # target); NaN without a policy or target
+        ("shedRows", pa.float64()),
+        ("sloTargetS", pa.float64()),
+        ("sloViolations", pa.float64()),
+        ("sloMet", pa.float64()),
+        # runner only, per query: where the delay of the rows written went, mean seconds per
+        # row (sparkqos.runtime.decompose), and how far behind its oldest queued row is
+        ("delayPartWait_s", pa.float64()),
+        ("delayPartSpark_s", pa.float64()),
+        ("delayPartTrigger_s", pa.float64()),
+        ("delayPartQueue_s", pa.float64()),
+        ("delayPartRun_s", pa.float64()),
+        ("delayPartSink_s", pa.float64()),
+        ("behindS", pa.float64()),
+        # runner only, plan row: queued bytes held in memory and spilled to disk
+        ("queuedMemoryBytes", pa.float64()),
+        ("spilledBytes", pa.float64()),
     ]
 )
 

@@ -36,6 +36,7 @@ __all__ = [
     "executor_options",
     "priority_levels",
     "serve_by_class",
+    "serve_trigger",
     "stream_of",
     "top_class",
 ]
@@ -179,3 +180,15 @@ def serve_by_class(executor: Executor, levels: list[tuple[str, ...]], budget_s: 
             break
         total.add(executor.serve(operators, max(left, 0.0)))
     return total
+
+
+def serve_trigger(executor: Executor, levels: list[tuple[str, ...]], top_s: float, budget_s: float) -> RunReport:
+    """What a trigger serves, written once for every caller (the trigger loop, with or without the
+    continuous worker, and a shard of the sharded lane): the top classes first, class by class,
+    for up to ``top_s`` (:func:`serve_by_class`), so what they have queued leaves with this
+    trigger; then the strategy for what is left of ``budget_s``."""
+    report = serve_by_class(executor, levels, min(top_s, budget_s))
+    left = budget_s - report.seconds
+    if left > 0:
+        report.add(executor.run(left))
+    return report

@@ -72,7 +72,9 @@ from sparkqos.model.plan import Plan
 from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.intake import Intake
 from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
+from sparkqos.runtime.targets import parse_durations, per_query
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.schedulers.deadline import EarliestDeadline
 
 __all__ = [
     "AVAILABLE_NOW",
@@ -512,6 +514,9 @@ class RunConfig:
     on_progress: Callable[[dict[str, Any]], None] | None
     on_delays: Callable[[int, dict[str, np.ndarray]], None] | None
     fault: str | None
+    #: Latency targets and shedding ages in seconds, by query or class name (:mod:`sparkqos.runtime.targets`).
+    slo: Mapping[str, float]
+    shed: Mapping[str, float]
     #: ``fault`` parsed: injection point → batch ids.
     faults: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
 
@@ -528,6 +533,8 @@ class RunConfig:
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         on_delays: Callable[[int, dict[str, np.ndarray]], None] | None = None,
         fault: str | None = None,
+        slo: Mapping[str, Any] | None = None,
+        shed: Mapping[str, Any] | None = None,
         **shorthands: Any,
     ):
         parts: dict[str, Any] = {
@@ -568,6 +575,8 @@ class RunConfig:
         _set(self, "on_progress", on_progress)
         _set(self, "on_delays", on_delays)
         _set(self, "fault", fault)
+        _set(self, "slo", parse_durations("slo", slo))
+        _set(self, "shed", parse_durations("shed", shed))
         _set(self, "faults", types.MappingProxyType({p: frozenset(b) for p, b in parse_faults(fault).items()}))
 
     def replace(self, **changes: Any) -> RunConfig:
@@ -601,7 +610,11 @@ class RunConfig:
         >>> RunConfig(checkpoint="/tmp/ckpt", strategy="chain", class_shares=True, trigger_s=1.0).make_scheduler()
         ClassShares(inner='chain', k=1.0, quantum=0.1)
         """
-        return self.strategy.make(plan, self.effective_budget_s, self.interval_s)
+        scheduler = self.strategy.make(plan, self.effective_budget_s, self.interval_s)
+        if self.slo and plan is not None:
+            targets = per_query("slo", self.slo, {q: query.klass for q, query in plan.queries.items()})
+            scheduler = EarliestDeadline(scheduler, targets=targets)
+        return scheduler
 
 
 def _continuous(continuous: Continuous | bool | None, fields: dict[str, Any]) -> Continuous | None:

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from sparkqos.atomic import write_atomic
 from sparkqos.errors import SinkError, check_number
 
-__all__ = ["DEAD_LETTER_SCHEMA", "RowChecks", "DeadLetterSink", "read_dead_letters"]
+__all__ = ["DEAD_LETTER_SCHEMA", "DeadLetterSink", "RowChecks", "dead_letters", "read_dead_letters"]
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -172,19 +172,25 @@ class RowChecks:
         rows = np.flatnonzero(bad)
         if not rows.size:
             return DEAD_LETTER_SCHEMA.empty_table()
-        originals = table.take(pa.array(rows)).to_pylist()
-        return pa.table(
-            {
-                "batch_id": pa.array(np.full(rows.size, batch_id), pa.int64()),
-                "row": pa.array(rows, pa.int64()),
-                "reason": pa.array([reason[i] for i in rows], pa.string()),
-                "column": pa.array([column[i] for i in rows], pa.string()),
-                "record": pa.array(
-                    [json.dumps({k: _json_value(v) for k, v in r.items()}, sort_keys=True) for r in originals], pa.string()
-                ),
-            },
-            schema=DEAD_LETTER_SCHEMA,
-        )
+        return dead_letters(table.take(pa.array(rows)), batch_id, rows, [reason[i] for i in rows], [column[i] for i in rows])
+
+
+def dead_letters(records: pa.Table, batch_id: int, rows: np.ndarray, reason: list[str], column: list[str | None]) -> pa.Table:
+    """Dead-letter rows of ``records`` (the original rows, kept as JSON), one per row, with their
+    ``rows`` numbers, ``reason`` and ``column``."""
+    return pa.table(
+        {
+            "batch_id": pa.array(np.full(len(rows), batch_id), pa.int64()),
+            "row": pa.array(rows, pa.int64()),
+            "reason": pa.array(reason, pa.string()),
+            "column": pa.array(column, pa.string()),
+            "record": pa.array(
+                [json.dumps({k: _json_value(v) for k, v in r.items()}, sort_keys=True) for r in records.to_pylist()],
+                pa.string(),
+            ),
+        },
+        schema=DEAD_LETTER_SCHEMA,
+    )
 
 
 def _cast(raw: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:

@@ -33,15 +33,19 @@ def sink_tables(outputs: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
 
 
 class EarlyParts:
-    """What the worker wrote early of one batch: rows and delays (seconds) per query."""
+    """What the worker wrote early of one batch: rows and delays (seconds) per query, and each
+    part's rows with the executor's columns and its write time (``tables``: where the delays went,
+    :mod:`sparkqos.runtime.decompose`)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, int] = {}
         self.delays: dict[str, list[np.ndarray]] = {}
+        self.tables: list[tuple[str, pa.Table, float]] = []
 
-    def add(self, query: str, rows: int, delays: np.ndarray) -> None:
-        self.rows[query] = self.rows.get(query, 0) + rows
-        self.delays.setdefault(query, []).append(delays)
+    def add(self, query: str, table: pa.Table, written: float) -> None:
+        self.rows[query] = self.rows.get(query, 0) + table.num_rows
+        self.delays.setdefault(query, []).append(written - table.column(ARRIVAL).to_numpy(zero_copy_only=False))
+        self.tables.append((query, table.select([c for c in table.column_names if c in INTERNAL or c == EMIT]), written))
 
 
 class EarlyWriter:
@@ -74,6 +78,12 @@ class EarlyWriter:
         write as a part of the next batch, when it is time."""
         if not report.idle and time.monotonic() - self._at < self.every_s:
             return
+        self.write_now()
+
+    def write_now(self) -> None:
+        """Write what the top class produced since the last write as a part of the next batch (by
+        the thread that holds the executor: the worker after a slice, or a trigger that has served
+        the top class and has slower work ahead)."""
         outputs = {q: t for q, t in self.executor.take_outputs(self.queries).items() if t.num_rows}
         if not outputs:
             return
@@ -86,7 +96,7 @@ class EarlyWriter:
         if first:
             self._batch, self._parts = batch_id, EarlyParts()
         for q, t in outputs.items():
-            self._parts.add(q, t.num_rows, at - t.column(ARRIVAL).to_numpy(zero_copy_only=False))
+            self._parts.add(q, t, at)
         self.phase_s["earlyWrite"] += time.perf_counter() - t0
         self.written(batch_id)
 

@@ -29,11 +29,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from sparkqos.errors import RunnerError, check_number
 from sparkqos.report.console import catch_up_line
 
-__all__ = ["BacklogTracker", "BacklogWarning", "Intake", "catch_up_line", "warn_backlog"]
+__all__ = ["BacklogTracker", "BacklogWarning", "ClassBacklog", "Intake", "catch_up_line", "warn_backlog"]
 
 
 class BacklogWarning(UserWarning):
@@ -47,6 +48,11 @@ class Intake:
     ``max_queued_rows``: a trigger waits, up to ``wait_s`` seconds, for the executor to bring the
     rows queued over all queries' queues under this before it ingests (None: never waits); so the
     peak queued is at most this plus one batch times the queries reading the stream.
+    Only the top class's queries count (all queries when no class stands above the others): a
+    lower class's backlog does not hold a batch back — its bytes beyond ``memory_limit_bytes``
+    spill to disk (lower classes first), so after downtime the top class is served across the
+    whole backlog, at the speed of its own work. ``max_spilled_bytes`` bounds the disk: beyond it
+    the trigger waits as for the top class (None: no bound).
     ``memory_limit_bytes``: queued bytes in memory beyond it spill to disk (None: never; an
     ``executor_args`` value wins). ``catch_up_lag_s``: an event-time lag beyond it is reported as
     catching up. ``warn_every_s``: least seconds between two :class:`BacklogWarning`.
@@ -57,13 +63,15 @@ class Intake:
 
     max_queued_rows: int | None = 200_000
     wait_s: float = 30.0
-    memory_limit_bytes: int | None = 1 << 30
+    memory_limit_bytes: int | None = 256 << 20
+    max_spilled_bytes: int | None = 8 << 30
     catch_up_lag_s: float = 5.0
     warn_every_s: float = 30.0
 
     def __post_init__(self) -> None:
         check_number("max_queued_rows", self.max_queued_rows, low=1, integer=True, none_ok=True, error=RunnerError)
         check_number("memory_limit_bytes", self.memory_limit_bytes, low=0, integer=True, none_ok=True, error=RunnerError)
+        check_number("max_spilled_bytes", self.max_spilled_bytes, low=0, integer=True, none_ok=True, error=RunnerError)
         for name in ("wait_s", "catch_up_lag_s", "warn_every_s"):
             check_number(name, getattr(self, name), low=0, error=RunnerError)
 
@@ -129,6 +137,58 @@ class BacklogTracker:
         else:
             eta = math.nan
         return {"backlogS": lag, "backlogRows": rows, "catchUpEtaS": eta}
+
+
+class ClassBacklog:
+    """How far behind each query is, from its own queues: ``behindS`` (the wall clock minus the
+    event time of its oldest queued row; 0 with nothing queued) and ``catchUpEtaS`` (its queued
+    rows over the rate they shrink, smoothed; inf once they grew :attr:`GROWING` triggers in a
+    row, NaN while neither; 0 with nothing queued). Per query, so the top class's ETA is its own,
+    and it holds as long as rows are queued, whatever the stream's newest event time says.
+
+    >>> from sparkqos import Operator, Plan
+    >>> b = ClassBacklog(Plan([Operator("a", ("s",), 1.0, 1.0, query="q")], streams=["s"]))
+    >>> class Q:
+    ...     def __init__(self, n): self.n = n
+    ...     def queued(self, op): return self.n
+    >>> _ = b.observe(10.0, Q(1000), {"q": 0.0})
+    >>> b.observe(11.0, Q(800), {"q": 1.0})["q"]
+    {'behindS': 10.0, 'catchUpEtaS': 4.0}
+    """
+
+    GROWING = BacklogTracker.GROWING
+    W = BacklogTracker.W
+
+    def __init__(self, plan: Any):
+        self.operators = {q: tuple(query.operators) for q, query in plan.queries.items()}
+        self._last: dict[str, tuple[float, float]] = {}  # query -> (wall, rows)
+        self._slope: dict[str, float] = {}  # rows per second, smoothed (negative: shrinking)
+        self._growing: dict[str, int] = {}
+
+    def observe(self, wall: float, queued: Any, oldest: dict[str, float]) -> dict[str, dict[str, float]]:
+        out = {}
+        for q, ops in self.operators.items():
+            rows = float(sum(queued.queued(op) for op in ops))
+            last = self._last.get(q)
+            if last is not None and wall > last[0]:
+                slope = (rows - last[1]) / (wall - last[0])
+                old = self._slope.get(q)
+                self._slope[q] = slope if old is None else old * self.W + slope * (1 - self.W)
+                self._growing[q] = self._growing.get(q, 0) + 1 if rows > last[1] else 0
+            self._last[q] = (wall, rows)
+            first = oldest.get(q, math.nan)
+            behind = wall - first if rows > 0 and math.isfinite(first) else 0.0
+            slope = self._slope.get(q, math.nan)
+            if rows <= 0:
+                eta = 0.0
+            elif self._growing.get(q, 0) >= self.GROWING:
+                eta = math.inf
+            elif slope < 0:
+                eta = rows / -slope
+            else:
+                eta = math.nan
+            out[q] = {"behindS": behind, "catchUpEtaS": eta}
+        return out
 
 
 def warn_backlog(message: str) -> None:

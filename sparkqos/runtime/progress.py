@@ -126,6 +126,7 @@ class ProgressReporter:
         continuous: bool = False,
         backlog: Mapping[str, float] | None = None,
         spark_parts: Mapping[str, tuple[int, float]] | None = None,
+        query_columns: Mapping[str, Mapping[str, float]] | None = None,
     ) -> dict[str, Any]:
         """The record of trigger ``batch_id`` that started at ``started`` (epoch seconds):
         ``rows_in`` rows offered, ``dead_rows`` of them dead-lettered, ``served``: what the
@@ -136,8 +137,11 @@ class ProgressReporter:
         the executor was still);
         ``backlog``: ``backlogS``, ``backlogRows``, ``catchUpEtaS`` and ``intakeWaitS``
         (:mod:`sparkqos.runtime.intake`); ``spark_parts``: query → (rows, seconds) of its parts Spark
-        evaluated in this trigger."""
+        evaluated in this trigger; ``query_columns``: further columns of each query's row (shed
+        rows, latency target met, the parts of the delay, how far behind: see the metrics
+        schema), summed or combined into the plan row."""
         spark_parts = spark_parts or {}
+        query_columns = query_columns or {}
         consumed, busy_s, cpu_s = served.rows_consumed, served.seconds, served.cpu_s
         now = time.time()
         duration = now - started
@@ -167,6 +171,7 @@ class ProgressReporter:
                 queuedBytes=float(sum(state.queued_bytes(op) for op in query.operators)),
                 **metrics.delay_summary(delays[qname]),
                 **_spark_columns([spark_parts[qname]] if qname in spark_parts else []),
+                **query_columns.get(qname, {}),
                 **common,
             )
             for qname, query in self.plan.queries.items()
@@ -187,6 +192,7 @@ class ProgressReporter:
             executorCores=cpu_s / wall if wall > 0 else math.nan,
             **dict(backlog or {}),
             **_spark_columns(list(spark_parts.values())),
+            **_service_columns(per_query),
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
@@ -203,6 +209,19 @@ class ProgressReporter:
         return progress
 
 
+def _service_columns(per_query: list[dict[str, Any]]) -> dict[str, float]:
+    """The plan row's shed rows (summed), latency targets met (1 when every query with a target
+    and rows met it, 0 when one missed, NaN without) and violations (summed)."""
+    shed = [r["shedRows"] for r in per_query if not math.isnan(r["shedRows"])]
+    met = [r["sloMet"] for r in per_query if not math.isnan(r["sloMet"])]
+    late = [r["sloViolations"] for r in per_query if not math.isnan(r["sloViolations"])]
+    return {
+        "shedRows": float(sum(shed)) if shed else math.nan,
+        "sloMet": float(min(met)) if met else math.nan,
+        "sloViolations": float(sum(late)) if late else math.nan,
+    }
+
+
 def _spark_columns(parts: list[tuple[int, float]]) -> dict[str, float]:
     if not parts:
         return {}
@@ -214,7 +233,7 @@ def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict
     row per query — so a record rebuilt from the metrics table equals the one reported live."""
 
     def count(name: str) -> int:
-        v = plan_row[name]
+        v = plan_row.get(name)
         return 0 if v is None or math.isnan(v) else int(v)
 
     scores = plan_row["scores"]
@@ -249,6 +268,11 @@ def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict
         "intakeWaitS": plan_row["intakeWaitS"],
         "sparkRows": plan_row.get("sparkRows", math.nan),
         "sparkS": plan_row.get("sparkS", math.nan),
+        "shedRows": count("shedRows"),
+        "sloMet": plan_row.get("sloMet", math.nan),
+        "sloViolations": count("sloViolations"),
+        "queuedMemoryBytes": plan_row.get("queuedMemoryBytes", math.nan),
+        "spilledBytes": plan_row.get("spilledBytes", math.nan),
         "queries": per_query,
     }
 

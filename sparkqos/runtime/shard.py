@@ -37,7 +37,7 @@ from sparkqos.compile.shardable import refuse_spark_parts
 from sparkqos.errors import RunnerError, check_number
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.runtime.assembly import priority_levels, serve_by_class, stream_of
+from sparkqos.runtime.assembly import priority_levels, serve_trigger, stream_of
 from sparkqos.runtime.checkpoint import checkpoint_bytes, read_checkpoint_bytes
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.deadletter import RowChecks
@@ -122,10 +122,7 @@ class ShardWork:
                 dead_parts.append(dead)
         # the top classes first (class shares on, several levels), so their rows are out in this
         # micro-batch; then the strategy for what is left of the budget
-        report = serve_by_class(executor, self.levels, self.config.effective_top_class_s)
-        left = self.config.effective_budget_s - report.seconds
-        if left > 0:
-            report.add(executor.run(left))
+        report = serve_trigger(executor, self.levels, self.config.effective_top_class_s, self.config.effective_budget_s)
         report.add(executor.end_trigger())  # update-mode aggregates: each key changed in this micro-batch, once
         dead = pa.concat_tables(dead_parts) if dead_parts else None
         dead_rows = 0 if dead is None else dead.num_rows

@@ -53,6 +53,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,13 +65,15 @@ from sparkqos.errors import RunnerError
 from sparkqos.executor.expressions import ARRIVAL
 from sparkqos.executor.loop import RunReport
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.runtime.assembly import DEFAULT_ARRIVAL_COLUMN, assemble, priority_levels, serve_by_class, top_class
+from sparkqos.runtime.assembly import DEFAULT_ARRIVAL_COLUMN, assemble, priority_levels, serve_trigger, top_class
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.continuous import ContinuousWorker
+from sparkqos.runtime.decompose import DelayParts, IngestLog, micro_batch_start, seqs_of
 from sparkqos.runtime.early import EarlyParts, EarlyWriter, sink_tables
 from sparkqos.runtime.ingest import arrivals, epoch_seconds
-from sparkqos.runtime.intake import BacklogTracker, catch_up_line, warn_backlog
+from sparkqos.runtime.intake import BacklogTracker, ClassBacklog, catch_up_line, warn_backlog
 from sparkqos.runtime.progress import QueuedSizes, strategy_in_force
+from sparkqos.runtime.service import Service
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "Commit", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
 
@@ -119,6 +122,10 @@ class Commit:
     state: bytes
     queued: QueuedSizes
     strategy: tuple[str, dict[str, float]]
+    #: Per query, the event time of its oldest queued row (NaN: none queued).
+    oldest: dict[str, float]
+    #: Queued bytes in memory and spilled to disk.
+    spilled: tuple[int, int]
 
 
 class TriggerLoop:
@@ -146,6 +153,16 @@ class TriggerLoop:
         self.progress = parts.progress
         self.budget_s = config.effective_budget_s
         self.backlog = BacklogTracker(config.intake.catch_up_lag_s)
+        self.class_backlog = ClassBacklog(self.compiled.plan)
+        #: What the run promises per query: latency targets, shedding (:mod:`sparkqos.runtime.service`).
+        self.service = Service(self.compiled, config, keeps_dead=self.dead_letter is not None)
+        #: When each trigger queued which rows (the delay's parts, :mod:`sparkqos.runtime.decompose`).
+        self.ingest_log = IngestLog()
+        self._returned: float | None = None  # time.time() when the last trigger returned
+        plan = self.compiled.plan
+        self._query_ops = {q: tuple(query.operators) for q, query in plan.queries.items()}
+        #: The stream each query's rows are counted in (its first leaf's), for the delay's parts.
+        self._stream_of = {q: _first_stream(plan, query.operators) for q, query in plan.queries.items()}
         self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
         self.dead_lettered_total = 0
         self.last_batch = -1
@@ -165,9 +182,13 @@ class TriggerLoop:
         self._paused = False  # a trigger holds the executor and has not handed it back yet
         self.worker: ContinuousWorker | None = None
         self.early: EarlyWriter | None = None
-        self.top_class: str | None = None
+        self.top_class: str | None = top_class(self.compiled)
         #: The operators a trigger serves at once, a tuple per priority level, highest first.
-        self.levels: list[tuple[str, ...]] = []
+        self.levels: list[tuple[str, ...]] = priority_levels(self.compiled) if config.strategy.class_shares else []
+        #: The operators of the top class's queries (all operators without a top class): what
+        #: the intake bound counts.
+        plan = self.compiled.plan
+        self.top_operators = tuple(op for q in plan.queries.values() if self.top_class in (None, q.klass) for op in q.operators)
         if config.continuous is not None:
             self._start_worker(config)
 
@@ -175,7 +196,6 @@ class TriggerLoop:
         """The continuous worker, its early writer (with a top class and a sink that takes parts)
         and the levels a trigger serves first (with class shares on)."""
         continuous = config.continuous
-        self.top_class = top_class(self.compiled)
         if self.top_class is not None and continuous.early_write_s > 0 and self.sink.supports_parts:
             queries = tuple(q.name for q in self.compiled.plan.queries.values() if q.klass == self.top_class)
             written = lambda batch_id: self._fault("after_early_write", batch_id)  # noqa: E731
@@ -190,8 +210,6 @@ class TriggerLoop:
             after_slice=self.early.after_slice if self.early is not None else None,
         )
         self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
-        if config.strategy.class_shares:  # class priority above the strategy: the trigger honours it too
-            self.levels = priority_levels(self.compiled)
 
     # -- checkpoint ------------------------------------------------------------------------------
     @property
@@ -212,17 +230,43 @@ class TriggerLoop:
             if self.early is not None:
                 self.early.parts_batch = ckpt.batch_id + 1
             self.dead_lettered_total = int(ckpt.state.get("dead_lettered_total", 0))
+            self.service.stream_time = float(ckpt.state.get("stream_time", -math.inf))
         self._restored = True
         return self.last_batch
 
     # -- the trigger -----------------------------------------------------------------------------
+    @property
+    def defers_lower_parts(self) -> bool:
+        """A trigger writes the top class's outputs before the lower classes' Spark-evaluated
+        parts are evaluated (``process(..., later=...)``): it has a top class and early writes."""
+        return self.early is not None
+
     def process(
-        self, table: pa.Table, batch_id: int, parts: dict[str, tuple[pa.Table, float]] | None = None
+        self,
+        table: pa.Table,
+        batch_id: int,
+        parts: dict[str, tuple[pa.Table, float]] | None = None,
+        later: Callable[[], dict[str, tuple[pa.Table, float]]] | None = None,
     ) -> dict[str, Any] | None:
         """One trigger on an Arrow table; its progress record, or None for a batch already
         checkpointed (replayed after a crash). ``parts``: for each stream fed by a part of a query
-        Spark evaluated in this micro-batch, its rows and the seconds Spark took."""
+        Spark evaluated in this micro-batch, its rows and the seconds Spark took. ``later`` (with
+        :attr:`defers_lower_parts`): evaluates the parts of the lower classes, called once the top
+        class's rows of this batch are served and written, so they never wait for them."""
         started = time.time()
+        try:
+            return self._process(table, batch_id, parts, later, started)
+        finally:
+            self._returned = time.time()
+
+    def _process(
+        self,
+        table: pa.Table,
+        batch_id: int,
+        parts: dict[str, tuple[pa.Table, float]] | None,
+        later: Callable[[], dict[str, tuple[pa.Table, float]]] | None,
+        started: float,
+    ) -> dict[str, Any] | None:
         self.restore()
         if batch_id <= self.last_batch:
             return None  # replayed after a crash: checkpointed already, its outputs are in the sink
@@ -235,11 +279,11 @@ class TriggerLoop:
         try:
             admitted = self._admit()
             if worker is None:
-                return self._trigger(table, batch_id, started, admitted, parts or {})
+                return self._trigger(table, batch_id, started, admitted, parts or {}, later)
             self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
             self._paused = True
             worker.pause()  # from here until resume() this thread alone touches the executor
-            progress = self._trigger(table, batch_id, started, admitted, parts or {})
+            progress = self._trigger(table, batch_id, started, admitted, parts or {}, later)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
@@ -259,18 +303,25 @@ class TriggerLoop:
 
     def _admit(self) -> tuple[float, RunReport]:
         """Back-pressure (:class:`~sparkqos.runtime.intake.Intake`): before a batch is taken in,
-        wait while more than ``max_queued_rows`` rows are queued and the executor can serve them
-        — for the continuous worker, or serving them here — for at most ``wait_s``. Returns the
-        seconds waited and what was served here. Warns when the wait ran out."""
+        wait while more than ``max_queued_rows`` rows are queued for the top class's queries (all
+        queries without a top class), or more than ``max_spilled_bytes`` lie spilled on disk, and
+        the executor can serve them — for the continuous worker, or serving them here — for at
+        most ``wait_s``. Lower classes' backlog does not hold the batch back: it spills, so the
+        top class is served across the whole backlog. Returns the seconds waited and what was
+        served here. Warns when the wait ran out."""
         intake = self.config.intake
         served = RunReport()
         state = self.executor.state
-        if intake.max_queued_rows is None or state.total_queued <= intake.max_queued_rows:
-            return 0.0, served
-        t0 = time.monotonic()
+        ops = self.top_operators
 
         def over() -> bool:
-            return state.total_queued > intake.max_queued_rows
+            if intake.max_queued_rows is not None and sum(state.queued(op) for op in ops) > intake.max_queued_rows:
+                return True
+            return intake.max_spilled_bytes is not None and state.spilled_bytes > intake.max_spilled_bytes
+
+        if not over():
+            return 0.0, served
+        t0 = time.monotonic()
 
         if self.worker is not None and self.worker.alive:
             still = self.worker.wait_while(over, intake.wait_s)
@@ -284,11 +335,13 @@ class TriggerLoop:
                     break
         waited = time.monotonic() - t0
         if still and waited >= intake.wait_s:
+            top = sum(state.queued(op) for op in ops)
+            whose = f"for class {self.top_class}" if self.top_class is not None else "in all"
             self._warn(
-                f"{state.total_queued:.0f} rows still queued after waiting {waited:.0f} s for the executor "
-                f"(Intake.max_queued_rows = {intake.max_queued_rows}); taking the next batch in anyway, bytes beyond "
-                "Intake.memory_limit_bytes spill to disk. Lower the source's rate or its per-trigger limit "
-                "(maxRowsPerTrigger), or give the executor more time."
+                f"{top:.0f} rows still queued {whose} ({state.spilled_bytes / 1e6:.0f} MB spilled) after waiting "
+                f"{waited:.0f} s for the executor (Intake.max_queued_rows = {intake.max_queued_rows}, "
+                f"max_spilled_bytes = {intake.max_spilled_bytes}); taking the next batch in anyway. Lower the "
+                "source's rate or its per-trigger limit (maxRowsPerTrigger), or give the executor more time."
             )
         return waited, served
 
@@ -306,11 +359,18 @@ class TriggerLoop:
         started: float,
         admitted: tuple[float, RunReport],
         parts: dict[str, tuple[pa.Table, float]],
+        later: Callable[[], dict[str, tuple[pa.Table, float]]] | None = None,
     ) -> dict[str, Any]:
         self._fault("before_ingest", batch_id)
         t0 = time.perf_counter()
+        batch_start = micro_batch_start(started, self._returned, self.config.interval_s)
+        stream = self.ingest.stream
+        first = self.executor.next_seq(stream)
         came = self.ingest(table, batch_id, started)
-        spark_parts = self._ingest_parts(parts, started)
+        self.ingest_log.add(stream, first, self.executor.next_seq(stream) - first, batch_start, started, time.time())
+        spark_parts = self._ingest_parts(parts, started, batch_start)
+        self.service.observe(came.newest if math.isfinite(came.newest) else started)
+        shed_dead, shed = self.service.shed(self.executor.state, batch_id)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
         backlog = {**self.backlog.observe(started, came.rows_in, came.newest), "intakeWaitS": waited}
@@ -319,18 +379,32 @@ class TriggerLoop:
         self._fault("after_ingest", batch_id)
         served = self.worker.take_counters() if self.worker is not None else RunReport()
         served.add(admit_report)
-        if self.worker is None:
-            report = self.executor.run(self.budget_s)
-        else:
-            report = self._serve_by_class(self.config.effective_top_class_s)
+        # The top classes first, so what they have queued is written by this trigger; with the
+        # continuous worker the rest is its, else the strategy serves the rest of the budget.
+        budget = self.config.effective_top_class_s if self.worker is not None else self.budget_s
+        report = serve_trigger(self.executor, self.levels, self.config.effective_top_class_s, budget)
+        if later is not None:
+            # the top class's rows are out before the lower classes' parts are evaluated by Spark
+            self.early.write_now()
+            t1 = time.perf_counter()
+            lower = later()
+            self.phase_s["spark"] += time.perf_counter() - t1
+            t1 = time.perf_counter()
+            for query, done in self._ingest_parts(lower, started, batch_start).items():
+                rows, secs = spark_parts.get(query, (0, 0.0))
+                spark_parts[query] = (rows + done[0], secs + done[1])
+            self.phase_s["ingest"] += time.perf_counter() - t1
         # What is due at the trigger's end (update-mode aggregates: each key changed since the
         # last trigger, once) goes into this trigger's outputs.
         report.add(self.executor.end_trigger())
         self._fault("after_run", batch_id)
         served.add(report)
-        return self._commit(batch_id, started, came.rows_in, served, came.dead, backlog, spark_parts)
+        dead = _concat_dead(came.dead, shed_dead)
+        return self._commit(batch_id, started, came.rows_in, served, dead, backlog, spark_parts, shed)
 
-    def _ingest_parts(self, parts: dict[str, tuple[pa.Table, float]], started: float) -> dict[str, tuple[int, float]]:
+    def _ingest_parts(
+        self, parts: dict[str, tuple[pa.Table, float]], started: float, batch_start: float
+    ) -> dict[str, tuple[int, float]]:
         """Queue the rows of the parts Spark evaluated (higher classes first, as they came); each
         row's arrival is the input's event time where the part passes that column on. Returns
         query → (rows, seconds) for the progress record."""
@@ -340,19 +414,12 @@ class TriggerLoop:
             if table.num_rows:
                 carried = dict(part.carried).get(self.ingest.arrival_col) if self.ingest.arrival_col else None
                 arrival = arrivals(table, carried, started) if carried else started
+                first = self.executor.next_seq(stream)
                 self.executor.ingest(stream, table, arrival=arrival)
+                self.ingest_log.add(stream, first, self.executor.next_seq(stream) - first, batch_start, started, time.time())
             rows, secs = done.get(part.query, (0, 0.0))
             done[part.query] = (rows + table.num_rows, secs + seconds)
         return done
-
-    def _serve_by_class(self, budget_s: float) -> RunReport:
-        """In a continuous trigger: serve what is queued, class by class from the highest
-        priority, for up to ``budget_s`` in all, so that what is served now is written by this
-        trigger; what is left is the worker's, and waits for the next trigger's write. The top
-        class always gets its round (:meth:`Executor.serve` makes progress on every call); a
-        lower class only while time is left. Without levels (class shares off: the strategy alone
-        decides; or a single priority level) the strategy in force serves for ``budget_s``."""
-        return serve_by_class(self.executor, self.levels, budget_s)
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
         """End of a finite input: stop the continuous worker, drain every queue, flush windows
@@ -417,20 +484,24 @@ class TriggerLoop:
         dead: pa.Table | None = None,
         backlog: dict[str, float] | None = None,
         spark_parts: dict[str, tuple[int, float]] | None = None,
+        shed: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """Write what the executor produced since the last trigger (``served``: what it did
         meanwhile), checkpoint, and report batch ``batch_id``: the :class:`Commit` is taken while
-        the executor is still, the executor handed back, then the dead letters, the sink and the
-        checkpoint are written, in that order, before ``foreachBatch`` returns."""
+        the executor is still, the executor handed back, then the dead letters (``dead``: the
+        batch's bad rows and the rows ``shed`` counts), the sink and the checkpoint are written,
+        in that order, before ``foreachBatch`` returns."""
         self.phase_s["executor"] += served.seconds
-        dead_rows = 0 if dead is None else dead.num_rows
+        shed = shed or {}
+        # shed rows are dead letters of rows taken in earlier: not part of this batch's input
+        dead_rows = (0 if dead is None else dead.num_rows) - sum(shed.values())
         t0 = time.perf_counter()
         commit = self._take(batch_id, dead_rows)
         t_snap = time.perf_counter()
         self._release_worker()
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        rows_out, delays = self._write(batch_id, commit)
+        rows_out, delays, parts = self._write(batch_id, commit)
         t1 = time.perf_counter()
         self.phase_s["sink"] += t1 - t_snap
         self._fault("after_sink", batch_id)
@@ -452,9 +523,11 @@ class TriggerLoop:
             continuous=self.worker is not None,
             state=commit.queued,
             strategy=commit.strategy,
-            backlog=backlog,
+            backlog={**(backlog or {}), "queuedMemoryBytes": float(commit.spilled[0]), "spilledBytes": float(commit.spilled[1])},
             spark_parts=spark_parts,
+            query_columns=self._query_columns(commit, delays, parts, shed),
         )
+        self.service.check_capacity(self.executor.state, progress)
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)
         return progress
@@ -466,6 +539,7 @@ class TriggerLoop:
             "executor": encode_state(self.executor.to_state(queues=False)),
             "batch_id": batch_id,
             "dead_lettered_total": self.dead_lettered_total + dead_rows,
+            "stream_time": self.service.stream_time,
         }
         return Commit(
             outputs=self.executor.take_outputs(),
@@ -474,13 +548,16 @@ class TriggerLoop:
             state=self.store.state_bytes(batch_id, state),
             queued=QueuedSizes.of(self.executor.state, self.compiled.plan),
             strategy=strategy_in_force(self.scheduler),
+            oldest={q: self._oldest(ops) for q, ops in self._query_ops.items()},
+            spilled=(self.executor.state.memory_bytes, self.executor.state.spilled_bytes),
         )
 
-    def _write(self, batch_id: int, commit: Commit) -> tuple[dict[str, int], dict[str, np.ndarray]]:
+    def _write(self, batch_id: int, commit: Commit) -> tuple[dict[str, int], dict[str, np.ndarray], DelayParts]:
         """The sink write of ``commit`` (keeping the worker's early parts of the batch, if any);
-        returns the rows out and the delays per query. Delay is end to end: the moment the row
-        is in its sink minus its event time (for a window, the newest row it covers), whenever
-        the executor produced it; rows the worker wrote early count from their own write."""
+        returns the rows out, the delays per query and where those delays went. Delay is end to
+        end: the moment the row is in its sink minus its event time (for a window, the newest row
+        it covers), whenever the executor produced it; rows the worker wrote early count from
+        their own write."""
         outputs = commit.outputs
         if commit.early is not None:
             self.sink.write(batch_id, sink_tables(outputs), keep_parts=True)
@@ -492,10 +569,56 @@ class TriggerLoop:
             for q, t in outputs.items()
         }
         rows_out = {q: t.num_rows for q, t in outputs.items()}
+        parts = DelayParts()
+        for q, t in outputs.items():
+            self._add_parts(parts, q, t, written)
         if commit.early is not None:
-            for q, parts in commit.early.delays.items():
-                delays[q] = np.concatenate([*parts, delays.get(q, np.empty(0))])
+            for q, early in commit.early.delays.items():
+                delays[q] = np.concatenate([*early, delays.get(q, np.empty(0))])
                 rows_out[q] = rows_out.get(q, 0) + commit.early.rows[q]
+            for q, t, at in commit.early.tables:
+                self._add_parts(parts, q, t, at)
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
-        return rows_out, delays
+        return rows_out, delays, parts
+
+    def _add_parts(self, parts: DelayParts, query: str, table: pa.Table, written: float) -> None:
+        if table.num_rows:
+            stream = self._stream_of[query]
+            times = self.ingest_log.times(stream, seqs_of(table)) if stream is not None else np.full((table.num_rows, 3), np.nan)
+            parts.add(query, table, written, times, self.service.run_s(self.executor.state, query))
+
+    def _oldest(self, operators: tuple[str, ...]) -> float:
+        """The event time of the oldest row queued at ``operators`` (NaN: none)."""
+        state = self.executor.state
+        times = [t for t in (state.oldest(op) for op in operators) if t is not None]
+        return min(times) if times else math.nan
+
+    def _query_columns(
+        self, commit: Commit, delays: dict[str, np.ndarray], parts: DelayParts, shed: dict[str, int]
+    ) -> dict[str, dict[str, float]]:
+        """Per query, the progress columns beyond the executor's: shed rows, latency target and
+        its violations, the parts of the delay, how far behind and the catch-up ETA."""
+        now = time.time()
+        behind = self.class_backlog.observe(now, commit.queued, commit.oldest)
+        return {
+            q: {
+                "shedRows": float(shed.get(q, 0)),
+                **self.service.slo_columns(q, delays.get(q, np.empty(0))),
+                **parts.means(q),
+                **behind[q],
+            }
+            for q in self.compiled.plan.queries
+        }
+
+
+def _first_stream(plan: Any, operators: Any) -> str | None:
+    streams = set(plan.streams)
+    return next((src for op in operators for src in plan[op].inputs if src in streams), None)
+
+
+def _concat_dead(*tables: pa.Table | None) -> pa.Table | None:
+    present = [t for t in tables if t is not None and t.num_rows]
+    if not present:
+        return next((t for t in tables if t is not None), None)
+    return present[0] if len(present) == 1 else pa.concat_tables(present)

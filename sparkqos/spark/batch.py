@@ -71,13 +71,17 @@ class BatchFunction:
         loop = self.loop
         compiled = self.compiled
         parts: dict[str, Any] = {}
+        later = None
         if compiled.spark_parts and batch_id > loop.restore():
             # the parts of queries Spark evaluates, higher classes first, before the input's own
-            # rows are read (a batch already checkpointed is not evaluated again)
+            # rows are read (a batch already checkpointed is not evaluated again); with early
+            # writes, the lower classes' parts only once the top class's rows are written
+            now, rest = _split_parts(compiled, loop.top_class if loop.defers_lower_parts else None)
             t0 = time.perf_counter()
-            tables, seconds = evaluate_parts(compiled.spark_parts, compiled.plan.classes, batch_df)
-            parts = {s: (t, seconds[s]) for s, t in tables.items()}
+            parts = _evaluate(compiled, now, batch_df)
             loop.phase_s["spark"] += time.perf_counter() - t0
+            if rest:
+                later = lambda: _evaluate(compiled, rest, batch_df)  # noqa: E731
         describe_jobs(batch_df.sparkSession, self.config.name, batch_id, loop.progress.last)
         t0 = time.perf_counter()
         if reads_input(compiled):
@@ -85,7 +89,22 @@ class BatchFunction:
         else:
             table = compiled.sources[loop.ingest.stream].empty_table()
         loop.phase_s["toArrow"] += time.perf_counter() - t0
-        loop.process(table, batch_id, parts)
+        loop.process(table, batch_id, parts, later)
+
+
+def _split_parts(compiled: CompiledPlan, top: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Spark-evaluated parts to run before the trigger serves (all of them, or the top
+    class's when ``top`` is given) and those to run once the top class's rows are written."""
+    plan = compiled.plan
+    if top is None:
+        return dict(compiled.spark_parts), {}
+    now = {s: p for s, p in compiled.spark_parts.items() if plan.queries[p.query].klass == top}
+    return now, {s: p for s, p in compiled.spark_parts.items() if s not in now}
+
+
+def _evaluate(compiled: CompiledPlan, parts: dict[str, Any], batch_df) -> dict[str, Any]:
+    tables, seconds = evaluate_parts(parts, compiled.plan.classes, batch_df)
+    return {s: (t, seconds[s]) for s, t in tables.items()}
 
 
 def stop_between_triggers(query, wait_s: float) -> None:

@@ -1,0 +1,121 @@
+"""What a run promises each query, trigger after trigger: its latency target and its shedding.
+
+:class:`Service` resolves ``RunConfig.slo`` and ``RunConfig.shed`` (by query or class,
+:mod:`sparkqos.runtime.targets`) against the plan, sheds what a query with an age let fall behind
+(:class:`~sparkqos.runtime.shedding.Shedder`), reports each trigger's targets met
+(``sloTargetS``, ``sloViolations``: rows written later than the target, ``sloMet``) and says once
+per query when a target cannot be met because the query's own work exceeds what the executor can
+give it: its rows per second in, times the executor seconds one row costs along its operators,
+more than one second per second for :attr:`Service.OVER` triggers in a row
+(:class:`SloWarning`, with the measured capacity).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparkqos.errors import RunnerError
+from sparkqos.executor.plan import CompiledPlan
+from sparkqos.executor.state import ExecutorState
+from sparkqos.runtime.shedding import Shedder
+from sparkqos.runtime.targets import per_query
+
+__all__ = ["Service", "SloWarning"]
+
+
+class SloWarning(UserWarning):
+    """A latency target cannot be met: the query's own work exceeds the executor's capacity."""
+
+
+class Service:
+    """Targets and shedding of one run (see the module). ``keeps_dead``: the run has a
+    dead-letter table, which shedding needs (shed rows are never silent)."""
+
+    #: Consecutive triggers over capacity before a target is said to be out of reach.
+    OVER = 8
+
+    def __init__(self, compiled: CompiledPlan, config: Any, keeps_dead: bool):
+        plan = compiled.plan
+        self.plan = plan
+        classes = {q: query.klass for q, query in plan.queries.items()}
+        self.slo = per_query("slo", config.slo, classes)
+        ages = per_query("shed", config.shed, classes)
+        if ages and not keeps_dead:
+            raise RunnerError(
+                "shed= writes the rows it drops to the dead-letter table: give output= or dead_letter=",
+                parameter="shed",
+                value=dict(config.shed),
+                expected="a run with a dead-letter table",
+            )
+        self.shedder = Shedder(compiled, ages) if ages else None
+        #: The newest event time taken in (checkpointed): what shedding ages count from.
+        self.stream_time = -math.inf
+        self._over = dict.fromkeys(self.slo, 0)
+        self._said: set[str] = set()
+        self._input_rate = math.nan  # rows per second into the stream, smoothed
+
+    def observe(self, newest: float) -> None:
+        """A batch's newest event time (or its start, without event times)."""
+        if math.isfinite(newest):
+            self.stream_time = max(self.stream_time, newest)
+
+    def shed(self, state: ExecutorState, batch_id: int) -> tuple[pa.Table | None, dict[str, int]]:
+        """Rows shed in batch ``batch_id`` (dead letters, rows per query); nothing without a policy."""
+        if self.shedder is None or not math.isfinite(self.stream_time):
+            return None, {}
+        return self.shedder.shed(state, self.stream_time, batch_id)
+
+    def slo_columns(self, query: str, delays: np.ndarray) -> dict[str, float]:
+        """``sloTargetS``, ``sloViolations`` and ``sloMet`` (1 or 0; NaN without a target or rows)."""
+        target = self.slo.get(query)
+        if target is None:
+            return {"sloTargetS": math.nan, "sloViolations": math.nan, "sloMet": math.nan}
+        late = int(np.count_nonzero(delays > target))
+        return {"sloTargetS": target, "sloViolations": float(late), "sloMet": math.nan if not delays.size else float(late == 0)}
+
+    def run_s(self, state: ExecutorState, query: str) -> float:
+        """Seconds one run of each of ``query``'s operators takes, on their means so far."""
+        total = 0.0
+        for op in self.plan.queries[query].operators:
+            s = state.stats.operator(op)
+            if s.runs:
+                total += s.busy_time / s.runs
+        return total
+
+    def work_s(self, state: ExecutorState, query: str) -> float:
+        """Executor seconds one input row of ``query`` costs along its operators (each operator's
+        cost per row times the rows that reach it per input row)."""
+        plan = self.plan
+        total, reach = 0.0, {}
+        for op in plan.queries[query].operators:  # leaf to root
+            inputs = [reach.get(i, 1.0) for i in plan[op].inputs]
+            rows = sum(inputs) / len(inputs) if inputs else 1.0
+            total += rows * state.cost(op)
+            reach[op] = rows * state.selectivity(op)
+        return total
+
+    def check_capacity(self, state: ExecutorState, progress: dict[str, Any]) -> None:
+        """Say once per query with a target that the target cannot be met, when its own work has
+        exceeded the executor's capacity for :attr:`OVER` triggers."""
+        rate = progress.get("inputRowsPerSecond", math.nan)
+        if not self.slo or not math.isfinite(rate):
+            return
+        self._input_rate = rate if math.isnan(self._input_rate) else 0.875 * self._input_rate + 0.125 * rate
+        for query, target in self.slo.items():
+            need = self._input_rate * self.work_s(state, query)  # executor seconds per second
+            self._over[query] = self._over[query] + 1 if need > 1.0 else 0
+            if self._over[query] >= self.OVER and query not in self._said:
+                self._said.add(query)
+                capacity = self._input_rate / need
+                warnings.warn(
+                    f"sparkqos: the latency target of query {query!r} ({target * 1000:.0f} ms) cannot be met: its own work "
+                    f"needs {need:.2f} executor seconds per second at {self._input_rate:.0f} rows/s in, so it can take "
+                    f"at most {capacity:.0f} rows/s; lower the input rate, add capacity, or let it shed (shed=)",
+                    SloWarning,
+                    stacklevel=2,
+                )
