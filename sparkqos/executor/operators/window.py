@@ -116,9 +116,10 @@ class WindowAggregate(WindowStateOperator):
             t = pa.table(batch).append_column("__ws", ws).filter(keep)
             if t.num_rows:
                 pieces.append(t)
-        return (
-            pa.concat_tables(pieces) if pieces else pa.table(batch).append_column("__ws", pa.array([], pa.float64())).slice(0, 0)
-        )
+        if pieces:
+            return pa.concat_tables(pieces)
+        # every row fell behind the closed windows: no pairs, with the pairs' schema
+        return pa.table(batch).slice(0, 0).append_column("__ws", pa.array([], pa.float64()))
 
     def _partial(self, pairs: pa.Table) -> pa.Table:
         aggs = []
