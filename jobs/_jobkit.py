@@ -85,6 +85,18 @@ def scheduler_section(candidates: list[str] | None = None) -> dict[str, Key]:
         "qos": Key(str, "balanced", "QoS template name or TOML path (adaptive)"),
         "seed": Key(int, 0, "seed of adaptive's roulette wheel (the same seed, the same picks)"),
         "class_shares": Key(bool, True, "CQC's class shares above the strategy, which orders the work inside each class"),
+        "slo": Key(
+            dict,
+            {},
+            'latency targets by query or class, {H = "500ms", C = "2s"} (--set scheduler.slo=H:500ms,C:2s): '
+            "earliest deadline first while a target is at risk, met or missed per trigger",
+        ),
+        "shed": Key(
+            dict,
+            {},
+            'load shedding by query or class, {N = "30s"}: under sustained overload, rows that fell further behind '
+            "are dropped, counted and dead-lettered; none without",
+        ),
     }
 
 
@@ -135,6 +147,10 @@ def parse_args(
             resolve(cfg["scheduler"]["qos"])
         except SparkqosError as exc:
             raise ConfigError(f"scheduler.qos: {exc}") from None
+    from sparkqos.runtime.targets import parse_durations
+
+    for key in ("slo", "shed"):  # before Spark starts: a bad duration names its key
+        parse_durations(f"scheduler.{key}", cfg["scheduler"][key])
     if extra is not None:
         extra(cfg)
     return args, cfg
@@ -161,6 +177,8 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
             qos=sched["qos"] if adaptive else None,
             class_shares=sched["class_shares"],
         ),
+        "slo": sched["slo"],
+        "shed": sched["shed"],
         "trigger_s": job["trigger_s"],
         "budget_s": job["budget_s"] or None,
         "continuous": job["continuous"],

@@ -32,8 +32,10 @@ from sparkqos.errors import ConfigError, check_number
 class Key:
     """One configuration key: its type, default and constraints.
 
-    ``type`` is int, float, str, bool or list (a list of strings, or of components: a name or a
-    ``{name = "cqc", params = {k = 3.0}}`` table, the shape of a strategy nested in another).
+    ``type`` is int, float, str, bool, list (a list of strings, or of components: a name or a
+    ``{name = "cqc", params = {k = 3.0}}`` table, the shape of a strategy nested in another) or
+    dict (a table of names to strings or numbers, ``{H = "500ms", N = 30}``; on the command line
+    ``H:500ms,N:30``).
     ``choices`` may be a tuple or a callable returning the allowed values (e.g. the strategy
     registry, read when checked); a table's ``name`` is what is checked.
     """
@@ -91,6 +93,16 @@ def _coerce(source: str, name: str, key: Key, value: Any) -> Any:
     elif key.type is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a string, got {value!r}")
+    elif key.type is dict:
+        if isinstance(value, str):
+            pairs = [p.split(":", 1) for p in value.split(",") if p.strip()]
+            if any(len(p) != 2 for p in pairs):
+                raise ConfigError(f"{where} must be name:value pairs separated by commas, got {value!r}")
+            value = {k.strip(): v.strip() for k, v in pairs}
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in value.items()
+        ):
+            raise ConfigError(f'{where} must be a table of names to values, such as {{H = "500ms"}}, got {value!r}')
     elif key.type is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]

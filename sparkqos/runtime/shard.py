@@ -80,6 +80,13 @@ class ShardWork:
 
     def __init__(self, compiled: CompiledPlan, config: RunConfig, shards: int):
         check_number("shards", shards, low=1, integer=True, error=RunnerError)
+        if config.shed:
+            raise RunnerError(
+                "shed= runs on the driver lane only: a shard has no dead-letter table of its own to write shed rows to",
+                parameter="shed",
+                value=dict(config.shed),
+                expected="no shed= with shards=",
+            )
         refuse_spark_parts(compiled)
         stream, arrival_col = stream_of(compiled, config)
         self.compiled = compiled

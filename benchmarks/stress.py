@@ -1,0 +1,200 @@
+"""Class priority under stress: the main job on one core, beside a busy loop, after 5 minutes
+down, and in a burst at twice its capacity with class N shedding — one line each, then the verdict.
+
+    .venv/bin/python benchmarks/stress.py [--duration 60] [--down 300] [--only one-core,neighbour,resume,burst]
+
+Each scenario runs ``./spark-submit.sh jobs/sensor_monitor.py`` in a subprocess with its own
+output folder and reads its summary (per class: rows out, mean, p99 and max delay) and its metrics
+table (per trigger and query):
+
+* ``one-core``: the job pinned to core 0 (``taskset -c 0``): Spark's JVM, the trigger thread and
+  the continuous worker share one core;
+* ``neighbour``: the job beside a busy loop (one Python process spinning) on the same machine;
+* ``resume``: the job after ``--down`` seconds down, without waiting for them: the source's clock
+  is set that far back (``source.clock_offset_s``), so the first micro-batches read the rows
+  missed meanwhile, as a restarted job would. Per class, the seconds from the first micro-batch
+  until the class's per-trigger p99 (the console's "(fire N ms)" for class H) stays under 1 s;
+* ``burst``: the input at twice the job's capacity (measured in a calibration run: rows in per
+  second over the executor's busy fraction) for ``--duration`` seconds, with
+  ``scheduler.shed = {N = SHED}``; then ``job.finish`` drains what is left, so the rows the
+  archive query (class N, one output row per input row) is missing are exactly the rows it shed.
+
+The class order holds in a scenario when mean and p99 delay are H < C < N (resume: H catches up
+no later than C, C no later than N). Figures depend on the machine: compare runs side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SCENARIOS = ("one-core", "neighbour", "resume", "burst")
+CLASSES = ("H", "C", "N")
+QUERY_CLASS = {"fire": "H", "anomaly": "C", "zone_stats": "N", "archive": "N"}
+ROW = re.compile(r"^([HCN])\s+([\d,.]+)\s+([\d,.]+|-)\s+([\d,.]+|-)\s+([\d,.]+|-)")
+
+
+def job(out: Path, duration: float, sets: list[str], prefix: list[str] | None = None) -> tuple[str, float]:
+    """Run the main job; its console output and wall seconds."""
+    cmd = [*(prefix or []), str(ROOT / "spark-submit.sh"), "jobs/sensor_monitor.py", "--fresh", "--duration", str(duration)]
+    cmd += ["--set", f"job.output={out}", "--set", "job.report=false"]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.time()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
+        raise SystemExit(f"stress: the main job failed ({' '.join(cmd)})")
+    return done.stdout, time.time() - t0
+
+
+def summary(console: str) -> dict[str, dict[str, float]]:
+    """Per class: rows out, mean, p99 and max delay (ms) from the job's closing table."""
+    out = {}
+    for line in console.splitlines():
+        m = ROW.match(line.strip())
+        if m:
+            k, rows, mean, p99, mx = m.groups()
+            num = lambda v: math.nan if v == "-" else float(v.replace(",", ""))  # noqa: E731
+            out[k] = {"rows": num(rows), "mean": num(mean), "p99": num(p99), "max": num(mx)}
+    return out
+
+
+def metrics(out: Path):
+    from sparkqos.report import metrics as m
+
+    return m.read(out).to_pylist()
+
+
+def ordered(s: dict[str, dict[str, float]]) -> bool:
+    try:
+        return all(s["H"][k] < s["C"][k] < s["N"][k] for k in ("mean", "p99"))
+    except KeyError:
+        return False
+
+
+def fmt(s: dict[str, dict[str, float]], key: str) -> str:
+    return "/".join(f"{s.get(k, {}).get(key, math.nan):.0f}" for k in CLASSES)
+
+
+def caught_up_after(rows: list[dict], limit_s: float = 1.0) -> dict[str, float]:
+    """Per class, seconds from the first trigger until its per-trigger p99 stays under ``limit_s``
+    (inf: never)."""
+    triggers: dict[int, dict] = {}
+    for r in rows:
+        if r["query"] == "*":
+            continue
+        t = triggers.setdefault(r["batchId"], {"time": r["time_s"], "p99": {}})
+        k = QUERY_CLASS.get(r["query"])
+        if k is not None and r["delayP99_s"] == r["delayP99_s"]:
+            t["p99"][k] = max(t["p99"].get(k, 0.0), r["delayP99_s"])
+    order = sorted(triggers.values(), key=lambda t: t["time"])
+    out = dict.fromkeys(CLASSES, math.inf)
+    if not order:
+        return out
+    t0 = order[0]["time"]
+    for k in CLASSES:
+        seen = [(t["time"], t["p99"][k]) for t in order if k in t["p99"]]
+        # the first trigger from which on every p99 of the class stays under the limit
+        for i, (at, _) in enumerate(seen):
+            if all(p < limit_s for _, p in seen[i:]):
+                out[k] = at - t0
+                break
+    return out
+
+
+def capacity(base: Path, duration: float) -> float:
+    """Rows per second the job can take: a calibration run's input rate over its executor's busy fraction."""
+    console, _ = job(base / "calibrate", min(duration, 30.0), [])
+    rows = [r for r in metrics(base / "calibrate") if r["query"] == "*"]
+    rate = sum(r["rowsIn"] for r in rows) / max(1e-9, rows[-1]["time_s"] - rows[0]["time_s"])
+    busy = sum(r["executorBusyS"] for r in rows) / max(1e-9, rows[-1]["time_s"] - rows[0]["time_s"])
+    return rate / max(busy, 1e-3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds each scenario runs from its first micro-batch")
+    ap.add_argument("--down", type=float, default=300.0, help="resume: seconds the job was down")
+    ap.add_argument("--shed", default="10s", help="burst: class N's shedding age")
+    ap.add_argument("--only", default=",".join(SCENARIOS), help="scenarios to run, comma-separated")
+    ap.add_argument("--out", default="output/stress", help="folder of the runs' outputs")
+    args = ap.parse_args(argv)
+    only = [s for s in args.only.split(",") if s]
+    unknown = sorted(set(only) - set(SCENARIOS))
+    if unknown:
+        ap.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
+    base = Path(args.out)
+    shutil.rmtree(base, ignore_errors=True)
+    held, h_p99 = 0, []
+    for name in only:
+        out = base / name
+        if name == "one-core":
+            if shutil.which("taskset") is None:
+                raise SystemExit("stress: one-core needs taskset (util-linux)")
+            s = summary(job(out, args.duration, [], prefix=["taskset", "-c", "0"])[0])
+            ok = ordered(s)
+            print(f"stress one-core: H/C/N p99 {fmt(s, 'p99')} ms, mean {fmt(s, 'mean')} ms", flush=True)
+        elif name == "neighbour":
+            hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                s = summary(job(out, args.duration, [])[0])
+            finally:
+                hog.kill()
+                hog.wait()
+            ok = ordered(s)
+            print(f"stress neighbour: H/C/N p99 {fmt(s, 'p99')} ms, mean {fmt(s, 'mean')} ms", flush=True)
+        elif name == "resume":
+            s = summary(job(out, args.duration, [f"source.clock_offset_s={-args.down:g}"])[0])
+            after = caught_up_after(metrics(out))
+            ok = after["H"] <= after["C"] <= after["N"] and math.isfinite(after["H"])
+            words = ", ".join(
+                f"{k} after {after[k]:.0f} s" if math.isfinite(after[k]) else f"{k} not within the run" for k in "CN"
+            )
+            print(
+                f"stress resume: class H under 1 s after {after['H']:.0f} s, {words} ({args.down:g} s down; "
+                f"H/C/N p99 {fmt(s, 'p99')} ms)",
+                flush=True,
+            )
+        else:
+            cap = capacity(base, args.duration)
+            rate = 2 * cap
+            console, _ = job(
+                out,
+                args.duration,
+                [f"source.rate={rate:.0f}", f"scheduler.shed=N:{args.shed}", "job.finish=true"],
+            )
+            s = summary(console)
+            rows = metrics(out)
+            plan = [r for r in rows if r["query"] == "*"]
+            arch = [r for r in rows if r["query"] == "archive"]
+            rows_in = sum(r["rowsIn"] for r in plan if r["rowsIn"] == r["rowsIn"])
+            written = sum(r["rowsOut"] for r in arch)
+            shed = sum(r["shedRows"] for r in arch if r["shedRows"] == r["shedRows"])
+            ok = ordered({k: v for k, v in s.items() if k in ("H", "C")} | {"N": {"mean": math.inf, "p99": math.inf}})
+            print(
+                f"stress burst: H p99 {s.get('H', {}).get('p99', math.nan):.0f} ms during {args.duration:g} s at 2x capacity "
+                f"({rate:.0f} rows/s), shed {shed:.0f} rows (archive missing {rows_in - written:.0f}); "
+                f"H/C/N p99 {fmt(s, 'p99')} ms",
+                flush=True,
+            )
+        held += ok
+        h_p99.append(s.get("H", {}).get("p99", math.nan))
+    worst = max((p for p in h_p99 if p == p), default=math.nan)
+    print(f"stress: class order held in {held} of {len(only)}, H p99 max {worst:.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
