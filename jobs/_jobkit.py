@@ -49,6 +49,9 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
             low=0,
             optional=True,
         ),
+        "worker_nice": Key(
+            int, 10, "the continuous worker's thread runs this much below the job's priority; 0 = the same", low=0, high=19
+        ),
         "output": Key(str, f"output/{name}", "outputs, metrics and report"),
         "sink": Key(
             str,
@@ -184,6 +187,7 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "continuous": job["continuous"],
         "top_class_s": job["top_class_s"],
         "early_write_s": job["early_write_s"],
+        "worker_nice": job["worker_nice"],
         "checkpoint": checkpoint,
         "output": output,
         "sink": _delta_sink(output) if job["sink"] == "delta" else None,
@@ -287,6 +291,10 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
             return 1
     print()
     print(monitor.summary())
+    loop = getattr(handle, "loop", None)  # the driver lane: where its triggers' time went
+    if loop is not None and any(loop.phase_s.values()):
+        spent = sorted(((v, k) for k, v in loop.phase_s.items() if v >= 0.05), reverse=True)
+        print("time spent (executor: in and between triggers): " + ", ".join(f"{k} {v:.1f} s" for v, k in spent))
     output = Path(job["output"])
     if job["report"] and (output / "metrics").is_dir():
         from sparkqos.report import render

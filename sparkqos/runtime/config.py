@@ -106,6 +106,9 @@ DEFAULT_TRIGGER_S = 0.25
 #: for the slice in flight (a pause is taken between units, and no run is sized beyond the slice).
 SLICE_S = 0.05
 
+#: Default nice value of the continuous worker's thread (``Continuous.nice``).
+WORKER_NICE = 10
+
 #: Default least interval between two early writes of the top class's outputs by the continuous
 #: worker (``Continuous.early_write_s``).
 EARLY_WRITE_S = 0.05
@@ -414,11 +417,17 @@ class Continuous:
     it has them, at most every ``early_write_s`` seconds (0: only triggers write), as parts of the
     next batch (:class:`~sparkqos.runtime.sinks.PartedSink` only; plans without a top class write
     at triggers only).
+
+    ``nice``: the worker's thread runs this much below the process's scheduling priority (Linux
+    threads have their own nice value), so where cores are short — one core, a busy neighbour —
+    the trigger's thread and Spark's own threads, which take the next micro-batch in and serve the
+    top class, go first; the worker takes the cycles left. 0: the same priority.
     """
 
     slice_s: float | None = SLICE_S
     top_class_s: float | None = None
     early_write_s: float | None = EARLY_WRITE_S
+    nice: int = WORKER_NICE
 
     def __post_init__(self) -> None:
         for name, default in (("slice_s", SLICE_S), ("early_write_s", EARLY_WRITE_S)):
@@ -427,6 +436,7 @@ class Continuous:
         check_number("slice_s", self.slice_s, low=0, low_open=True, error=RunnerError)
         check_number("top_class_s", self.top_class_s, low=0, none_ok=True, error=RunnerError)
         check_number("early_write_s", self.early_write_s, low=0, error=RunnerError)
+        check_number("nice", self.nice, low=0, high=19, integer=True, error=RunnerError)
         for name in ("slice_s", "top_class_s", "early_write_s"):
             if getattr(self, name) is not None:
                 _set(self, name, float(getattr(self, name)))
@@ -474,6 +484,7 @@ SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
         "slice_s": ("continuous", "slice_s"),
         "top_class_s": ("continuous", "top_class_s"),
         "early_write_s": ("continuous", "early_write_s"),
+        "worker_nice": ("continuous", "nice"),
         "stream": ("input", "stream"),
         "arrival_col": ("input", "arrival_col"),
         "checks": ("input", "checks"),

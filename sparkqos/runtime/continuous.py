@@ -21,6 +21,8 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +64,7 @@ class ContinuousWorker:
         on_event: Callable[[str], None] | None = None,
         orphan_s: float = 60.0,
         after_slice: Callable[[RunReport], None] | None = None,
+        nice: int = 0,
     ):
         check_number("slice_s", slice_s, low=0, low_open=True)
         check_number("orphan_s", orphan_s, low=0, low_open=True)
@@ -74,6 +77,7 @@ class ContinuousWorker:
         self.slices = 0
         self.on_event = on_event
         self.after_slice = after_slice
+        self.nice = nice
         self._cond = threading.Condition()
         self._stop_slice = threading.Event()  # checked by the running slice between units
         self._paused = True
@@ -159,6 +163,13 @@ class ContinuousWorker:
         return time.monotonic() - self._resumed_at > self.orphan_s
 
     def _main(self) -> None:
+        if self.nice and hasattr(os, "setpriority"):
+            # this thread only (Linux: a thread's id is a process id for setpriority); raising
+            # one's own nice value needs no privilege
+            with contextlib.suppress(OSError):
+                os.setpriority(
+                    os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
+                )
         cond = self._cond
         while True:
             with cond:

@@ -208,6 +208,7 @@ class TriggerLoop:
             # a worker not resumed by a trigger for this long ends by itself (Spark Connect: the stream was stopped)
             orphan_s=max(60.0, 20 * (config.interval_s or 0.0)),
             after_slice=self.early.after_slice if self.early is not None else None,
+            nice=continuous.nice,
         )
         self._worker_batch = -1  # the batch the worker's events belong to (crash tests)
 
