@@ -342,6 +342,10 @@ class BatchQueue:
             q.push(batch)
         return q
 
+    def parts(self) -> list[pa.RecordBatch | Path]:
+        """The queued batches in order, a spilled one as the path of its file (not read back)."""
+        return [e[0].path if isinstance(e[0], _Spilled) else e[0] for e in self._batches]
+
     def batches(self) -> Iterable[pa.RecordBatch]:
         """The queued batches in order (spilled ones are read from disk, and stay spilled)."""
         return (_materialise(e) for e in self._batches)

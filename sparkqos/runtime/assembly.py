@@ -69,8 +69,11 @@ def assemble(queries: QuerySet | CompiledPlan, config: RunConfig) -> Parts:
         raise RunnerError(f"queries must be {expected}, got {got}", parameter="queries", value=queries, expected=expected)
     stream, arrival_col = stream_of(compiled, config)
     scheduler = config.make_scheduler(compiled.plan)
-    executor = Executor(compiled.fresh(), scheduler, clock=time.time, options=executor_options(config, scheduler))
     storage = config.storage
+    options = executor_options(config, scheduler)
+    if options.spill_dir is None:  # beside the checkpoint: its segments link spilled files (same file system)
+        options = dataclasses.replace(options, spill_dir=str(storage.checkpoint / "sparkqos" / "spill"))
+    executor = Executor(compiled.fresh(), scheduler, clock=time.time, options=options)
     dead_letter = storage.make_dead_letter()
     checks = config.input.checks if config.input.checks is not None else RowChecks()
     return Parts(

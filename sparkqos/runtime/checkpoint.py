@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from sparkqos.atomic import write_atomic
 from sparkqos.errors import CheckpointCorrupt, CheckpointError, check_number
+from sparkqos.runtime.segments import SegmentStore, Snapshot
 
 __all__ = ["Checkpoint", "CheckpointStore", "checkpoint_bytes", "read_checkpoint_bytes"]
 
@@ -76,6 +77,10 @@ class CheckpointStore:
         self.keep = keep
         self.fsync = fsync
         self.path.mkdir(parents=True, exist_ok=True)
+        #: Queued batches written once (:mod:`sparkqos.runtime.segments`): a :meth:`save` given a
+        #: :class:`~sparkqos.runtime.segments.Snapshot` refers to them instead of copying them.
+        self.segments = SegmentStore(self.path / "segments", fsync=fsync)
+        self._files: dict[int, set[str]] = {}  # batch id -> segment files its checkpoint refers to
         # temp files left by a save that crashed before its rename (one writer per store: the driver)
         for stale in self.path.glob(".*.tmp"):
             try:
@@ -99,10 +104,18 @@ class CheckpointStore:
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"state of batch {batch_id} is not JSON-serialisable: {exc}") from None
 
-    def save(self, batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any] | bytes) -> Path:
+    def save(self, batch_id: int, queues: Mapping[str, pa.Table] | Snapshot, state: Mapping[str, Any] | bytes) -> Path:
         """Write the checkpoint of ``batch_id`` atomically (replacing one of the same id), prune
-        old ones. ``state`` is a JSON-serialisable mapping, or :meth:`state_bytes` of one."""
+        old ones. ``state`` is a JSON-serialisable mapping, or :meth:`state_bytes` of one.
+        ``queues`` are tables stored in the checkpoint file, or a
+        :class:`~sparkqos.runtime.segments.Snapshot` of :attr:`segments` whose layout ``state``
+        holds under ``"segments"``: its new files are made durable first, and the segments no
+        kept checkpoint refers to any more are deleted after."""
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=CheckpointError)
+        if isinstance(queues, Snapshot):
+            self.segments.write(queues)
+            self._files[batch_id] = queues.files
+            queues = {}
         if not isinstance(queues, Mapping):
             raise CheckpointError(f"queues must be a mapping of name to pyarrow.Table, got {type(queues).__name__}")
         for name, table in queues.items():
@@ -119,10 +132,20 @@ class CheckpointStore:
 
     def _prune(self) -> None:
         for batch_id in self.batches()[: -self.keep]:
+            self._files.pop(batch_id, None)
             try:
                 (self.path / f"{batch_id:020d}.ckpt").unlink()
             except FileNotFoundError:  # another process pruned it first
                 pass
+        referenced: set[str] = set()
+        for batch_id in self.batches():
+            if batch_id not in self._files:  # written by an earlier process: read its layout
+                try:
+                    self._files[batch_id] = _layout_files(self._decode(batch_id))
+                except CheckpointError:
+                    return  # a damaged checkpoint is the reader's to report: delete nothing
+            referenced |= self._files[batch_id]
+        self.segments.collect(referenced)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -137,6 +160,13 @@ class CheckpointStore:
 
     def load(self, batch_id: int) -> Checkpoint:
         """The checkpoint of ``batch_id``; ``CheckpointError`` if there is none, ``CheckpointCorrupt`` if damaged."""
+        ckpt = self._decode(batch_id)
+        layout = ckpt.state.get("segments")
+        if layout:
+            ckpt.queues.update(self.segments.load(layout, where=str(self.path / f"{ckpt.batch_id:020d}.ckpt")))
+        return ckpt
+
+    def _decode(self, batch_id: int) -> Checkpoint:
         batch_id = check_number("batch_id", batch_id, low=0, integer=True, error=CheckpointError)
         file = self.path / f"{batch_id:020d}.ckpt"
         try:
@@ -158,6 +188,10 @@ class CheckpointStore:
             before = check_number("before", before, low=0, integer=True, error=CheckpointError)
             ids = [b for b in ids if b < before]
         return self.load(ids[-1]) if ids else None
+
+
+def _layout_files(ckpt: Checkpoint) -> set[str]:
+    return {ref[0] for refs in (ckpt.state.get("segments") or {}).values() for ref in refs}
 
 
 def checkpoint_bytes(batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any] | bytes) -> bytes:

@@ -107,7 +107,7 @@ DEFAULT_TRIGGER_S = 0.25
 SLICE_S = 0.05
 
 #: Default nice value of the continuous worker's thread (``Continuous.nice``).
-WORKER_NICE = 10
+WORKER_NICE = 5
 
 #: Default least interval between two early writes of the top class's outputs by the continuous
 #: worker (``Continuous.early_write_s``).

@@ -73,6 +73,7 @@ from sparkqos.runtime.early import EarlyParts, EarlyWriter, sink_tables
 from sparkqos.runtime.ingest import arrivals, epoch_seconds
 from sparkqos.runtime.intake import BacklogTracker, ClassBacklog, catch_up_line, warn_backlog
 from sparkqos.runtime.progress import QueuedSizes, strategy_in_force
+from sparkqos.runtime.segments import Snapshot, queue_parts
 from sparkqos.runtime.service import Service
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "Commit", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
@@ -112,13 +113,13 @@ def decode_state(obj: Any) -> Any:
 @dataclass
 class Commit:
     """What a trigger commits, taken while the executor is still: the outputs since the last
-    commit, the parts the worker wrote of the batch early (None: none), the queues (immutable
-    Arrow tables), the state as checkpoint bytes, the queue sizes and the strategy in force for
+    commit, the parts the worker wrote of the batch early (None: none), the queues (a snapshot of
+    their immutable Arrow batches), the state as checkpoint bytes, the queue sizes and the strategy in force for
     the progress record. Writing it needs nothing live, so the worker goes on meanwhile."""
 
     outputs: dict[str, pa.Table]
     early: EarlyParts | None
-    queues: dict[str, pa.Table]
+    queues: Snapshot
     state: bytes
     queued: QueuedSizes
     strategy: tuple[str, dict[str, float]]
@@ -535,12 +536,15 @@ class TriggerLoop:
 
     def _take(self, batch_id: int, dead_rows: int) -> Commit:
         """What batch ``batch_id`` commits, taken while this thread alone holds the executor."""
-        queues = self.executor.queue_tables()
+        # the queues by reference to their segments: only batches new since the last checkpoint
+        # are written (runtime/segments.py), spilled ones are linked, not read back
+        queues = self.store.segments.snapshot(queue_parts(self.executor.state))
         state = {
             "executor": encode_state(self.executor.to_state(queues=False)),
             "batch_id": batch_id,
             "dead_lettered_total": self.dead_lettered_total + dead_rows,
             "stream_time": self.service.stream_time,
+            "segments": queues.layout,
         }
         return Commit(
             outputs=self.executor.take_outputs(),
