@@ -60,8 +60,12 @@ def in_user_words(error: UnsupportedTransform) -> str:
     'sparkqos cannot run orderBy/sort'
     >>> in_user_words(UnsupportedTransform("q", "Spark operation 'Join'", "join is not supported under Spark Connect yet"))
     'sparkqos cannot run join (join is not supported under Spark Connect yet)'
+    >>> in_user_words(UnsupportedTransform("q", "column 'k'", "a reference to a column of another DataFrame"))
+    'sparkqos cannot run this query: a reference to a column of another DataFrame'
     """
     op, detail = error.operation, error.detail
+    if op.startswith(("reading ", "column ")) and detail:  # the query reads something it was not given
+        return f"sparkqos cannot run this query: {detail}"
     for prefix, verb in (("Spark function '", "has no native version of"), ("Spark operation '", "cannot run")):
         if op.startswith(prefix):
             name, _, rest = op.removeprefix(prefix).partition("'")
