@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="render an HTML report with figures from a metrics table")
     rep.add_argument("output_dir", help="a job's or experiment's output folder (holding metrics/)")
     rep.add_argument("--title", default=None)
-    sub.add_parser("supported", help="print what runs natively, what Spark evaluates and what is refused (README's list)")
+    sub.add_parser("supported", help="print what runs natively, what Spark evaluates and what is refused (docs/transforms.md)")
     trace = sub.add_parser("trace", help="build a recorded trace for the sparkqos.replay source")
     trace.add_argument("kind", choices=["vessels"], help="vessels: AIS position reports (pip install -e '.[data]')")
     trace.add_argument(

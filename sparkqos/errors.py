@@ -144,10 +144,7 @@ class UnsupportedTransform(SparkqosError, ValueError):
         self.operation = operation
         self.detail = detail
         more = f" ({detail})" if detail else ""
-        super().__init__(
-            f"query {query!r}: {operation}{more} is not supported by sparkqos "
-            "(supported: README, 'Using it from your own Spark code')"
-        )
+        super().__init__(f"query {query!r}: {operation}{more} is not supported by sparkqos (what runs where: docs/transforms.md)")
 
 
 class UdfError(SparkqosError, RuntimeError):

@@ -414,7 +414,7 @@ def test_continuous_options_are_checked(tmp_path, options, parameter):
 
 
 def test_continuous_option_defaults(tmp_path):
-    assert RunConfig(checkpoint=tmp_path).continuous == Continuous()  # on by default (README's measurements)
+    assert RunConfig(checkpoint=tmp_path).continuous == Continuous()  # on by default (docs/benchmarks.md's measurements)
     assert RunConfig(checkpoint=tmp_path, continuous=False).continuous is None
     assert RunConfig(checkpoint=tmp_path).interval_s == 0.25
     config = RunConfig(checkpoint=tmp_path, trigger_s=2.0)

@@ -1,6 +1,6 @@
 """Smoke tests of the Spark experiments' shared helpers (jobs/experiments/_common.py) and of the
 plain-Spark side of benchmarks/vs_fair_pools.py. The experiments themselves are minutes long and
-are run by hand (README "Experiments"); here: the trace is reproducible, a simulator plan turns
+are run by hand (docs/experiments.md); here: the trace is reproducible, a simulator plan turns
 into PySpark transforms of synthetic operators with the same shape that keep their declared share
 of rows, the FAIR-pools benchmark measures every
 variant's delay from its sink files alike, and one tiny replay through the runner reads and emits every
@@ -263,10 +263,13 @@ def test_claims_table_takes_each_traces_majority_and_both_traces_for_held(tmp_pa
     both = claims.build_rows([("S", t, held(0.5)) for t in claims.TRACES])
     assert both[0]["verdict"] == "held"
     text = claims.markdown(rows, "note")
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{claims.BEGIN}\nold\n{claims.END}\nrest\n")
-    claims.write_readme(readme, text)
-    assert readme.read_text() == f"intro\n{claims.BEGIN}\n{text}{claims.END}\nrest\n"
+    page = tmp_path / "experiments.md"
+    page.write_text(f"intro\n{claims.BEGIN}\nold\n{claims.END}\nrest\n")
+    claims.write_table(page, text)
+    assert page.read_text() == f"intro\n{claims.BEGIN}\n{text}{claims.END}\nrest\n"
+    published = claims.DOCS.read_text()  # the page --docs writes holds the markers once each
+    assert claims.DOCS == ROOT / "docs" / "experiments.md"
+    assert published.count(claims.BEGIN) == 1 and published.count(claims.END) == 1
 
 
 def test_report_shows_the_claims_table_without_metrics(tmp_path):

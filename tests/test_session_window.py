@@ -1,4 +1,4 @@
-"""Session windows written as PySpark (issue 24, Deliver 2): ``groupBy(session_window(ts, gap),
+"""Session windows written as PySpark: ``groupBy(session_window(ts, gap),
 keys).agg(...)`` compiled to one SessionWindowAggregate.
 
 * On a finite DataFrame ``sparkqos.run`` gives Spark's batch rows (nulls in keys, values and
@@ -122,7 +122,8 @@ def test_the_plan_is_one_operator_with_the_gap(spark):
     assert compiled.plan.names == ("s/1:session_window", "f/1:session_window", "f/2:select", "f/3:select", "f/4:where")
     op = compiled.operators["s/1:session_window"]
     assert isinstance(op, SessionWindowAggregate) and (op.gap_us, op.delay_us, op.keys) == (4_000_000, None, ["k"])
-    assert "native  s/1:session_window (aggregate)" in sparkqos.explain(df, {"s": sessions})
+    text = sparkqos.explain(df, {"s": sessions})
+    assert "native  s/1:session_window (aggregate): every session is emitted when the input ends (no watermark)" in text
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Parts of queries Spark evaluates inside the micro-batch (issue 24, item 1; classic pyspark).
+"""Parts of queries Spark evaluates inside the micro-batch (classic pyspark).
 
 What sparkqos has no native operator or function for, in the stateless row-wise part of a query
 directly over the input (JSON, regular expressions, dates, hashes, ``explode``, UDFs sparkqos does
@@ -272,6 +272,27 @@ def test_explain_says_where_each_operator_runs(spark, capsys):
     assert text == capsys.readouterr().out.rstrip("\n")
     lines = text.splitlines()
     assert lines[0] == "== sparkqos plan (placement='auto') =="
-    assert "+- spark   spark:json: Project <- Filter <- Project over the input computing from_json" in text
+    assert (
+        "+- spark   spark:json: input → select → where → select, evaluated by Spark in the micro-batch, "
+        "computing from_json, regexp_extract (sparkqos has no native version of from_json)"
+    ) in text
     assert "+- native  plain/1:where (filter)" in text
-    assert "+- refused query 'hashed'" in text
+    refused = lines[lines.index("query 'hashed':") + 1]
+    assert refused.startswith("+- refused  sparkqos has no native version of sha2; Spark evaluates such functions only")
+    # a Spark user's words, not the names of Spark's plan nodes or of its function classes
+    assert (
+        not {"Project", "Filter", "Generate", "Aggregate", "Sha2", "JsonToStructs", "Spark function"}
+        & set(text.replace("'", " ").replace(",", " ").split())
+        and "Spark function" not in text
+    )
+
+
+def test_explain_says_when_a_window_is_emitted(spark, tmp_path):
+    """On a stream, when the watermark passes the window's end; on a finite DataFrame (no
+    watermark there, as in Spark), when the input ends."""
+    streamed = sparkqos.explain(replay(spark, _trace(tmp_path), seconds_per_trigger=2), WINDOW, print_=False)
+    assert (
+        "(aggregate): a window is emitted when the watermark passes its end; the watermark is the newest event time" in streamed
+    )
+    assert "so far minus 1 s, and a row below it is dropped as late" in streamed
+    assert "every window is emitted when the input ends (no watermark)" in sparkqos.explain(frame(spark), WINDOW, print_=False)

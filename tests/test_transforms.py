@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -58,6 +59,8 @@ bools = st.one_of(st.none(), st.booleans())
 rows = st.lists(st.tuples(ints, longs, doubles, strings, bools), max_size=12)
 
 EXAMPLES = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_df(spark, data):
@@ -404,7 +407,8 @@ def test_unsupported_raises_before_any_data_moves(spark_sql, operation):
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     message = str(info.value)
-    assert operation in message and "query 'q'" in message and "Using it from your own Spark code" in message
+    assert operation in message and "query 'q'" in message and "(what runs where: docs/transforms.md)" in message
+    assert (ROOT / "docs" / "transforms.md").is_file()
     assert isinstance(info.value, sparkqos.SparkqosError) and info.value.query == "q"
     assert sc.statusTracker().getJobIdsForGroup(group) == []
 

@@ -19,10 +19,10 @@ test that proves a theorem on random plans (tests/). The verdicts every run reco
   inconclusive otherwise; a claim the simulator alone checks takes the simulator's verdict.
 
 It writes ``claims.md`` and ``claims.json`` under ``--out``, a claims section in the HTML report
-(``python -m sparkqos report OUT``), and, with ``--readme``, the table into README.md between the
-markers ``<!-- claims:begin -->`` and ``<!-- claims:end -->``.
+(``python -m sparkqos report OUT``), and, with ``--docs``, the table into docs/experiments.md between
+the markers ``<!-- claims:begin -->`` and ``<!-- claims:end -->``.
 
-``--quick`` (what the README's table comes from unless it says otherwise): one repetition per
+``--quick`` (what the table in docs/experiments.md comes from unless it says otherwise): one repetition per
 trace, 6-second traces (the experiments' defaults are 12-30 s), and fewer plans and strategies:
 path_latency as it is; classes workload ``A``, hr and cqc; cos at 320 operators, fifo and cos;
 chain_memory's ``mix``, chain and fifo; adaptive on ``filters``, the thesis' four single
@@ -54,6 +54,8 @@ import _common as C  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ("bursty", "vessels")
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+#: The page whose table ``--docs`` rewrites.
+DOCS = ROOT / "docs" / "experiments.md"
 
 #: Experiment module → (paper section, extra arguments of a full run, of a quick run).
 SPARK = {
@@ -290,18 +292,19 @@ def markdown(rows: list[dict[str, str]], note: str) -> str:
     return note + "\n\n" + "\n".join(lines) + "\n"
 
 
-def write_readme(path: Path, text: str) -> None:
-    readme = path.read_text()
-    if BEGIN not in readme or END not in readme:
+def write_table(path: Path, text: str) -> None:
+    """Replace what stands between the markers in ``path`` (docs/experiments.md) with ``text``."""
+    page = path.read_text()
+    if BEGIN not in page or END not in page:
         raise SystemExit(f"{path} has no {BEGIN} … {END} markers to write the table between")
-    head, rest = readme.split(BEGIN, 1)
+    head, rest = page.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     path.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
 
 
 def command_args(args: argparse.Namespace, ap: argparse.ArgumentParser) -> str:
     """The arguments that reproduce a run, for the table's note (a table says the command it came
-    from): those given that differ from the parser's defaults, without --out and --readme.
+    from): those given that differ from the parser's defaults, without --out and --docs.
 
     >>> ap = argparse.ArgumentParser(); _ = ap.add_argument("--only", default="a,b")
     >>> command_args(argparse.Namespace(quick=True, reps=3, only="a,b", traces=None, no_spark=False), ap)
@@ -324,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--no-spark", action="store_true", help="the simulator column only")
     ap.add_argument("--out", default=str(ROOT / "output" / "experiments" / "claims"))
-    ap.add_argument("--readme", action="store_true", help="write the table into README.md between its markers")
+    ap.add_argument("--docs", action="store_true", help="write the table into docs/experiments.md between its markers")
     args = ap.parse_args(argv)
     reps = args.reps or (1 if args.quick else 3)
     out = Path(args.out)
@@ -364,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     done: list[str] = []
 
     def write(final: bool = False) -> None:
-        """The table of what has been measured so far: files, README (``--readme``), report."""
+        """The table of what has been measured so far: files, docs/experiments.md (``--docs``), report."""
         rows = build_rows(records)
         if args.no_spark:
             spark_note = "not run (--no-spark)"
@@ -379,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         text = markdown(rows, note)
         (out / "claims.md").write_text(text)
         (out / "claims.json").write_text(json.dumps({"note": note, "rows": rows}, indent=1))
-        if args.readme:
-            write_readme(ROOT / "README.md", text)
+        if args.docs:
+            write_table(DOCS, text)
         if final:
             from sparkqos.report import render
 

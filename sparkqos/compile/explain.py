@@ -1,18 +1,73 @@
 """Where each operator of each query runs, as text (``sparkqos.explain``, ``handle.explain()``).
 
 For each query, its operators from the root down, each with its engine: ``native`` (a sparkqos
-operator the strategy schedules), ``spark`` (a part Spark evaluates inside the micro-batch, with
-what it computes and why), or, from :func:`sparkqos.explain`, ``refused`` with the reason. The
-layout follows ``DataFrame.explain()``: a header per query, one indented line per operator.
+operator the strategy schedules; a stateful one says when it emits its rows), ``spark`` (a part
+Spark evaluates inside the micro-batch, with what it computes and why), or, from
+:func:`sparkqos.explain`, ``refused`` with the reason. The layout follows ``DataFrame.explain()``:
+a header per query, one indented line per operator. Everything is said in a PySpark user's words
+(``select``, ``where``, ``from_json``), never in the names of Spark's plan nodes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkqos.executor.operators import (
+    Deduplicate,
+    EventWindowAggregate,
+    KeyedAggregate,
+    PhysicalOperator,
+    SessionWindowAggregate,
+)
 from sparkqos.executor.plan import CompiledPlan
 
-__all__ = ["explain_compiled", "explain_text"]
+__all__ = ["duration", "emission", "explain_compiled", "explain_text"]
+
+
+def duration(us: int) -> str:
+    """Microseconds as a person reads a watermark delay or a gap.
+
+    >>> duration(2_000_000), duration(1_500), duration(90_000_000), duration(7_200_000_000), duration(0)
+    ('2 s', '1.5 ms', '1.5 min', '2 h', '0 s')
+    """
+    for unit, size in (("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000), ("ms", 1_000)):
+        if us >= size:
+            return f"{us / size:g} {unit}"
+    return f"{us} µs" if us else "0 s"
+
+
+def emission(op: PhysicalOperator) -> str:
+    """When a stateful operator writes its rows ('' for a stateless one): a window or session
+    when the watermark passes its end, an update-mode aggregate at every trigger.
+
+    >>> from sparkqos.executor.operators import WindowAgg
+    >>> n = [WindowAgg("count_all", None, "n")]
+    >>> session = SessionWindowAggregate(["k"], n, "ts", gap_us=300_000_000, delay_us=2_000_000)
+    >>> print(emission(session))  # doctest: +NORMALIZE_WHITESPACE
+    a session is emitted when the watermark passes its end, 5 min after its last row; the
+    watermark is the newest event time so far minus 2 s, and a row below it is dropped as late
+    >>> emission(EventWindowAggregate(["k"], n, "ts", size_us=10_000_000))
+    'every window is emitted when the input ends (no watermark)'
+    """
+    if isinstance(op, KeyedAggregate):
+        if not op.update:
+            return "the final table is emitted when the input ends"
+        return "each trigger writes every key changed since the trigger before, with its aggregates so far (update mode)"
+    if isinstance(op, EventWindowAggregate):
+        what = "session" if isinstance(op, SessionWindowAggregate) else "window"
+        end = f"its end, {duration(op.size_us)} after its last row" if what == "session" else "its end"
+        if op.delay_us is None:
+            return f"every {what} is emitted when the input ends (no watermark)"
+        return (
+            f"a {what} is emitted when the watermark passes {end}; the watermark is the newest event time so far "
+            f"minus {duration(op.delay_us)}, and a row below it is dropped as late"
+        )
+    if isinstance(op, Deduplicate) and op.delay_us is not None:
+        return (
+            f"a key is forgotten when the watermark passes it (the newest event time so far minus "
+            f"{duration(op.delay_us)}); a row below the watermark is dropped as late"
+        )
+    return ""
 
 
 def _lines(compiled: CompiledPlan, query: str) -> list[str]:
@@ -28,7 +83,8 @@ def _lines(compiled: CompiledPlan, query: str) -> list[str]:
             out.append(f"{pad}+- input   {name}")
             return
         op = plan[name]
-        out.append(f"{pad}+- native  {name} ({op.kind})")
+        when = emission(compiled.operators[name]) if name in compiled.operators else ""
+        out.append(f"{pad}+- native  {name} ({op.kind})" + (f": {when}" if when else ""))
         for i in op.inputs:
             walk(i, depth + 1)
 
@@ -45,7 +101,7 @@ def explain_text(
         klass = (classes or {}).get(query)
         lines.append(f"query {query!r}" + (f" (class {klass})" if klass else "") + ":")
         if isinstance(c, str):
-            lines.append(f"+- refused {c}")
+            lines.append(f"+- refused  {c}")
         else:
             lines.extend(_lines(c, query))
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.compile.nodes import Node, parse_expr
+from sparkqos.compile.words import STEP_WORDS, in_user_words
 from sparkqos.errors import PlacementError, UnsupportedTransform, check_choice
 
 __all__ = ["PLACEMENTS", "SPARK_PART", "SparkPart", "check_placement", "row_wise_chains"]
@@ -70,9 +71,11 @@ class SparkPart:
     recipe: Any = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
-        """One line for explain(): the steps, the functions, the reason."""
-        fns = f" computing {', '.join(self.functions)}" if self.functions else ""
-        return f"{' <- '.join(self.steps)} over the input{fns} ({self.reason})"
+        """One line for explain(): the steps in the order the query applies them, as PySpark
+        names them, the functions Spark computes and why the part is Spark's."""
+        flow = " → ".join(["input", *(STEP_WORDS.get(s, s) for s in reversed(self.steps))])
+        fns = f", computing {', '.join(self.functions)}" if self.functions else ""
+        return f"{flow}, evaluated by Spark in the micro-batch{fns} ({self.reason})"
 
 
 def _synthetic(node: Node, marker: str) -> bool:
@@ -178,7 +181,7 @@ def place(
         return None
     error = native_error(chain[0])
     if error is not None:
-        return f"no native {error.operation}"
+        return in_user_words(error)
     if placement == "spark":
-        return 'placement="spark"'
+        return 'placement="spark" hands it to Spark'
     return None

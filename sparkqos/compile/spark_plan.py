@@ -51,6 +51,7 @@ from sparkqos.compile.spark_part import (
     unique_names,
 )
 from sparkqos.compile.tables import EXPRESSIONS, INPUTS, RELATIONS
+from sparkqos.compile.words import OPERATION_HINTS
 from sparkqos.errors import PlanError, UnsupportedTransform
 from sparkqos.executor.expressions import (
     Alias,
@@ -86,27 +87,6 @@ _PASS_THROUGH = {"SubqueryAlias", "Repartition", "RepartitionByExpression", "Eve
 #: Plan nodes sparkqos runs.
 _OPERATORS = {"__source__", SPARK_PART, "Filter", "Project", "Union", *_PASS_THROUGH}
 
-#: What users wrote, for the plan nodes sparkqos does not run, named in UnsupportedTransform.
-_OPERATION_HINTS = {
-    "Aggregate": "groupBy/agg",
-    "Join": "join",
-    "Distinct": "distinct",
-    "Sort": "orderBy/sort",
-    "GlobalLimit": "limit",
-    "LocalLimit": "limit",
-    "Sample": "sample",
-    "Generate": "explode",
-    "Expand": "cube/rollup",
-    "Intersect": "intersect",
-    "Except": "subtract/exceptAll",
-    "MapInPandas": "mapInPandas",
-    "MapInArrow": "mapInArrow",
-    "FlatMapGroupsInPandas": "groupBy().applyInPandas",
-    "FlatMapGroupsWithState": "mapGroupsWithState",
-    "TransformWithState": "transformWithState",
-    "Offset": "offset",
-    "LateralJoin": "lateralJoin, e.g. with a Python UDTF",
-}
 
 #: SQL names of common Spark functions whose class names differ from them.
 _FUNCTION_NAMES = {
@@ -337,7 +317,7 @@ class _QueryCompiler:
                 f"reading {node.cls}",
                 "a query may only read the DataFrame given to sparkqos.stream()/run(), not another DataFrame",
             )
-        hint = _OPERATION_HINTS.get(node.cls)
+        hint = OPERATION_HINTS.get(node.cls)
         return self.unsupported(f"Spark operation {node.cls!r}", hint or "")
 
     def project(self, node: Node) -> Rel:

@@ -1,7 +1,8 @@
 """What runs where, generated from the compiler's own tables (``python -m sparkqos supported``).
 
-The README's list between ``<!-- supported:begin -->`` and ``<!-- supported:end -->`` is this
-text; a test fails when the two differ, so the list cannot drift from the code.
+The list in docs/transforms.md between ``<!-- supported:begin -->`` and ``<!-- supported:end -->``
+is this text; a test fails when the two differ, so the list cannot drift from the code. Each
+construct appears once, under the engine that runs it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from sparkqos.compile import spark_plan
 from sparkqos.compile.nested import GENERATORS
 from sparkqos.compile.spark_part import ROW_WISE
 from sparkqos.compile.tables import EXPRESSIONS, RELATIONS, WINDOWS
+from sparkqos.compile.words import OPERATION_HINTS
 
 __all__ = ["BEGIN", "END", "supported_markdown"]
 
@@ -54,7 +56,7 @@ _OPERATIONS = {
 
 
 def _operation(cls: str) -> str:
-    return _OPERATIONS.get(cls) or spark_plan._OPERATION_HINTS.get(cls, cls)
+    return _OPERATIONS.get(cls) or OPERATION_HINTS.get(cls, cls)
 
 
 def _name(cls: str) -> str | None:
@@ -67,10 +69,10 @@ def _name(cls: str) -> str | None:
 
 
 def supported_markdown() -> str:
-    """The README's list of what runs natively, what Spark evaluates and what is refused."""
+    """The list of what runs natively, what Spark evaluates and what is refused."""
     native_ops = sorted({_operation(c) for c in ("Filter", "Project", "Union", *RELATIONS)})
     native = (*spark_plan.NATIVE_EXPRESSIONS, *EXPRESSIONS, *GENERATORS)
-    functions = sorted({n for c in native if (n := _name(c))}, key=str.lower)
+    functions = sorted({n for c in native if (n := _name(c))} - set(native_ops), key=str.lower)
     spark_only = sorted(
         {
             n
@@ -79,7 +81,7 @@ def supported_markdown() -> str:
         },
         key=str.lower,
     )
-    refused = sorted({_operation(c) for c in spark_plan._OPERATION_HINTS if c not in RELATIONS and c not in ROW_WISE})
+    refused = sorted({_operation(c) for c in OPERATION_HINTS if c not in RELATIONS and c not in ROW_WISE}, key=str.lower)
     row_wise = sorted({_operation(c) for c in ROW_WISE})
     lines = [
         BEGIN,
@@ -91,7 +93,7 @@ def supported_markdown() -> str:
         "* functions and operators: " + ", ".join(f"`{f}`" for f in functions) + ".",
         "",
         "**Evaluated by Spark inside the micro-batch** (placement `auto`, the default): the stateless,",
-        "row-wise part of a query directly over the input (" + ", ".join(f"`{o}`" for o in row_wise) + ")",
+        "row-wise part of a query directly over the input (a chain of " + ", ".join(f"`{o}`" for o in row_wise) + " steps)",
         "when it holds anything without a native mapping — any Spark SQL function, e.g. "
         + ", ".join(f"`{f}`" for f in spark_only)
         + "; UDFs sparkqos does not run itself; SQL strings under Spark Connect it does not read. Its rows enter the queue of",

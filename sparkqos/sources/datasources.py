@@ -5,7 +5,7 @@ Sources start at the query's start: with no ``start`` option, a finite speed and
 processing-time trigger, stream time does not run while Spark starts the query. Otherwise the
 first batch that reads rows would pay for Spark's start-up (its job, its Python workers, the
 foreachBatch callback: seconds), and the stream time it covered would land in the next trigger
-as one large, old batch (the README's measured section has the figures). So such an offset
+as one large, old batch (docs/benchmarks.md has the figures). So such an offset
 carries a ``phase``:
 ``warmup`` (from ``initialOffset``) → ``ready`` (batch 0: one read task with no rows; Spark starts
 up on it) → ``started`` (batch 1, no rows: the origin is re-anchored at the wall clock of that

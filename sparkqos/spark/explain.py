@@ -6,11 +6,27 @@ from collections.abc import Mapping
 
 from sparkqos.compile.explain import explain_text
 from sparkqos.compile.spark_part import check_placement
+from sparkqos.compile.words import in_user_words
 from sparkqos.errors import UnsupportedTransform
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.spark.transforms import Transform, compile_transforms
 
 __all__ = ["explain"]
+
+
+def _refusal(exc: UnsupportedTransform, placement: str) -> str:
+    """Why a query is refused, in a Spark user's words; for a function, why Spark does not
+    evaluate it instead (it is above an operator with state, or ``placement`` forbids it)."""
+    text = in_user_words(exc)
+    if exc.operation.startswith("Spark function "):
+        if placement == "native":
+            text += ', and placement="native" keeps every part out of Spark'
+        else:
+            text += (
+                "; Spark evaluates such functions only in the stateless part of a query directly over "
+                "the input, and this one is above an aggregation, a join, a union or another operator with state"
+            )
+    return text
 
 
 def explain(
@@ -33,7 +49,7 @@ def explain(
         try:
             compiled[name] = compile_transforms(df, {name: transform}, {name: klass} if klass else None, None, placement)
         except UnsupportedTransform as exc:
-            compiled[name] = str(exc)
+            compiled[name] = _refusal(exc, placement)
     text = explain_text(compiled, placement, classes)
     if print_:
         print(text)
