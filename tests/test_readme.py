@@ -90,6 +90,7 @@ def test_every_block_says_its_language_and_every_python_snippet_has_a_runner():
         "sharded",
         "nesting",
         "explain",
+        "slo",
     }
     for page, marker, lang, _ in found:
         if marker.startswith("not run"):
@@ -106,6 +107,19 @@ def test_sharded_fragment_names_keywords_stream_takes():
     call = ast.parse(snippets()["sharded"]).body[0].value
     lane = {k.arg for k in call.keywords} & {"shards", "shard_by"}
     assert lane == {"shards", "shard_by"} and lane <= set(inspect.signature(stream).parameters)
+
+
+def test_slo_fragment_gives_targets_and_ages_a_run_takes():
+    """A fragment over the guide's own DataFrame and transforms: parsed, not run; its targets and
+    ages are what RunConfig accepts, resolved by query and class."""
+    from sparkqos.runtime.config import RunConfig
+    from sparkqos.runtime.targets import per_query
+
+    call = ast.parse(snippets()["slo"]).body[-1].value
+    given = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg in ("slo", "shed", "classes")}
+    config = RunConfig(checkpoint="/tmp/unused", slo=given["slo"], shed=given["shed"])
+    assert per_query("slo", config.slo, given["classes"]) == {"fire": 0.5, "anomaly": 2.0}
+    assert per_query("shed", config.shed, given["classes"]) == {"archive": 30.0}
 
 
 def test_own_script_runs_with_the_venv_python_and_no_pyspark_python(tmp_path):
