@@ -170,7 +170,7 @@ class QosStream:
         self.query = writer.start()
         return self.query
 
-    def stop(self, wait_s: float = 5.0) -> None:
+    def stop(self, wait_s: float = 60.0) -> None:
         """Stop the streaming query between triggers (:func:`~sparkqos.spark.batch.stop_between_triggers`),
         then the continuous worker, if any, and join it."""
         stop_between_triggers(self.query, wait_s)
