@@ -20,7 +20,7 @@ except ImportError as _exc:
         raise SystemExit(f"sparkqos: {_missing}") from None
     raise ImportError(_missing) from None
 
-from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
+from sparkqos import adaptive, schedulers
 from sparkqos.adaptive import QosSpec
 from sparkqos.errors import (
     CheckpointError,

@@ -250,12 +250,12 @@ class Trigger:
 
 
 # -- the strategy -----------------------------------------------------------------------------------
-def _strategies_taking(parameter: str) -> list[str]:
-    """Registered strategies whose constructor takes ``parameter`` (for error messages)."""
+def _strategies_taking_qos() -> list[str]:
+    """Registered strategies that take a QoS spec (for error messages)."""
     names = []
     for name in schedulers.available():
         with contextlib.suppress(SparkqosError):
-            if parameter in type(schedulers.get(name))._param_names():
+            if type(schedulers.get(name)).TAKES_QOS:
                 names.append(name)
     return names
 
@@ -324,8 +324,8 @@ class StrategyConfig:
         except UnknownStrategy as exc:
             exc.parameter, exc.value, exc.expected = "strategy", self.name, f"one of {', '.join(exc.available)}"
             raise
-        if self.qos is not None and "qos" not in cls._param_names():
-            takers = " or ".join(repr(n) for n in _strategies_taking("qos")) or "no registered"
+        if self.qos is not None and not cls.TAKES_QOS:
+            takers = " or ".join(repr(n) for n in _strategies_taking_qos()) or "no registered"
             raise RunnerError(
                 f"qos applies to the {takers} strategy, not to {self.name!r}",
                 parameter="qos",
