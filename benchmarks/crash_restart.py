@@ -1,5 +1,5 @@
 """Crash and restart: the sensor job SIGKILLed at many points, restarted from its checkpoint, loses
-nothing and writes nothing twice (issue 8, item 1).
+nothing and writes nothing twice.
 
     .venv/bin/python benchmarks/crash_restart.py [--rows 12000] [--seconds 48] [--seed 5] [--sink parquet|delta]
                                                  [--lane driver|sharded]
@@ -11,7 +11,7 @@ run; then one run per crash, each restarted from the same output and checkpoint 
 * eight injected points (the job's ``--fault``; the trigger loop SIGKILLs its own process): five
   of a trigger — at the start of foreachBatch, after the executor's run, between the sink write and
   our checkpoint, after our checkpoint (before Spark commits the batch), at the end of
-  foreachBatch — and three of the continuous worker (the job's default mode, issue 13): on the
+  foreachBatch — and three of the continuous worker (the job's default mode): on the
   worker's thread after a slice served rows between two triggers (the executor ahead of the
   checkpoint), while a trigger pauses the worker with a slice possibly in flight, and right after
   the worker wrote class H's rows early as a part of the next batch (parts no checkpoint covers;

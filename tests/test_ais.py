@@ -1,4 +1,4 @@
-"""The recorded AIS vessel trace (issue 16): parsing tracktable's .traj files, dead letters for bad
+"""The recorded AIS vessel trace: parsing tracktable's .traj files, dead letters for bad
 reports, the cached Parquet trace, its replay, and ``python -m sparkqos trace vessels``.
 
 The parser's oracle is a plain row-by-row reading of the same text (``datetime.strptime``,

@@ -1,4 +1,4 @@
-"""Class shares above any strategy (schedulers/classes.py, issue 13 item 2).
+"""Class shares above any strategy (schedulers/classes.py).
 
 * Over a long backlog each class gets its CQC quota of the work whatever the strategy inside
   (fifo, chain, pc, adaptive): priorities {6, 3, 1} and k = 20 give quotas {12, 6, 2}, CQC's

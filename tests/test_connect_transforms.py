@@ -1,4 +1,4 @@
-"""PySpark transforms under Spark Connect (issue 15, item 2): compiled from a Connect DataFrame.
+"""PySpark transforms under Spark Connect: compiled from a Connect DataFrame.
 
 A Connect DataFrame has no JVM plan; sparkqos reads the client's plan, typed by the server
 (sparkqos/spark/connect_plan.py). One subprocess (tests/connect_transforms_job.py, its own

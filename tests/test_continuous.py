@@ -1,4 +1,4 @@
-"""The continuous trigger loop (issue 13) on Arrow tables alone (no SparkSession).
+"""The continuous trigger loop on Arrow tables alone (no SparkSession).
 
 * Over many triggers the continuous loop writes exactly the rows the per-trigger loop writes
   (nothing lost, nothing twice), and what its worker produced between triggers is written by the

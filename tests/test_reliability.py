@@ -1,4 +1,4 @@
-"""Reliability (issue 8), the fast part: bad input goes to dead letters and the counts add up; bad
+"""Reliability, the fast part: bad input goes to dead letters and the counts add up; bad
 configuration fails at start naming the key; a torn checkpoint is refused; overload spills in order
 (or sheds only when asked, counted per query); COS clusters in threads give fifo's outputs with no
 queue read and written at once. The SIGKILL crash/restart runs of the real job are in

@@ -324,7 +324,7 @@ def continuous_threads(name: str) -> list[threading.Thread]:
 
 
 def test_continuous_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path):
-    """Issue 13: with the continuous worker serving between triggers, the answer is unchanged;
+    """With the continuous worker serving between triggers, the answer is unchanged;
     finish() leaves no worker thread behind."""
     handle = run_to_end(
         stream(

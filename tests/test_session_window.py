@@ -1,4 +1,4 @@
-"""Session windows written as PySpark (issue 24, Deliver 2): ``groupBy(session_window(ts, gap),
+"""Session windows written as PySpark: ``groupBy(session_window(ts, gap),
 keys).agg(...)`` compiled to one SessionWindowAggregate.
 
 * On a finite DataFrame ``sparkqos.run`` gives Spark's batch rows (nulls in keys, values and

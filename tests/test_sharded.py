@@ -1,4 +1,4 @@
-"""The sharded lane (issue 26): per-shard executors in Spark tasks, their state in Spark's state store.
+"""The sharded lane: per-shard executors in Spark tasks, their state in Spark's state store.
 
 * Compile-time shardability: queries whose stateful operators are keyed by the shard key run,
   the others are refused up front naming the query and the operator.

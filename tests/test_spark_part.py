@@ -1,4 +1,4 @@
-"""Parts of queries Spark evaluates inside the micro-batch (issue 24, item 1; classic pyspark).
+"""Parts of queries Spark evaluates inside the micro-batch (classic pyspark).
 
 What sparkqos has no native operator or function for, in the stateless row-wise part of a query
 directly over the input (JSON, regular expressions, dates, hashes, ``explode``, UDFs sparkqos does

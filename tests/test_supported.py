@@ -1,4 +1,4 @@
-"""README's list of what runs where is the compiler's own (issue 24, item 4): generated from its
+"""README's list of what runs where is the compiler's own: generated from its
 tables by ``python -m sparkqos supported``; this fails when README's copy is out of date."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""UDFs in PySpark transforms (issue 14, item 2): scalar ``pandas_udf`` and Python ``udf`` calls in
+"""UDFs in PySpark transforms: scalar ``pandas_udf`` and Python ``udf`` calls in
 ``select`` / ``withColumn`` / ``where``, run by the executor on Arrow batches.
 
 * ``sparkqos.run`` gives the rows Spark's own engine gives for the same transform (hypothesis

@@ -95,7 +95,7 @@ def rows_by_query(sink: dict[str, pa.Table]) -> dict[str, Counter]:
 
 
 def test_cos_serves_its_clusters_from_a_thread_per_core_with_the_same_rows(tmp_path, monkeypatch):
-    """Issue 16: with cos the executor serves clusters from a thread pool (one thread per core
+    """With cos the executor serves clusters from a thread pool (one thread per core
     unless executor_args says otherwise); the rows are those of a serial strategy."""
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     for name, strategy in (("cos", "cos"), ("chain", "chain")):

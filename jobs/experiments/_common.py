@@ -635,7 +635,9 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
     ap.add_argument("--quiet", action="store_true", help="no per-trigger lines")
     ap.add_argument("--no-report", action="store_true")
     ap.add_argument(
-        "--per-trigger", action="store_true", help="serve the queues only inside triggers (continuous=False), as before issue 13"
+        "--per-trigger",
+        action="store_true",
+        help="serve the queues only inside triggers (continuous=False): no worker between triggers",
     )
     return ap
 
