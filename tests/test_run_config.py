@@ -159,3 +159,42 @@ def test_a_sink_that_takes_parts_is_a_type(tmp_path):
     loop = TriggerLoop(sensor_queries(), RunConfig(checkpoint=tmp_path / "c", sink=Audited(), budget_s=1.0))
     assert loop.sink.supports_parts is False
     loop.close()
+
+
+def test_stream_and_run_share_one_explicit_signature():
+    """``help(sparkqos.stream)`` and ``help(sparkqos.run)`` list every keyword: no ``**kwargs``,
+    the same keywords with the same defaults, each meaning the same in both or refused, with the
+    reason, by the entry point it means nothing to."""
+    import inspect
+
+    import sparkqos
+    from sparkqos.runtime.config import NOT_FOR_RUN, NOT_FOR_STREAM, SHORTHANDS
+
+    stream, run = inspect.signature(sparkqos.stream), inspect.signature(sparkqos.run)
+    for sig in (stream, run):
+        assert all(p.kind is not p.VAR_KEYWORD and p.kind is not p.VAR_POSITIONAL for p in sig.parameters.values())
+    shared = [(p.name, p.kind, p.default) for p in list(stream.parameters.values())[2:]]
+    assert shared == [(p.name, p.kind, p.default) for p in list(run.parameters.values())[2:]]
+    names = {name for name, _, _ in shared}
+    assert set(SHORTHANDS) <= names and set(NOT_FOR_RUN) | set(NOT_FOR_STREAM) <= names
+    with pytest.raises(RunnerError, match="sparkqos.run does not take checkpoint=: .*no sink, dead letter or checkpoint") as exc:
+        sparkqos.run(None, {}, checkpoint="/tmp/c")
+    assert exc.value.parameter == "checkpoint"
+    with pytest.raises(RunnerError, match="sparkqos.run does not take trigger_s=: sparkqos.run has no trigger"):
+        sparkqos.run(None, {}, trigger_s=1.0)
+    with pytest.raises(RunnerError, match="sparkqos.stream does not take batch_rows=: a stream's batches are Spark's"):
+        sparkqos.stream(None, {}, batch_rows=10)
+
+
+def test_run_takes_the_strategy_keywords_stream_takes():
+    """``qos=`` and ``class_shares=`` mean in :func:`sparkqos.run` what they mean in
+    :func:`sparkqos.stream` (a strategy that takes no QoS spec refuses ``qos`` the same way)."""
+    from sparkqos.runtime.config import strategy_and_executor
+
+    strategy, options = strategy_and_executor("adaptive", None, qos="low_memory", class_shares=False, ratio=0.5)
+    assert strategy == StrategyConfig("adaptive", qos="low_memory", class_shares=False)
+    assert options == ExecutorOptions(ratio=0.5)
+    with pytest.raises(RunnerError, match="qos applies to the 'adaptive' strategy, not to 'fifo'"):
+        strategy_and_executor("fifo", None, qos="low_memory")
+    with pytest.raises(RunnerError, match="give budget_s= or executor=, not both"):
+        strategy_and_executor("fifo", ExecutorOptions(), budget_s=1.0)

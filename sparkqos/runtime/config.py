@@ -466,15 +466,14 @@ SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
         "qos": ("strategy", "qos"),
         "class_shares": ("strategy", "class_shares"),
         "strategy_params": ("strategy", "params"),
-        "budget_s": ("executor", "budget_s"),
-        "whole_batches": ("executor", "whole_batches"),
-        "cluster_threads": ("executor", "cluster_threads"),
         "slice_s": ("continuous", "slice_s"),
         "top_class_s": ("continuous", "top_class_s"),
         "early_write_s": ("continuous", "early_write_s"),
         "stream": ("input", "stream"),
         "arrival_col": ("input", "arrival_col"),
         "checks": ("input", "checks"),
+        # Every ExecutorOptions field, so sparkqos.run's executor keywords mean the same here.
+        **{name: ("executor", name) for name in ExecutorOptions.names()},
     }
 )
 #: Shorthands that stay one release, with a DeprecationWarning naming their replacement.
@@ -482,6 +481,90 @@ _DEPRECATED = {
     "strategy_params": "strategy=StrategyConfig(name, params={...})",
     "executor_args": "executor=ExecutorOptions(...)",
 }
+
+
+class _Unset:
+    """The default of a keyword whose absence matters (a shorthand given beside its part is an
+    error, and None is a value some take: ``early_write_s=None`` turns early writes off)."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+#: A keyword of :func:`sparkqos.stream` / :func:`sparkqos.run` that was not given.
+UNSET: Any = _Unset()
+
+#: The keywords ``sparkqos.stream`` and ``sparkqos.run`` share (one signature, written out in
+#: both so ``help()`` and IDEs show it) that ``run`` refuses, and why: run computes a finite
+#: DataFrame's answer in memory and returns it, so nothing is stored, triggered or reported.
+NOT_FOR_RUN: Mapping[str, str] = types.MappingProxyType(
+    {
+        **dict.fromkeys(
+            ("storage", "checkpoint", "output", "sink", "dead_letter", "keep_checkpoints", "fault"),
+            "sparkqos.run returns every query's output in memory: there is no sink, dead letter or checkpoint to write",
+        ),
+        **dict.fromkeys(
+            ("trigger", "trigger_s"),
+            "sparkqos.run has no trigger: its batches (batch_rows rows each) arrive one a second of the executor's clock",
+        ),
+        **dict.fromkeys(
+            ("continuous", "slice_s", "top_class_s", "early_write_s"),
+            "sparkqos.run has no worker between triggers: it serves units_between units after each batch",
+        ),
+        **dict.fromkeys(
+            ("input", "stream", "arrival_col", "checks", "intake"),
+            "sparkqos.run reads the DataFrame's own rows, all of them, stamped with their batch's time",
+        ),
+        **dict.fromkeys(
+            ("name", "on_progress", "on_delays"), "sparkqos.run reports no progress: it returns every query's output"
+        ),
+        **dict.fromkeys(("shards", "shard_by"), "the sharded lane serves a stream inside Spark's tasks; use sparkqos.stream"),
+    }
+)
+#: ``sparkqos.run``'s own keywords that ``sparkqos.stream`` refuses, and why.
+NOT_FOR_STREAM: Mapping[str, str] = types.MappingProxyType(
+    dict.fromkeys(
+        ("batch_rows", "units_between"),
+        "a stream's batches are Spark's micro-batches (trigger=) and it serves by time (budget_s=), not by units",
+    )
+)
+
+
+def refuse(entry: str, keywords: Mapping[str, Any], defaults: Mapping[str, Any], reasons: Mapping[str, str]) -> None:
+    """Raise for the first of ``keywords`` that ``reasons`` lists and that was given (differs from
+    its value in ``defaults``), with the reason: ``entry`` does not take it."""
+    for key, value in keywords.items():
+        if key in reasons and value is not defaults[key] and value != defaults[key]:
+            raise RunnerError(
+                f"{entry} does not take {key}=: {reasons[key]}",
+                parameter=key,
+                value=value,
+                expected=f"{key}={defaults[key]!r} (not given)",
+            )
+
+
+def strategy_and_executor(
+    strategy: StrategyConfig | str | Scheduler, executor: ExecutorOptions | None, **shorthands: Any
+) -> tuple[StrategyConfig, ExecutorOptions]:
+    """The strategy and executor parts of a run from ``strategy``, ``executor`` and their
+    shorthands (:data:`SHORTHANDS`), checked as :class:`RunConfig` checks them: what
+    ``sparkqos.run`` serves under."""
+    given = isinstance(strategy, StrategyConfig)
+    fields = _shorthand_fields(shorthands, {"strategy": strategy if given else None, "executor": executor})
+    if not given:
+        fields["strategy"]["name"] = strategy
+    part = dataclasses.replace(strategy, **fields["strategy"]) if given else StrategyConfig(**fields["strategy"])
+    return part, ExecutorOptions.of(executor, **fields["executor"])
 
 
 @dataclass(frozen=True, init=False)
@@ -619,13 +702,14 @@ def _both(short: str, part: str) -> RunnerError:
     )
 
 
-def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The fields each part gets from the ``shorthands`` keywords; an unknown keyword, or one
-    given beside its part, raises naming it."""
+def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any], stacklevel: int = 4) -> dict[str, dict[str, Any]]:
+    """The fields each of ``parts`` gets from the ``shorthands`` keywords; an unknown keyword, or
+    one given beside its part, raises naming it (``stacklevel``: where a deprecation warning
+    points, the caller's caller by default)."""
     fields: dict[str, dict[str, Any]] = {p: {} for p in parts}
     for key, value in shorthands.items():
         if key in _DEPRECATED:
-            warn_deprecated(f"{key}=", _DEPRECATED[key], stacklevel=4)
+            warn_deprecated(f"{key}=", _DEPRECATED[key], stacklevel=stacklevel)
         if key == "trigger_s":
             continue
         if key == "executor_args":
