@@ -170,7 +170,7 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int, queries_name: st
 def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor") -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
-    from sparkqos.runtime.sinks import read_parquet_sink
+    from sparkqos.io.sinks import read_parquet_sink
 
     transforms, classes, priorities = query_set(queries_name)
     started = time.perf_counter()

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import sparkqos
     from sparkqos import sources
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
     from sparkqos.workloads.sensors import sensor_queries, sensor_trace
 
     spark = SparkSession.builder.appName("trigger_overhead").getOrCreate()

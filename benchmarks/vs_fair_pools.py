@@ -138,7 +138,7 @@ def run_fair(args, out: Path, trigger: str) -> dict:
 # -- sparkqos -----------------------------------------------------------------------------------------
 def run_sparkqos(args, out: Path) -> dict:
     import sparkqos
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES
     from sparkqos.workloads.sensors import SENSOR_CLASSES
 

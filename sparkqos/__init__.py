@@ -54,7 +54,8 @@ __version__ = "0.1.0"
 _LAZY = {
     **dict.fromkeys(("QuerySet", "avg", "col", "count", "lit", "max_", "min_", "sum_"), "sparkqos.compile"),
     **dict.fromkeys(
-        ("Continuous", "ExecutorOptions", "Input", "RunConfig", "Storage", "StrategyConfig", "Trigger"), "sparkqos.runtime.config"
+        ("Continuous", "ExecutorOptions", "Input", "Outputs", "Recovery", "RunConfig", "Storage", "StrategyConfig", "Trigger"),
+        "sparkqos.runtime.config",
     ),
     **dict.fromkeys(("BacklogWarning", "Intake"), "sparkqos.runtime.intake"),
     # The two entry points share one keyword-only signature (help(sparkqos.stream) lists it); the
@@ -103,6 +104,8 @@ __all__ = [
     "Continuous",
     "ExecutorOptions",
     "Input",
+    "Outputs",
+    "Recovery",
     "RunConfig",
     "Storage",
     "StrategyConfig",

@@ -167,7 +167,7 @@ def stream_to_end(df, queries: Mapping[str, Any], checkpoint: Path, timeout_s: f
     replay, ends (``trigger=Trigger(availableNow=True)``), then drain with ``finish()``; returns the
     :class:`~sparkqos.runtime.sinks.MemorySink` holding every query's rows."""
     import sparkqos
-    from sparkqos.runtime.sinks import MemorySink
+    from sparkqos.io.sinks import MemorySink
 
     sink = MemorySink()
     handle = sparkqos.stream(

@@ -163,7 +163,7 @@ def test_every_bad_report_is_a_dead_letter_with_its_reason_and_raw_text(sample):
 
 
 def test_dead_letter_columns_are_the_projects():
-    from sparkqos.runtime.deadletter import DEAD_LETTER_SCHEMA
+    from sparkqos.io.deadletter import DEAD_LETTER_SCHEMA
 
     assert ais.DEAD_LETTER_SCHEMA == DEAD_LETTER_SCHEMA
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.transforms import compile_transforms
 from tests.conftest import run_connect_job
 from tests.connect_transforms_job import SPARK_PARTS, UPDATE_KEYS, describe, stateful, table, transforms

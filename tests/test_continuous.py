@@ -25,9 +25,9 @@ import pytest
 
 from sparkqos.errors import ArgumentError, RunnerError
 from sparkqos.executor.loop import Executor
+from sparkqos.io.sinks import MemorySink, ParquetSink, read_parquet_sink
 from sparkqos.runtime.assembly import classes_by_priority, top_class
 from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, Continuous, RunConfig
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, read_parquet_sink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.workloads.sensors import sensor_queries
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sparkqos.config import Key, load_config
-from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.schedulers import available
 
 ROOT = Path(__file__).resolve().parent.parent

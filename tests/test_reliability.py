@@ -26,8 +26,8 @@ from sparkqos.errors import CheckpointCorrupt, SchemaMismatch
 from sparkqos.executor.expressions import INTERNAL, SEQ, col
 from sparkqos.executor.loop import EMIT, Executor
 from sparkqos.executor.queues import BatchQueue
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks, read_dead_letters
-from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks, read_dead_letters
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, parse_faults
 from sparkqos.testing import sensor_table
 from sparkqos.workloads.sensors import SENSOR_SCHEMA, sensor_queries

@@ -11,9 +11,9 @@ from sparkqos import schedulers
 from sparkqos.errors import ConfigError, ExecutorOptionError, RunnerError, TriggerError
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.options import ExecutorOptions
+from sparkqos.io.sinks import MemorySink, ParquetSink, PartedSink, Sink
 from sparkqos.runtime.assembly import executor_options
 from sparkqos.runtime.config import Continuous, Input, RunConfig, Storage, StrategyConfig, Trigger
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, PartedSink, Sink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers import ClusterScheduler, Cos
 from sparkqos.workloads.sensors import sensor_queries
@@ -198,3 +198,24 @@ def test_run_takes_the_strategy_keywords_stream_takes():
         strategy_and_executor("fifo", None, qos="low_memory")
     with pytest.raises(RunnerError, match="give budget_s= or executor=, not both"):
         strategy_and_executor("fifo", ExecutorOptions(), budget_s=1.0)
+
+
+def test_recovery_apart_from_outputs(tmp_path):
+    """Recovery (the checkpoint) and outputs (folder, sink, dead letters) are parts of their own;
+    ``storage=Storage(...)`` and the shorthands give the same run."""
+    from sparkqos.runtime.config import Outputs, Recovery
+
+    parts = RunConfig(recovery=Recovery(tmp_path, keep_checkpoints=2), outputs=Outputs(tmp_path / "out"))
+    short = RunConfig(checkpoint=tmp_path, keep_checkpoints=2, output=tmp_path / "out")
+    old = RunConfig(storage=Storage(tmp_path, output=tmp_path / "out", keep_checkpoints=2))
+    assert parts == short == old
+    assert parts.storage == Storage(tmp_path, output=tmp_path / "out", keep_checkpoints=2)
+    assert (parts.recovery.checkpoint, parts.outputs.output) == (tmp_path, tmp_path / "out")
+    assert isinstance(parts.outputs.make_sink(), ParquetSink)
+    assert old.replace(outputs=Outputs()).storage.output is None
+    with pytest.raises(RunnerError, match="give recovery= or storage=, not both"):
+        RunConfig(storage=Storage(tmp_path), recovery=Recovery(tmp_path))
+    with pytest.raises(RunnerError, match="give output= or outputs=, not both"):
+        RunConfig(checkpoint=tmp_path, outputs=Outputs(), output=tmp_path)
+    with pytest.raises(RunnerError, match="checkpoint is required"):
+        RunConfig(outputs=Outputs(tmp_path))

@@ -21,8 +21,8 @@ from chispa import assert_df_equality
 from sparkqos import sources
 from sparkqos.compile import QuerySet
 from sparkqos.executor.expressions import avg, col, count, max_
+from sparkqos.io.sinks import ParquetSink, read_parquet_sink
 from sparkqos.runtime.config import Trigger
-from sparkqos.runtime.sinks import ParquetSink, read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, stream
 from sparkqos.spark.translate import plan_to_spark, stamped_inputs
 

@@ -31,9 +31,9 @@ import pytest
 import sparkqos
 from sparkqos.compile.shardable import shard_report
 from sparkqos.errors import NotShardable, RunnerError
+from sparkqos.io.sinks import MemorySink
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.shard import ShardWork
-from sparkqos.runtime.sinks import MemorySink
 from sparkqos.spark.sharded import mean_scores
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows

@@ -34,7 +34,7 @@ import sparkqos
 from sparkqos import schedulers
 from sparkqos.errors import UdfError, UnsupportedTransform
 from sparkqos.executor.loop import Executor
-from sparkqos.runtime.sinks import MemorySink
+from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
 from tests.conftest import replay, stream_to_end
 

@@ -318,7 +318,7 @@ def run_sparkqos(
     library's ``top_class_s``; None: its default, 0: none); ``continuous`` is the library's default
     executor mode."""
     import sparkqos
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
 
     out = Path(out)
     ckpt = out / "_checkpoint" / name

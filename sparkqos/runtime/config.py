@@ -4,8 +4,10 @@
   the QoS it aims at and whether CQC's class shares sit above it;
 * :class:`Trigger` — when micro-batches run, as PySpark spells it (``processingTime=``,
   ``availableNow=``, ``once=``; exactly one);
-* :class:`Storage` — where the run keeps what survives it: checkpoint, outputs, sink, dead letters
-  (bytewax's ``RecoveryConfig`` idea: recovery is its own configuration);
+* :class:`Recovery` — what brings a run back: the checkpoint folder and how many checkpoints to
+  keep (bytewax's ``RecoveryConfig`` idea: recovery is its own configuration);
+* :class:`Outputs` — where the rows go: the output folder, or a sink and a dead-letter sink
+  (:class:`Storage` gives both parts at once);
 * :class:`~sparkqos.executor.options.ExecutorOptions` — how the executor serves (budget per
   trigger, whole batches, cluster threads, fig 4.1's rule, statistics, overload);
 * :class:`Continuous` — the worker that serves between triggers, and its early writes (None: off);
@@ -68,10 +70,10 @@ from sparkqos.errors import (
     warn_deprecated,
 )
 from sparkqos.executor.options import ExecutorOptions
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks
+from sparkqos.io.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.model.plan import Plan
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.intake import Intake
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.schedulers.base import Scheduler
 
 __all__ = [
@@ -85,6 +87,8 @@ __all__ = [
     "ExecutorOptions",
     "Input",
     "Intake",
+    "Outputs",
+    "Recovery",
     "RunConfig",
     "Storage",
     "StrategyConfig",
@@ -350,18 +354,14 @@ class StrategyConfig:
         return schedulers.build(self.name, budget_s, interval_s, class_shares=shares, **params)
 
 
-# -- storage and recovery ---------------------------------------------------------------------------
+# -- recovery and outputs ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Storage:
-    """What outlives a run. ``checkpoint`` holds our state (``<checkpoint>/sparkqos``, the newest
-    ``keep_checkpoints``) and Spark's (``<checkpoint>/spark``); ``output`` gets ``outputs/``,
-    ``deadletter/`` and ``metrics/`` unless ``sink`` / ``dead_letter`` say otherwise (without
-    ``output``, outputs go to a :class:`~sparkqos.runtime.sinks.MemorySink`)."""
+class Recovery:
+    """What brings a run back after a crash (bytewax's ``RecoveryConfig``): ``checkpoint`` holds
+    our state (``<checkpoint>/sparkqos``, the newest ``keep_checkpoints``) and Spark's
+    (``<checkpoint>/spark``)."""
 
     checkpoint: str | Path
-    output: str | Path | None = None
-    sink: Sink | None = None
-    dead_letter: DeadLetterSink | str | Path | None = None
     keep_checkpoints: int = 3
 
     def __post_init__(self) -> None:
@@ -373,13 +373,26 @@ class Storage:
                 expected="a folder path",
             )
         _set(self, "checkpoint", Path(self.checkpoint))
+        check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run's rows go: ``output`` gets ``outputs/``, ``deadletter/`` and ``metrics/``
+    unless ``sink`` / ``dead_letter`` say otherwise (without ``output``, outputs go to a
+    :class:`~sparkqos.io.sinks.MemorySink` and bad rows raise)."""
+
+    output: str | Path | None = None
+    sink: Sink | None = None
+    dead_letter: DeadLetterSink | str | Path | None = None
+
+    def __post_init__(self) -> None:
         if self.output is not None:
             _set(self, "output", Path(self.output))
         if self.sink is not None and not isinstance(self.sink, Sink):
             raise RunnerError(
                 f"sink must be a Sink, got {self.sink!r}", parameter="sink", value=self.sink, expected="a sparkqos Sink"
             )
-        check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
 
     def make_sink(self) -> Sink:
         """``sink``, else Parquet files in ``<output>/outputs``, else memory."""
@@ -397,6 +410,40 @@ class Storage:
         return dead_letter
 
 
+@dataclass(frozen=True)
+class Storage:
+    """:class:`Recovery` and :class:`Outputs` given as one part (``RunConfig(storage=...)``, the
+    spelling kept for callers that give both at once): ``checkpoint`` and ``keep_checkpoints`` are
+    the recovery's, ``output``, ``sink`` and ``dead_letter`` the outputs'."""
+
+    checkpoint: str | Path
+    output: str | Path | None = None
+    sink: Sink | None = None
+    dead_letter: DeadLetterSink | str | Path | None = None
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        recovery, outputs = Recovery(self.checkpoint, self.keep_checkpoints), Outputs(self.output, self.sink, self.dead_letter)
+        _set(self, "checkpoint", recovery.checkpoint)
+        _set(self, "output", outputs.output)
+
+    @property
+    def recovery(self) -> Recovery:
+        return Recovery(self.checkpoint, self.keep_checkpoints)
+
+    @property
+    def outputs(self) -> Outputs:
+        return Outputs(self.output, self.sink, self.dead_letter)
+
+    def make_sink(self) -> Sink:
+        """:meth:`Outputs.make_sink`."""
+        return self.outputs.make_sink()
+
+    def make_dead_letter(self) -> DeadLetterSink | None:
+        """:meth:`Outputs.make_dead_letter`."""
+        return self.outputs.make_dead_letter()
+
+
 # -- the worker between triggers ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Continuous:
@@ -410,7 +457,7 @@ class Continuous:
 
     ``early_write_s``: between triggers the worker writes the top class's new outputs as soon as
     it has them, at most every ``early_write_s`` seconds (0: only triggers write), as parts of the
-    next batch (:class:`~sparkqos.runtime.sinks.PartedSink` only; plans without a top class write
+    next batch (:class:`~sparkqos.io.sinks.PartedSink` only; plans without a top class write
     at triggers only).
     """
 
@@ -436,7 +483,7 @@ class Input:
     """What comes in: ``stream`` names the stream of the query set this DataFrame feeds (needed
     when it reads several), ``arrival_col`` its event-time column (default ``ts`` when the
     stream has one), ``checks`` which rows are dead letters
-    (:class:`~sparkqos.runtime.deadletter.RowChecks`; default: the stream's schema and finite
+    (:class:`~sparkqos.io.deadletter.RowChecks`; default: the stream's schema and finite
     numbers)."""
 
     stream: str | None = None
@@ -458,11 +505,11 @@ class Input:
 #: ``sparkqos.stream``'s keywords: each is a field of one part of :class:`RunConfig`.
 SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
     {
-        "checkpoint": ("storage", "checkpoint"),
-        "output": ("storage", "output"),
-        "sink": ("storage", "sink"),
-        "dead_letter": ("storage", "dead_letter"),
-        "keep_checkpoints": ("storage", "keep_checkpoints"),
+        "checkpoint": ("recovery", "checkpoint"),
+        "keep_checkpoints": ("recovery", "keep_checkpoints"),
+        "output": ("outputs", "output"),
+        "sink": ("outputs", "sink"),
+        "dead_letter": ("outputs", "dead_letter"),
         "qos": ("strategy", "qos"),
         "class_shares": ("strategy", "class_shares"),
         "strategy_params": ("strategy", "params"),
@@ -510,7 +557,7 @@ UNSET: Any = _Unset()
 NOT_FOR_RUN: Mapping[str, str] = types.MappingProxyType(
     {
         **dict.fromkeys(
-            ("storage", "checkpoint", "output", "sink", "dead_letter", "keep_checkpoints", "fault"),
+            ("storage", "recovery", "outputs", "checkpoint", "output", "sink", "dead_letter", "keep_checkpoints", "fault"),
             "sparkqos.run returns every query's output in memory: there is no sink, dead letter or checkpoint to write",
         ),
         **dict.fromkeys(
@@ -570,13 +617,14 @@ def strategy_and_executor(
 @dataclass(frozen=True, init=False)
 class RunConfig:
     """Every option of one sparkqos streaming run (see :func:`sparkqos.stream`), in named parts:
-    ``storage``, ``strategy``, ``trigger``, ``executor``, ``continuous`` (None: triggers alone
-    serve), ``input`` and ``intake`` (see the module). ``strategy`` may be a registry name or a Scheduler
-    for short, ``continuous`` True or False. ``name`` names the query and its metrics;
-    ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called after
-    every trigger; ``fault`` injects crashes (:func:`parse_faults`). The keywords of
-    :data:`SHORTHANDS` set one field of a part each (``checkpoint=`` is ``storage=Storage(...)``'s
-    ``checkpoint``, ``trigger_s=`` a ``Trigger(processingTime=...)``).
+    ``recovery``, ``outputs``, ``strategy``, ``trigger``, ``executor``, ``continuous`` (None:
+    triggers alone serve), ``input`` and ``intake`` (see the module); ``storage`` gives the
+    recovery and the outputs at once (read back as :attr:`storage`). ``strategy`` may be a registry
+    name or a Scheduler for short, ``continuous`` True or False. ``name`` names the query and its
+    metrics; ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called
+    after every trigger; ``fault`` injects crashes (:func:`parse_faults`). The keywords of
+    :data:`SHORTHANDS` set one field of a part each (``checkpoint=`` is
+    ``recovery=Recovery(...)``'s ``checkpoint``, ``trigger_s=`` a ``Trigger(processingTime=...)``).
 
     The defaults (trigger 0.25 s, adaptive with class shares, continuous with early writes,
     whole batches) are measured on 2 cores in the README: with the worker serving between
@@ -584,7 +632,8 @@ class RunConfig:
     reach the sink.
     """
 
-    storage: Storage
+    recovery: Recovery
+    outputs: Outputs
     strategy: StrategyConfig
     trigger: Trigger
     executor: ExecutorOptions
@@ -601,6 +650,8 @@ class RunConfig:
     def __init__(
         self,
         storage: Storage | None = None,
+        recovery: Recovery | None = None,
+        outputs: Outputs | None = None,
         strategy: StrategyConfig | str | Scheduler = "adaptive",
         trigger: Trigger | None = None,
         executor: ExecutorOptions | None = None,
@@ -613,17 +664,25 @@ class RunConfig:
         fault: str | None = None,
         **shorthands: Any,
     ):
+        given_by = {"recovery": "recovery", "outputs": "outputs"}  # the keyword that gave each part
+        if storage is not None:
+            for part, given in (("recovery", recovery), ("outputs", outputs)):
+                if given is not None:
+                    raise _both(part, "storage")
+                given_by[part] = "storage"
+            recovery, outputs = storage.recovery, storage.outputs
         parts: dict[str, Any] = {
-            "storage": storage,
+            "recovery": recovery,
+            "outputs": outputs,
             "strategy": strategy if isinstance(strategy, StrategyConfig) else None,
             "executor": executor,
             "continuous": continuous if isinstance(continuous, Continuous) else None,
             "input": input,
         }
-        fields = _shorthand_fields(shorthands, parts)
+        fields = _shorthand_fields(shorthands, parts, given_by=given_by)
         if not isinstance(strategy, StrategyConfig):
             fields["strategy"]["name"] = strategy
-        if storage is None and "checkpoint" not in fields["storage"]:
+        if recovery is None and "checkpoint" not in fields["recovery"]:
             raise RunnerError("checkpoint is required", parameter="checkpoint", value=None, expected="a folder path")
         if "trigger_s" in shorthands:
             if trigger is not None:
@@ -634,7 +693,7 @@ class RunConfig:
                 f"trigger must be a Trigger, got {trigger!r}", parameter="trigger", value=trigger, expected="a Trigger"
             )
         _set(self, "trigger", trigger if trigger is not None else Trigger(processingTime=DEFAULT_TRIGGER_S))
-        kinds = {"storage": Storage, "strategy": StrategyConfig, "input": Input}
+        kinds = {"recovery": Recovery, "outputs": Outputs, "strategy": StrategyConfig, "input": Input}
         for part, cls in kinds.items():
             given = parts[part]
             _set(self, part, dataclasses.replace(given, **fields[part]) if given is not None else cls(**fields[part]))
@@ -654,10 +713,19 @@ class RunConfig:
         _set(self, "faults", types.MappingProxyType({p: frozenset(b) for p, b in parse_faults(fault).items()}))
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with some parts (or top-level options) changed."""
+        """A copy with some parts (or top-level options) changed (``storage``: the recovery and
+        the outputs)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        if "storage" in changes:
+            del values["recovery"], values["outputs"]
         values.update(changes)
         return RunConfig(**values)
+
+    @property
+    def storage(self) -> Storage:
+        """The recovery and the outputs as one :class:`Storage`."""
+        r, o = self.recovery, self.outputs
+        return Storage(r.checkpoint, o.output, o.sink, o.dead_letter, r.keep_checkpoints)
 
     # -- derived ------------------------------------------------------------------------------------
     @property
@@ -702,10 +770,13 @@ def _both(short: str, part: str) -> RunnerError:
     )
 
 
-def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any], stacklevel: int = 4) -> dict[str, dict[str, Any]]:
+def _shorthand_fields(
+    shorthands: Mapping[str, Any], parts: Mapping[str, Any], stacklevel: int = 4, given_by: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
     """The fields each of ``parts`` gets from the ``shorthands`` keywords; an unknown keyword, or
-    one given beside its part, raises naming it (``stacklevel``: where a deprecation warning
-    points, the caller's caller by default)."""
+    one given beside its part (``given_by``: the keyword that gave a part, its name by default),
+    raises naming it (``stacklevel``: where a deprecation warning points, the caller's caller by
+    default)."""
     fields: dict[str, dict[str, Any]] = {p: {} for p in parts}
     for key, value in shorthands.items():
         if key in _DEPRECATED:
@@ -718,7 +789,7 @@ def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any], s
             fields["executor"].update(dict(value or {}))
             continue
         if key not in SHORTHANDS:
-            allowed = sorted([*SHORTHANDS, "trigger_s", *RunConfig.__dataclass_fields__])
+            allowed = sorted([*SHORTHANDS, "trigger_s", "storage", *RunConfig.__dataclass_fields__])
             allowed.remove("faults")
             near = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -730,6 +801,6 @@ def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any], s
             )
         part, name = SHORTHANDS[key]
         if parts[part] is not None:
-            raise _both(key, part)
+            raise _both(key, (given_by or {}).get(part, part))
         fields[part][name] = value
     return fields

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.loop import EMIT, Executor, RunReport
-from sparkqos.runtime.sinks import Sink
+from sparkqos.io.sinks import Sink
 
 __all__ = ["EarlyParts", "EarlyWriter", "sink_tables"]
 

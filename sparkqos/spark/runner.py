@@ -29,12 +29,16 @@ from sparkqos.compile.spark_part import check_placement
 from sparkqos.errors import RunnerError
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks
+from sparkqos.io.sinks import Sink
 from sparkqos.runtime.config import (
     FAULT_POINTS,
     NOT_FOR_STREAM,
     UNSET,
     Continuous,
     Input,
+    Outputs,
+    Recovery,
     RunConfig,
     Storage,
     StrategyConfig,
@@ -42,10 +46,8 @@ from sparkqos.runtime.config import (
     parse_faults,
     refuse,
 )
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.intake import Intake
 from sparkqos.runtime.progress import read_progress, strategy_in_force
-from sparkqos.runtime.sinks import Sink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.sources.pyenv import check_python_workers
@@ -89,7 +91,7 @@ class QosStream:
 
     @property
     def output(self) -> Path | None:
-        return self.config.storage.output
+        return self.config.outputs.output
 
     @property
     def compiled(self) -> CompiledPlan:
@@ -108,7 +110,7 @@ class QosStream:
         """The newest progress records, oldest first. This handle's loop has them when the
         triggers run in this process; where they run elsewhere (Spark Connect: the server's
         Python worker) they are read back from the metrics table, which needs ``output``."""
-        output = self.config.storage.output
+        output = self.config.outputs.output
         if self.loop.progress.recent or output is None:
             return self.loop.progress.recent
         return read_progress(output, self.config.name)
@@ -179,7 +181,7 @@ class QosStream:
         self.loop.reopen()
         writer = (
             self.df.writeStream.foreachBatch(BatchFunction(self.loop.compiled, self.config, self.loop))
-            .option("checkpointLocation", str(self.config.storage.checkpoint / "spark"))
+            .option("checkpointLocation", str(self.config.recovery.checkpoint / "spark"))
             .queryName(self.config.name)
             .trigger(**self.config.trigger.spark_kwargs())
         )
@@ -226,6 +228,8 @@ def stream(
     units_between: int = 3,
     # sparkqos.stream only: storage and recovery, trigger, worker, input, intake, reporting, lane
     storage: Storage | None = None,
+    recovery: Recovery | None = None,
+    outputs: Outputs | None = None,
     checkpoint: str | Path = UNSET,
     output: str | Path | None = UNSET,
     sink: Sink | None = UNSET,

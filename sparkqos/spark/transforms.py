@@ -37,21 +37,23 @@ from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, ch
 from sparkqos.executor.loop import replay
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks
+from sparkqos.io.sinks import Sink
 from sparkqos.runtime.config import (
     NOT_FOR_RUN,
     SHORTHANDS,
     UNSET,
     Continuous,
     Input,
+    Outputs,
+    Recovery,
     Storage,
     StrategyConfig,
     Trigger,
     refuse,
     strategy_and_executor,
 )
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.intake import Intake
-from sparkqos.runtime.sinks import Sink
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark import static_tables, udfs
@@ -396,6 +398,8 @@ def run(
     units_between: int = 3,
     # sparkqos.stream only: storage and recovery, trigger, worker, input, intake, reporting, lane
     storage: Storage | None = None,
+    recovery: Recovery | None = None,
+    outputs: Outputs | None = None,
     checkpoint: str | Path = UNSET,
     output: str | Path | None = UNSET,
     sink: Sink | None = UNSET,
