@@ -16,7 +16,7 @@ building its DataFrames, Spark analysing each ``where``/``select`` as it would f
 the rest (``sparkqos s``: reading the analyzed plans and compiling them); ``to batch s`` is the
 compile plus the first batch, the time from calling ``stream()`` to the first micro-batch.
 ``--profile N`` profiles the compile of the N-query plan with cProfile and prints the top
-functions by cumulative time. Target (issue 28): the first micro-batch of 320 operators within
+functions by cumulative time. Target: the first micro-batch of 320 operators within
 5 s of ``start()``.
 """
 

@@ -1,5 +1,5 @@
 """COS on threads, executor only: how many cores do the cluster threads get, and how much sooner
-do they finish the same work than one thread? (Issue 16.)
+do they finish the same work than one thread?
 
     ./spark-submit.sh benchmarks/cos_threads.py [--queries 5,40] [--load 1.2] [--threads 2]
 

@@ -1,5 +1,5 @@
 """Crash and restart: the sensor job SIGKILLed at many points, restarted from its checkpoint, loses
-nothing and writes nothing twice (issue 8, item 1).
+nothing and writes nothing twice.
 
     .venv/bin/python benchmarks/crash_restart.py [--rows 12000] [--seconds 48] [--seed 5] [--sink parquet|delta]
                                                  [--lane driver|sharded]
@@ -11,7 +11,7 @@ run; then one run per crash, each restarted from the same output and checkpoint 
 * eight injected points (the job's ``--fault``; the trigger loop SIGKILLs its own process): five
   of a trigger — at the start of foreachBatch, after the executor's run, between the sink write and
   our checkpoint, after our checkpoint (before Spark commits the batch), at the end of
-  foreachBatch — and three of the continuous worker (the job's default mode, issue 13): on the
+  foreachBatch — and three of the continuous worker (the job's default mode): on the
   worker's thread after a slice served rows between two triggers (the executor ahead of the
   checkpoint), while a trigger pauses the worker with a slice possibly in flight, and right after
   the worker wrote class H's rows early as a part of the next batch (parts no checkpoint covers;
@@ -26,7 +26,7 @@ finished in-process, and the union of the sink is compared as a multiset with th
 run's and with a direct replay of the trace through the executor: lost rows and duplicates are
 printed per query (both must be 0).
 
-``--sink delta`` runs the job with its Delta sink (``job.sink=delta``: sparkqos.runtime.delta,
+``--sink delta`` runs the job with its Delta sink (``job.sink=delta``: sparkqos.io.delta,
 one Delta table per query, one commit per batch with the transaction identifier (app id, batch
 id)). It takes no early parts, so ``after_early_write`` cannot fire there; ``after_ingest`` takes
 its place (10 faults all the same). The Delta tables are checked too: each table's transaction
@@ -276,12 +276,12 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
     from sparkqos import schedulers
     from sparkqos.executor.expressions import INTERNAL
     from sparkqos.executor.loop import EMIT, Executor
+    from sparkqos.io.sinks import read_parquet_sink
     from sparkqos.runtime.checkpoint import CheckpointStore
-    from sparkqos.runtime.sinks import read_parquet_sink
     from sparkqos.runtime.trigger import decode_state
 
     if SINK[0] == "delta":
-        from sparkqos.runtime.delta import read_delta_sink
+        from sparkqos.io.delta import read_delta_sink
 
         sink = read_delta_sink(out / "delta")
     else:
@@ -372,7 +372,7 @@ def compare(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> dict[str, di
 def delta_versions_match(out: Path, last: int) -> bool:
     """Each Delta table's transaction version for the job is the newest batch it holds, and it holds no
     batch beyond ``last``: one commit per batch, the replays' included, none lost or extra."""
-    from sparkqos.runtime.delta import DeltaSink, read_delta_sink
+    from sparkqos.io.delta import DeltaSink, read_delta_sink
 
     sink = DeltaSink(out / "delta", app_id="sparkqos")
     ok = True

@@ -3,14 +3,14 @@
 A 4-query plan over one stream of 4,096-row batches runs (a) in the executor under fifo and under
 chain, and (b) as the same physical operators applied directly in a plain loop of pyarrow calls
 (every batch through every query, no queues, no strategy, no statistics). The three are timed in
-one process, interleaved repetition by repetition, and the medians compared. Target (issue 5):
+one process, interleaved repetition by repetition, and the medians compared. Target:
 executor time ≤ 1.10 × the plain loop.
 
 The same four queries written as PySpark transforms and compiled from Spark's plans of a streaming
-input, as ``sparkqos.stream`` compiles them (issue 14; ``--no-translated`` skips it, it needs a
+input, as ``sparkqos.stream`` compiles them (``--no-translated`` skips it, it needs a
 local Spark session to read the plans, nothing runs on Spark) run in the executor too, on the same
 rows with the event time as a timestamp; the "translated" column is their executor time over the
-hand-built plan's under the same strategy. Target (issue 14): ≤ 1.05.
+hand-built plan's under the same strategy. Target: ≤ 1.05.
 
     .venv/bin/python benchmarks/executor_overhead.py [--batches 48] [--per-trigger 8] [--reps 7] [--no-translated]
 

@@ -1,5 +1,5 @@
 """Overload: input at 2x the executor's capacity for a bounded time, queued memory bounded by a
-limit (spill to Arrow IPC), nothing lost, delay back to its pre-burst level after (issue 8, item 3).
+limit (spill to Arrow IPC), nothing lost, delay back to its pre-burst level after.
 
     .venv/bin/python benchmarks/overload.py [--limit-mb 4] [--work-us 60] [--shed]
 

@@ -74,7 +74,7 @@ def run(spark, folder: Path, rows: int, work: Path, shards: int | None, args) ->
     from pyspark.sql import functions as F
 
     import sparkqos
-    from sparkqos.runtime.sinks import MemorySink
+    from sparkqos.io.sinks import MemorySink
     from sparkqos.workloads.sensors import SENSOR_CLASSES
 
     schema = spark.read.parquet(str(folder)).schema

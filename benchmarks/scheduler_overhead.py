@@ -6,7 +6,7 @@ The 116-operator plan has Jiang's shape (§5.1): 16 queries over 5 streams, sele
 chains and symmetric hash joins, selectivities spread over (0, 1] with a few joins above 1. The
 others scale the same recipe. Each plan runs in the simulator under bursty ON/OFF arrivals near
 capacity, so queues are busy and priorities compete; every pick is timed with perf_counter_ns.
-Target (issue 2): median ≤ 20 µs at 116 operators, and per-pick cost growing no faster than
+Target: median ≤ 20 µs at 116 operators, and per-pick cost growing no faster than
 log(n) from 116 to 1,000 operators (the column ``1000/116`` against log ratio 1.45).
 """
 

@@ -1,5 +1,5 @@
 """Soak: the main job for 10 minutes at near-capacity load, driver RSS sampled every 10 s; after the
-warm-up the resident memory must not trend upward by more than 10% (issue 8, item 4). Not CI.
+warm-up the resident memory must not trend upward by more than 10%. Not CI.
 
     .venv/bin/python benchmarks/soak.py [--minutes 10] [--rate 3000] [--warmup 120]
 

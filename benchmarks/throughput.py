@@ -1,4 +1,4 @@
-"""Highest input rate sustained: sparkqos against native Spark on the four sensor queries (issue 13).
+"""Highest input rate sustained: sparkqos against native Spark on the four sensor queries.
 
     ./spark-submit.sh benchmarks/throughput.py [--rows 1000000] [--files 20] [--files-per-trigger 2] [--rounds 2]
                                                [--queries sensor|spark-parts]
@@ -9,8 +9,8 @@ files per micro-batch, with an available-now trigger: all of the input is there 
 each system runs flat out, and the rows per second it reaches from start to the last output
 written is the highest input rate it sustains — at any higher rate its queues would grow without
 bound. The queries are the main job's four PySpark transforms (:mod:`sparkqos.workloads.sensor_transforms`)
-at their defaults. The issue asked for ``work_us=0``: no declared work, the operators' own cost
-only. Since issue 16 the two costly steps are real code with no declared work (a numpy anomaly
+at their defaults, with ``work_us=0``: no declared work, the operators' own cost only. The two
+costly steps are real code with no declared work (a numpy anomaly
 model in a pandas UDF, an enrichment join and a JSON encoding), so both systems run that code:
 
 * ``native`` — Spark runs each transform as its own streaming query (four queries, so the trace
@@ -170,7 +170,7 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int, queries_name: st
 def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor") -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
-    from sparkqos.runtime.sinks import read_parquet_sink
+    from sparkqos.io.sinks import read_parquet_sink
 
     transforms, classes, priorities = query_set(queries_name)
     started = time.perf_counter()

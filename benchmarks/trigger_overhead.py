@@ -9,9 +9,9 @@ outputs with the same Parquet sink. The plain one calls the operators in a loop 
 checkpoints queues and state and writes its metrics. Its budget is large enough that each trigger
 clears its queues, so both do the same work per trigger. Runs alternate (plain, fifo, chain, …)
 for ``--rounds`` rounds; the per-trigger time is Spark's ``durationMs.triggerExecution``, median
-over all triggers of a kind. Target (issue 6): sparkqos / plain ≤ 1.3.
+over all triggers of a kind. Target: sparkqos / plain ≤ 1.3.
 
-``--overload-seconds S`` adds (``--overload-only``: runs only) an overloaded stream (issue 13): the
+``--overload-seconds S`` adds (``--overload-only``: runs only) an overloaded stream: the
 trace replayed at its own pace (rows stamped when released) with more declared work than the
 machine serves, for S seconds with 1 s triggers, once per trigger (budget ``--overload-budget``)
 and once with the continuous worker (``continuous=True``). It prints the executor's busy fraction
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import sparkqos
     from sparkqos import sources
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
     from sparkqos.workloads.sensors import sensor_queries, sensor_trace
 
     spark = SparkSession.builder.appName("trigger_overhead").getOrCreate()

@@ -29,7 +29,7 @@ until every row is read and their last batch is written), so every row is counte
 
 FAIR's best setting is taken per class (the lowest class-H p99 and the lowest class C and N mean
 over its triggers) and compared with sparkqos; fire and archive outputs must be identical across
-variants. Goal (issue 13): class-H p99 ≤ 0.5× FAIR's best, class C and N means no worse, peak RSS
+variants. Goal: class-H p99 ≤ 0.5× FAIR's best, class C and N means no worse, peak RSS
 no higher. The last line is ``class-H p99 ratio FAIR-best/sparkqos: X.XX``.
 """
 
@@ -138,7 +138,7 @@ def run_fair(args, out: Path, trigger: str) -> dict:
 # -- sparkqos -----------------------------------------------------------------------------------------
 def run_sparkqos(args, out: Path) -> dict:
     import sparkqos
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES
     from sparkqos.workloads.sensors import SENSOR_CLASSES
 

@@ -232,7 +232,7 @@ def make_stream(
 
 
 def _delta_sink(output: Path) -> Any:
-    from sparkqos.runtime.delta import DeltaSink
+    from sparkqos.io.delta import DeltaSink
 
     return DeltaSink(output / "delta")
 

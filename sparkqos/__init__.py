@@ -20,7 +20,7 @@ except ImportError as _exc:
         raise SystemExit(f"sparkqos: {_missing}") from None
     raise ImportError(_missing) from None
 
-from sparkqos import adaptive, schedulers  # importing adaptive registers the "adaptive" strategy
+from sparkqos import adaptive, schedulers
 from sparkqos.adaptive import QosSpec
 from sparkqos.errors import (
     CheckpointError,
@@ -48,15 +48,20 @@ from sparkqos.model import Operator, OperatorPath, Plan, Query
 
 __version__ = "0.1.0"
 
-# The query API and the run configuration load on first use (PEP 562), not with the package: every
+# The query API, the run configuration and the entry points load on first use (PEP 562), not with the package: every
 # Python worker Spark starts for a sparkqos source, UDF or shard imports this package, and the
 # runtime's part (pandas, through the report) would double that worker's start-up for nothing.
 _LAZY = {
     **dict.fromkeys(("QuerySet", "avg", "col", "count", "lit", "max_", "min_", "sum_"), "sparkqos.compile"),
     **dict.fromkeys(
-        ("Continuous", "ExecutorOptions", "Input", "RunConfig", "Storage", "StrategyConfig", "Trigger"), "sparkqos.runtime.config"
+        ("Continuous", "ExecutorOptions", "Input", "Outputs", "Recovery", "RunConfig", "Storage", "StrategyConfig", "Trigger"),
+        "sparkqos.runtime.config",
     ),
     **dict.fromkeys(("BacklogWarning", "Intake"), "sparkqos.runtime.intake"),
+    # The two entry points share one keyword-only signature (help(sparkqos.stream) lists it); the
+    # Spark-side code they live in loads when they are first looked up.
+    "stream": "sparkqos.spark.runner",
+    "run": "sparkqos.spark.transforms",
 }
 
 
@@ -75,16 +80,6 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-def stream(df, queries, **kwargs):
-    """Serve ``queries`` over the streaming DataFrame ``df`` with a sparkqos strategy; ``.start()``
-    gives the StreamingQuery. The options are :class:`sparkqos.runtime.config.RunConfig`'s parts
-    (``storage=``, ``strategy=``, ``trigger=``, ``executor=``, ``continuous=``, ``intake=``...) and
-    their shorthands (``checkpoint=``, ``output=``, ``trigger_s=``, ``budget_s=``...)."""
-    from sparkqos.spark.runner import stream as _stream  # Spark-side code loads only when used
-
-    return _stream(df, queries, **kwargs)
-
-
 def explain(df, queries, **kwargs):
     """Where each operator of each query runs (native, Spark, or refused and why), printed like
     ``DataFrame.explain()`` and returned: :func:`sparkqos.spark.explain.explain`."""
@@ -101,15 +96,6 @@ def synthetic(df, selectivity, cost_s=0.0, seed=0, key=""):
     return _synthetic(df, selectivity, cost_s, seed, key)
 
 
-def run(df, queries, strategy="adaptive", **kwargs):
-    """Every query's output (a dict of pyarrow Tables) on the finite DataFrame ``df``, computed
-    by the executor under ``strategy``; ``queries`` maps query name → PySpark transform. The
-    options are :func:`sparkqos.spark.transforms.run`'s."""
-    from sparkqos.spark.transforms import run as _run  # Spark-side code loads only when used
-
-    return _run(df, queries, strategy, **kwargs)
-
-
 __all__ = [
     "BacklogWarning",
     "explain",
@@ -118,6 +104,8 @@ __all__ = [
     "Continuous",
     "ExecutorOptions",
     "Input",
+    "Outputs",
+    "Recovery",
     "RunConfig",
     "Storage",
     "StrategyConfig",

@@ -165,9 +165,9 @@ def _await_end(query, timeout_s: float, what: str, stop: Callable[[], None] | No
 def stream_to_end(df, queries: Mapping[str, Any], checkpoint: Path, timeout_s: float = 180.0, **options: Any):
     """Serve ``queries`` with ``sparkqos.stream(df, queries, **options)`` until ``df``, a finite
     replay, ends (``trigger=Trigger(availableNow=True)``), then drain with ``finish()``; returns the
-    :class:`~sparkqos.runtime.sinks.MemorySink` holding every query's rows."""
+    :class:`~sparkqos.io.sinks.MemorySink` holding every query's rows."""
     import sparkqos
-    from sparkqos.runtime.sinks import MemorySink
+    from sparkqos.io.sinks import MemorySink
 
     sink = MemorySink()
     handle = sparkqos.stream(

@@ -56,7 +56,7 @@ def main(trace: str, out: str, mode: str) -> None:
             time.sleep(0.2)
         first.stop()
         stopped_at = CheckpointStore(base / "ckpt" / "sparkqos").load_latest().batch_id
-        from sparkqos.runtime.sinks import read_parquet_sink
+        from sparkqos.io.sinks import read_parquet_sink
 
         archived_at_stop = read_parquet_sink(base / "output" / "outputs")["archive"].num_rows
         # The triggers ran in the server's Python worker: the handle reads them back from the metrics table.

@@ -94,7 +94,7 @@ def transforms():
             F.upper("s").alias("u"), F.isnan("d")
         ),
         "synthetic": lambda df: sparkqos.synthetic(df.where(F.col("l") != 0), 0.5, seed=3, key="l").select("l", "s"),
-        # struct fields, rounding and a decimal literal, natively (issue 24)
+        # struct fields, rounding and a decimal literal, natively
         "nested": lambda df: (
             df.select(
                 F.struct("i", F.col("d").alias("x")).alias("s1"),
@@ -190,7 +190,7 @@ def stateful():
     }
 
 
-#: Transforms whose row-wise part Spark evaluates (issue 24): SQL strings, UDFs, JSON and regex.
+#: Transforms whose row-wise part Spark evaluates: SQL strings, UDFs, JSON and regex.
 SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_sha")
 
 

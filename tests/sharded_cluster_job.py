@@ -29,8 +29,8 @@ def main(out: str, mode: str = "cluster", fault: str = "-") -> None:
     from pyspark.sql import SparkSession
 
     import sparkqos
+    from sparkqos.io.sinks import MemorySink, read_parquet_sink
     from sparkqos.runtime.progress import read_progress
-    from sparkqos.runtime.sinks import MemorySink, read_parquet_sink
     from sparkqos.testing import assert_same_rows
     from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES
     from tests.conftest import replay

@@ -1,4 +1,4 @@
-"""The recorded AIS vessel trace (issue 16): parsing tracktable's .traj files, dead letters for bad
+"""The recorded AIS vessel trace: parsing tracktable's .traj files, dead letters for bad
 reports, the cached Parquet trace, its replay, and ``python -m sparkqos trace vessels``.
 
 The parser's oracle is a plain row-by-row reading of the same text (``datetime.strptime``,
@@ -163,7 +163,7 @@ def test_every_bad_report_is_a_dead_letter_with_its_reason_and_raw_text(sample):
 
 
 def test_dead_letter_columns_are_the_projects():
-    from sparkqos.runtime.deadletter import DEAD_LETTER_SCHEMA
+    from sparkqos.io.deadletter import DEAD_LETTER_SCHEMA
 
     assert ais.DEAD_LETTER_SCHEMA == DEAD_LETTER_SCHEMA
 

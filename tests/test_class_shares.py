@@ -1,4 +1,4 @@
-"""Class shares above any strategy (schedulers/classes.py, issue 13 item 2).
+"""Class shares above any strategy (schedulers/classes.py).
 
 * Over a long backlog each class gets its CQC quota of the work whatever the strategy inside
   (fifo, chain, pc, adaptive): priorities {6, 3, 1} and k = 20 give quotas {12, 6, 2}, CQC's
@@ -27,7 +27,7 @@ from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers import ClassShares, ClassView, Cqc, PathCapacity
 from sparkqos.sim import Simulator
-from sparkqos.testing import SyntheticQuery, drive, synthetic_plans
+from sparkqos.testing import SyntheticQuery, checks, synthetic_plans
 from sparkqos.workloads.sensors import sensor_queries
 
 CLASSES = {"H": 6, "C": 3, "N": 1}
@@ -169,29 +169,15 @@ def test_one_class_runs_the_inner_strategy_alone():
 
 
 # -- every strategy inside: the contract suite's checks ------------------------------------------------
-@pytest.fixture(scope="module")
-def contract_mix():
-    from tests import test_contract as tc
-
-    plan = tc.three_query_plan()
-    mix = (plan, {"S": tc.bursty(plan, "S", 0.9, 300, seed=11)})
-    feeds = tc.MIX.feeds(mix[1])
-    ex = tc.executor(tc.MIX.compiled, "fifo")
-    drive(ex, feeds, tc.UNITS_BETWEEN)
-    ex.finish()
-    return tc, mix, feeds, tc.rows_by_query(ex, internal=True)
-
-
 PLAIN = [s for s in schedulers.available() if s not in ("adaptive", "cqc", "class_shares")]
 
 
 @pytest.mark.parametrize("inner", [*PLAIN, "adaptive"])
-def test_every_strategy_inside_passes_the_contract_checks(inner, contract_mix):
+def test_every_strategy_inside_passes_the_contract_checks(inner):
     """The contract suite registers ``class_shares`` with its default inner (hr); here every
     other plain strategy inside it (and adaptive with class shares under its candidates) passes
     the same checks on both engines: conserves tuples, never starves or idles, deterministic,
     resumes exactly from its serialised state."""
-    tc, mix, feeds, fifo_rows = contract_mix
     if inner == "adaptive":
 
         class Under(Adaptive):
@@ -206,12 +192,13 @@ def test_every_strategy_inside_passes_the_contract_checks(inner, contract_mix):
 
     schedulers.register("class_shares_under_test")(Under)
     try:
-        for engine in tc.ENGINES:
-            for rule in tc.SIM_RULES if engine == "sim" else tuple(tc.EXECUTOR_RULES):
-                tc.check_conserves(engine, "class_shares_under_test", rule, mix, feeds, fifo_rows)
-            tc.check_deterministic(engine, "class_shares_under_test", mix, feeds)
-            for how in ("exact",) if engine == "sim" else tuple(tc.RESUME_RULES):
-                tc.check_resumes(engine, "class_shares_under_test", how, mix, feeds)
+        make = checks.factory("class_shares_under_test")
+        for engine in checks.ENGINES:
+            for rule in checks.SIM_RULES if engine == "sim" else tuple(checks.EXECUTOR_RULES):
+                checks.check_conserves(engine, make, rule)
+            checks.check_deterministic(engine, make)
+            for how in ("exact",) if engine == "sim" else tuple(checks.RESUME_RULES):
+                checks.check_resumes(engine, make, how)
     finally:
         schedulers.unregister("class_shares_under_test")
 

@@ -19,8 +19,8 @@ import pytest
 
 import sparkqos
 from sparkqos import sources
-from sparkqos.runtime.deadletter import read_dead_letters
-from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.io.deadletter import read_dead_letters
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.batch import BatchFunction
 from sparkqos.workloads.sensors import sensor_queries
 from tests.conftest import run_connect_job

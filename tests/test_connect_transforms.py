@@ -1,4 +1,4 @@
-"""PySpark transforms under Spark Connect (issue 15, item 2): compiled from a Connect DataFrame.
+"""PySpark transforms under Spark Connect: compiled from a Connect DataFrame.
 
 A Connect DataFrame has no JVM plan; sparkqos reads the client's plan, typed by the server
 (sparkqos/spark/connect_plan.py). One subprocess (tests/connect_transforms_job.py, its own
@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.transforms import compile_transforms
 from tests.conftest import run_connect_job
 from tests.connect_transforms_job import SPARK_PARTS, UPDATE_KEYS, describe, stateful, table, transforms

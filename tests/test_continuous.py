@@ -1,4 +1,4 @@
-"""The continuous trigger loop (issue 13) on Arrow tables alone (no SparkSession).
+"""The continuous trigger loop on Arrow tables alone (no SparkSession).
 
 * Over many triggers the continuous loop writes exactly the rows the per-trigger loop writes
   (nothing lost, nothing twice), and what its worker produced between triggers is written by the
@@ -25,9 +25,9 @@ import pytest
 
 from sparkqos.errors import ArgumentError, RunnerError
 from sparkqos.executor.loop import Executor
+from sparkqos.io.sinks import MemorySink, ParquetSink, read_parquet_sink
 from sparkqos.runtime.assembly import classes_by_priority, top_class
 from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, Continuous, RunConfig
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, read_parquet_sink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.workloads.sensors import sensor_queries
 

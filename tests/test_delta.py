@@ -1,4 +1,4 @@
-"""The Delta Lake sink (sparkqos.runtime.delta, delta-rs): one table per query, each batch one
+"""The Delta Lake sink (sparkqos.io.delta, delta-rs): one table per query, each batch one
 commit with the transaction identifier (app id, batch id), a replayed batch replacing what an
 earlier attempt committed — through every crash point of a trigger, 0 rows lost, 0 duplicated."""
 
@@ -11,8 +11,8 @@ import pytest
 
 deltalake = pytest.importorskip("deltalake")
 
+from sparkqos.io.delta import DeltaSink, read_delta_sink  # noqa: E402
 from sparkqos.runtime.config import FAULT_POINTS, RunConfig  # noqa: E402
-from sparkqos.runtime.delta import DeltaSink, read_delta_sink  # noqa: E402
 from sparkqos.runtime.trigger import TriggerLoop  # noqa: E402
 from sparkqos.testing import sensor_table  # noqa: E402
 from sparkqos.workloads.sensors import sensor_queries  # noqa: E402

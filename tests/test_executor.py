@@ -41,7 +41,7 @@ def ticking(step: float = 1e-3):
     return clock
 
 
-# -- three multi-query plans (issue 5, item 6) ---------------------------------------------------
+# -- three multi-query plans ---------------------------------------------------------------------
 
 
 def filter_chain_plan():

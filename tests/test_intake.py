@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.intake import BacklogWarning, Intake, catch_up_line
-from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.sources import datasources
 from sparkqos.sources.datasources import MAX_ROWS_PER_TRIGGER, BurstySource, PoissonSource, ReplaySource

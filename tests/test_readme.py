@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from sparkqos.config import Key, load_config
-from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.schedulers import available
 from sparkqos.sim.workload import parse_workload
 

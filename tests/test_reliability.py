@@ -1,4 +1,4 @@
-"""Reliability (issue 8), the fast part: bad input goes to dead letters and the counts add up; bad
+"""Reliability, the fast part: bad input goes to dead letters and the counts add up; bad
 configuration fails at start naming the key; a torn checkpoint is refused; overload spills in order
 (or sheds only when asked, counted per query); COS clusters in threads give fifo's outputs with no
 queue read and written at once. The SIGKILL crash/restart runs of the real job are in
@@ -26,8 +26,8 @@ from sparkqos.errors import CheckpointCorrupt, SchemaMismatch
 from sparkqos.executor.expressions import INTERNAL, SEQ, col
 from sparkqos.executor.loop import EMIT, Executor
 from sparkqos.executor.queues import BatchQueue
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks, read_dead_letters
-from sparkqos.runtime.sinks import read_parquet_sink
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks, read_dead_letters
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, parse_faults
 from sparkqos.testing import sensor_table
 from sparkqos.workloads.sensors import SENSOR_SCHEMA, sensor_queries

@@ -12,7 +12,7 @@ from sparkqos.cli import main
 from sparkqos.report import metrics
 from sparkqos.sim import Simulator
 from sparkqos.sim.arrivals import on_off_pareto
-from tests.test_contract import three_query_plan
+from sparkqos.testing.checks import three_query_plan
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from sparkqos import schedulers
 from sparkqos.errors import ConfigError, ExecutorOptionError, RunnerError, TriggerError
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.options import ExecutorOptions
+from sparkqos.io.sinks import MemorySink, ParquetSink, PartedSink, Sink
 from sparkqos.runtime.assembly import executor_options
 from sparkqos.runtime.config import Continuous, Input, RunConfig, Storage, StrategyConfig, Trigger
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, PartedSink, Sink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers import ClusterScheduler, Cos
 from sparkqos.workloads.sensors import sensor_queries
@@ -159,3 +159,63 @@ def test_a_sink_that_takes_parts_is_a_type(tmp_path):
     loop = TriggerLoop(sensor_queries(), RunConfig(checkpoint=tmp_path / "c", sink=Audited(), budget_s=1.0))
     assert loop.sink.supports_parts is False
     loop.close()
+
+
+def test_stream_and_run_share_one_explicit_signature():
+    """``help(sparkqos.stream)`` and ``help(sparkqos.run)`` list every keyword: no ``**kwargs``,
+    the same keywords with the same defaults, each meaning the same in both or refused, with the
+    reason, by the entry point it means nothing to."""
+    import inspect
+
+    import sparkqos
+    from sparkqos.runtime.config import NOT_FOR_RUN, NOT_FOR_STREAM, SHORTHANDS
+
+    stream, run = inspect.signature(sparkqos.stream), inspect.signature(sparkqos.run)
+    for sig in (stream, run):
+        assert all(p.kind is not p.VAR_KEYWORD and p.kind is not p.VAR_POSITIONAL for p in sig.parameters.values())
+    shared = [(p.name, p.kind, p.default) for p in list(stream.parameters.values())[2:]]
+    assert shared == [(p.name, p.kind, p.default) for p in list(run.parameters.values())[2:]]
+    names = {name for name, _, _ in shared}
+    assert set(SHORTHANDS) <= names and set(NOT_FOR_RUN) | set(NOT_FOR_STREAM) <= names
+    with pytest.raises(RunnerError, match="sparkqos.run does not take checkpoint=: .*no sink, dead letter or checkpoint") as exc:
+        sparkqos.run(None, {}, checkpoint="/tmp/c")
+    assert exc.value.parameter == "checkpoint"
+    with pytest.raises(RunnerError, match="sparkqos.run does not take trigger_s=: sparkqos.run has no trigger"):
+        sparkqos.run(None, {}, trigger_s=1.0)
+    with pytest.raises(RunnerError, match="sparkqos.stream does not take batch_rows=: a stream's batches are Spark's"):
+        sparkqos.stream(None, {}, batch_rows=10)
+
+
+def test_run_takes_the_strategy_keywords_stream_takes():
+    """``qos=`` and ``class_shares=`` mean in :func:`sparkqos.run` what they mean in
+    :func:`sparkqos.stream` (a strategy that takes no QoS spec refuses ``qos`` the same way)."""
+    from sparkqos.runtime.config import strategy_and_executor
+
+    strategy, options = strategy_and_executor("adaptive", None, qos="low_memory", class_shares=False, ratio=0.5)
+    assert strategy == StrategyConfig("adaptive", qos="low_memory", class_shares=False)
+    assert options == ExecutorOptions(ratio=0.5)
+    with pytest.raises(RunnerError, match="qos applies to the 'adaptive' strategy, not to 'fifo'"):
+        strategy_and_executor("fifo", None, qos="low_memory")
+    with pytest.raises(RunnerError, match="give budget_s= or executor=, not both"):
+        strategy_and_executor("fifo", ExecutorOptions(), budget_s=1.0)
+
+
+def test_recovery_apart_from_outputs(tmp_path):
+    """Recovery (the checkpoint) and outputs (folder, sink, dead letters) are parts of their own;
+    ``storage=Storage(...)`` and the shorthands give the same run."""
+    from sparkqos.runtime.config import Outputs, Recovery
+
+    parts = RunConfig(recovery=Recovery(tmp_path, keep_checkpoints=2), outputs=Outputs(tmp_path / "out"))
+    short = RunConfig(checkpoint=tmp_path, keep_checkpoints=2, output=tmp_path / "out")
+    old = RunConfig(storage=Storage(tmp_path, output=tmp_path / "out", keep_checkpoints=2))
+    assert parts == short == old
+    assert parts.storage == Storage(tmp_path, output=tmp_path / "out", keep_checkpoints=2)
+    assert (parts.recovery.checkpoint, parts.outputs.output) == (tmp_path, tmp_path / "out")
+    assert isinstance(parts.outputs.make_sink(), ParquetSink)
+    assert old.replace(outputs=Outputs()).storage.output is None
+    with pytest.raises(RunnerError, match="give recovery= or storage=, not both"):
+        RunConfig(storage=Storage(tmp_path), recovery=Recovery(tmp_path))
+    with pytest.raises(RunnerError, match="give output= or outputs=, not both"):
+        RunConfig(checkpoint=tmp_path, outputs=Outputs(), output=tmp_path)
+    with pytest.raises(RunnerError, match="checkpoint is required"):
+        RunConfig(outputs=Outputs(tmp_path))

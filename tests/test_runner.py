@@ -21,8 +21,8 @@ from chispa import assert_df_equality
 from sparkqos import sources
 from sparkqos.compile import QuerySet
 from sparkqos.executor.expressions import avg, col, count, max_
+from sparkqos.io.sinks import ParquetSink, read_parquet_sink
 from sparkqos.runtime.config import Trigger
-from sparkqos.runtime.sinks import ParquetSink, read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, stream
 from sparkqos.spark.translate import plan_to_spark, stamped_inputs
 
@@ -324,7 +324,7 @@ def continuous_threads(name: str) -> list[threading.Thread]:
 
 
 def test_continuous_outputs_equal_sparks_engine(spark, trace, replay_df, tmp_path):
-    """Issue 13: with the continuous worker serving between triggers, the answer is unchanged;
+    """With the continuous worker serving between triggers, the answer is unchanged;
     finish() leaves no worker thread behind."""
     handle = run_to_end(
         stream(

@@ -20,10 +20,10 @@ import pytest
 
 from sparkqos import Operator, Plan
 from sparkqos.errors import ConfigError
+from sparkqos.io.deadletter import read_dead_letters
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.runtime.config import RunConfig
-from sparkqos.runtime.deadletter import read_dead_letters
 from sparkqos.runtime.decompose import PARTS, column
-from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.runtime.targets import parse_durations
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.deadline import EarliestDeadline

@@ -1,4 +1,4 @@
-"""The sharded lane (issue 26): per-shard executors in Spark tasks, their state in Spark's state store.
+"""The sharded lane: per-shard executors in Spark tasks, their state in Spark's state store.
 
 * Compile-time shardability: queries whose stateful operators are keyed by the shard key run,
   the others are refused up front naming the query and the operator.
@@ -31,9 +31,9 @@ import pytest
 import sparkqos
 from sparkqos.compile.shardable import shard_report
 from sparkqos.errors import NotShardable, RunnerError
+from sparkqos.io.sinks import MemorySink
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.shard import ShardWork
-from sparkqos.runtime.sinks import MemorySink
 from sparkqos.spark.sharded import mean_scores
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkqos.errors import SinkError
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, read_parquet_sink, union_outputs
+from sparkqos.io.sinks import MemorySink, ParquetSink, read_parquet_sink, union_outputs
 from sparkqos.spark.sinks import DataFrameSink, partitioned_writer
 
 TS = pa.timestamp("us", tz="UTC")

@@ -191,7 +191,7 @@ def test_available_now_target_stops_the_stream_at_the_wall_clock():
 
 @pytest.mark.parametrize("source_cls", [BurstySource, PoissonSource])
 def test_without_start_the_stream_starts_after_a_warm_up_batch(source_cls):
-    """Issue 13: batch 0 is one read task with no rows (Spark starts up on it), batch 1 re-anchors
+    """Batch 0 is one read task with no rows (Spark starts up on it), batch 1 re-anchors
     the origin at the wall clock of its planning (no rows), then stream time runs from there."""
     reader = _reader(source_cls, rate=1000, seed=3)
     first = reader.initialOffset()

@@ -32,7 +32,7 @@ from pyspark.sql.types import ArrayType, StringType
 import sparkqos
 from sparkqos import schedulers
 from sparkqos.errors import PlacementError, SparkPartError, UnsupportedTransform
-from sparkqos.runtime.sinks import MemorySink
+from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms, input_tables, run_compiled
 from sparkqos.testing import assert_same_rows
 from tests.conftest import replay

@@ -1,4 +1,4 @@
-"""Queries as ordinary PySpark code (issue 14, phase 1): transforms compiled from Spark's plans.
+"""Queries as ordinary PySpark code transforms compiled from Spark's plans.
 
 * Every supported construct gives, through the executor under a registered strategy, exactly the
   rows Spark's own engine gives for the same transform, on hypothesis-generated inputs with nulls,

@@ -59,7 +59,7 @@ def test_sensor_transforms_compile_with_their_classes(readings):
     compiled = compile_transforms(readings, sensor_transforms(), SENSOR_QUERY_CLASSES, SENSOR_CLASSES)
     assert {q.name: q.klass for q in compiled.plan.queries.values()} == SENSOR_QUERY_CLASSES
     kinds = [n.split(":")[1] for n in compiled.plan.names]
-    assert "synthetic" not in kinds  # the costly steps are real code (issue 16)
+    assert "synthetic" not in kinds  # the costly steps are real code, not declared work
 
 
 def test_the_anomaly_model_scores_each_reading_on_its_own():
@@ -93,7 +93,7 @@ def test_sensor_transforms_equal_spark(readings):
 
 
 def test_main_job_queries_stream_like_spark_streams_them(spark, tmp_path):
-    """Issue 14: the main job's four transforms served by sparkqos.stream over a replayed trace
+    """The main job's four transforms served by sparkqos.stream over a replayed trace
     give, after finish(), the rows Spark's own streaming run of the same transforms gives. Spark's
     append mode never closes the windows still open when the input ends (its watermark stops
     there); sparkqos's finish() emits them: those, and only those, are the extra rows, and with

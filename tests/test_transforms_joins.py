@@ -1,4 +1,4 @@
-"""Joins written as PySpark (issue 14): ``stream_df.join(static_df, ...)`` compiled to one
+"""Joins written as PySpark: ``stream_df.join(static_df, ...)`` compiled to one
 StaticJoin, two branches of the stream joined on keys and an event-time range compiled to one
 IntervalJoin.
 

@@ -1,5 +1,5 @@
-"""Per-key state written as PySpark: ``lag(...).over(Window.partitionBy(k).orderBy(t))`` (issue 16)
-compiled to KeyedLag, and ``dropDuplicates`` / ``dropDuplicatesWithinWatermark`` (issue 14)
+"""Per-key state written as PySpark: ``lag(...).over(Window.partitionBy(k).orderBy(t))``
+compiled to KeyedLag, and ``dropDuplicates`` / ``dropDuplicatesWithinWatermark``
 compiled to Deduplicate.
 
 * On a finite DataFrame ``sparkqos.run`` gives the rows of Spark's batch run of the same transform
@@ -81,7 +81,7 @@ def by_time():
 
 
 def speed(df):
-    """Issue 16's shape: the previous position of the same vessel, then a speed and a filter on it."""
+    """The vessel job's shape: the previous position of the same vessel, then a speed and a filter on it."""
     w = by_time()
     return (
         df.withColumn("prev_lat", F.lag("lat").over(w))

@@ -1,5 +1,5 @@
 """Constructs that run natively because they sit in stateful or scheduled parts of a query
-(issue 24, item 2): struct fields, ``round`` / ``bround`` with a scale, decimal literals with
+struct fields, ``round`` / ``bround`` with a scale, decimal literals with
 Spark's promotion rules, ``explode`` of arrays (``split``, ``array``).
 
 * On a finite DataFrame ``sparkqos.run`` gives the rows of Spark's own run of the same transform

@@ -1,4 +1,4 @@
-"""Event-time window aggregation written as PySpark (issue 14): ``withWatermark`` +
+"""Event-time window aggregation written as PySpark: ``withWatermark`` +
 ``groupBy(window(ts, size[, slide]), keys).agg(...)`` compiled to one EventWindowAggregate.
 
 * On a finite DataFrame ``sparkqos.run`` gives Spark's rows (nulls, NaN, ±inf in the values and

@@ -1,4 +1,4 @@
-"""Issue 14's bar for every construct, under every registered strategy: ``sparkqos.run`` gives the
+"""The bar for every construct, under every registered strategy: ``sparkqos.run`` gives the
 rows Spark's own engine gives for one transform of each kind — filters and projections, a union,
 an event-time window aggregate, a static join, a per-key lag, a deduplication and a pandas UDF —
 on rows with nulls, NaN, ±inf, -0.0, empty strings and extreme integers, with the queries in three

@@ -1,4 +1,4 @@
-"""``exp``, ``ln``/``log`` and ``pow`` in PySpark transforms (issue 14): Spark computes them with
+"""``exp``, ``ln``/``log`` and ``pow`` in PySpark transforms: Spark computes them with
 the JVM's StrictMath (fdlibm), and sparkqos.executor.fdlibm reproduces its results bit for bit.
 
 * A fixed sample of 400k (x, y) pairs — 200k random bit patterns (NaN, ±inf, subnormals and every

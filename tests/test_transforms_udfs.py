@@ -1,4 +1,4 @@
-"""UDFs in PySpark transforms (issue 14, item 2): scalar ``pandas_udf`` and Python ``udf`` calls in
+"""UDFs in PySpark transforms: scalar ``pandas_udf`` and Python ``udf`` calls in
 ``select`` / ``withColumn`` / ``where``, run by the executor on Arrow batches.
 
 * ``sparkqos.run`` gives the rows Spark's own engine gives for the same transform (hypothesis
@@ -34,7 +34,7 @@ import sparkqos
 from sparkqos import schedulers
 from sparkqos.errors import UdfError, UnsupportedTransform
 from sparkqos.executor.loop import Executor
-from sparkqos.runtime.sinks import MemorySink
+from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
 from tests.conftest import replay, stream_to_end
 

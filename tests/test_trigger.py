@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 
 from sparkqos.errors import RunnerError, UnknownStrategy
+from sparkqos.io.deadletter import RowChecks, read_dead_letters
+from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.runtime.config import RunConfig, Trigger, parse_faults
-from sparkqos.runtime.deadletter import RowChecks, read_dead_letters
-from sparkqos.runtime.sinks import read_parquet_sink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers import Fifo
 from sparkqos.testing import sensor_table
@@ -95,7 +95,7 @@ def rows_by_query(sink: dict[str, pa.Table]) -> dict[str, Counter]:
 
 
 def test_cos_serves_its_clusters_from_a_thread_per_core_with_the_same_rows(tmp_path, monkeypatch):
-    """Issue 16: with cos the executor serves clusters from a thread pool (one thread per core
+    """With cos the executor serves clusters from a thread pool (one thread per core
     unless executor_args says otherwise); the rows are those of a serial strategy."""
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     for name, strategy in (("cos", "cos"), ("chain", "chain")):
@@ -285,7 +285,7 @@ def test_the_trigger_loop_does_not_import_pyspark():
 def test_compacted_parquet_sink_through_a_crash_loses_and_duplicates_nothing(tmp_path, monkeypatch, uninterrupted, point):
     """ParquetSink(compact_every=2): final batches merge into one file per query and range; a
     crash around batch 3 and the restart leave exactly the uninterrupted rows, in fewer files."""
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
 
     def crash(self, where, batch_id):
         raise Crash(f"{where} of batch {batch_id}")
@@ -311,7 +311,7 @@ def test_compacted_parquet_sink_through_a_crash_loses_and_duplicates_nothing(tmp
 def test_small_files_a_compacted_file_covers_are_ignored_then_removed(tmp_path):
     """A crash between writing a compacted file and removing the small ones it merged: readers
     ignore those small files, and the next compaction removes them."""
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
 
     sink = ParquetSink(tmp_path, compact_every=2)
     for b in range(2):

@@ -27,10 +27,10 @@ from sparkqos.executor.expressions import SEQ
 from sparkqos.executor.operators import KeyedAggregate, WindowAgg
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.queues import stamp, with_internal
+from sparkqos.io.deadletter import RowChecks
+from sparkqos.io.sinks import MemorySink
 from sparkqos.runtime.config import RunConfig, Trigger
-from sparkqos.runtime.deadletter import RowChecks
 from sparkqos.runtime.shard import ShardWork
-from sparkqos.runtime.sinks import MemorySink
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows

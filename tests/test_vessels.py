@@ -1,4 +1,4 @@
-"""The vessel job's queries (issue 16, sparkqos.workloads.vessels) and the job's configuration.
+"""The vessel job's queries (sparkqos.workloads.vessels) and the job's configuration.
 
 * On real recorded AIS reports (a slice of tracktable-data's day, when the ``data`` extra is
   installed) and on hand-made reports (always), ``sparkqos.run`` gives the rows Spark's own engine
@@ -86,7 +86,7 @@ def test_recorded_reports_give_sparks_rows(spark_sql, tmp_path):
 
 @pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
 def test_recorded_reports_stream_like_spark_streams_them(spark_sql, tmp_path):
-    """Issue 16: the vessel job's six transforms served by ``sparkqos.stream`` over the replayed
+    """The vessel job's six transforms served by ``sparkqos.stream`` over the replayed
     recorded trace (the job's classes and priorities, the default strategy, continuous serving)
     give, after ``finish()``, the rows of Spark's own streaming run of the same transforms over the
     same replay. Two oracles are Spark's batch run over the static trace instead: for the speed

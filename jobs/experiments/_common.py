@@ -318,7 +318,7 @@ def run_sparkqos(
     library's ``top_class_s``; None: its default, 0: none); ``continuous`` is the library's default
     executor mode."""
     import sparkqos
-    from sparkqos.runtime.sinks import ParquetSink
+    from sparkqos.io.sinks import ParquetSink
 
     out = Path(out)
     ckpt = out / "_checkpoint" / name
@@ -635,7 +635,9 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
     ap.add_argument("--quiet", action="store_true", help="no per-trigger lines")
     ap.add_argument("--no-report", action="store_true")
     ap.add_argument(
-        "--per-trigger", action="store_true", help="serve the queues only inside triggers (continuous=False), as before issue 13"
+        "--per-trigger",
+        action="store_true",
+        help="serve the queues only inside triggers (continuous=False): no worker between triggers",
     )
     return ap
 

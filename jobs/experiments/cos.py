@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         mem = {s: st.mean_in_system for s, st in runs.items()}
         lat = {s: C.mean_ms(st.all_delays()) for s, st in runs.items()}
         verdicts.append(memory_verdict(p, mem, lat))
-        # Issue 16: cos's cluster threads run side by side. Cores count the whole job (this
+        # cos's cluster threads run side by side. Cores count the whole job (this
         # process, Spark's JVM, its Python workers); the executor's threads' share is shown beside.
         verdicts.append(
             C.verdict(

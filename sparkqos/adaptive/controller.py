@@ -69,7 +69,7 @@ from sparkqos.errors import QosSpecError, SchedulerError, check_choice, check_nu
 from sparkqos.model.state import SchedulerState, Unit
 from sparkqos.model.stats import DEFAULT_WEIGHT, smooth
 from sparkqos.schedulers import registry
-from sparkqos.schedulers.base import Scheduler
+from sparkqos.schedulers.base import NO_STRATEGY_YET, Scheduler
 
 AGE_UNITS = ("seconds", "picks")
 SPREADS = ("strategies", "windows")
@@ -404,6 +404,7 @@ class Adaptive(Scheduler):
     """
 
     DEPRECATED = ("member_params",)
+    TAKES_QOS = True
 
     def __init__(
         self,
@@ -492,6 +493,15 @@ class Adaptive(Scheduler):
     @property
     def current(self) -> str | None:
         return self.controller.current
+
+    def in_force(self) -> tuple[str, dict[str, float]]:
+        """The candidate in force and its last decision's scores (:data:`NO_STRATEGY_YET`
+        before the first pick: no candidate has run yet)."""
+        current = self.controller.current
+        if current is None:
+            return NO_STRATEGY_YET, {}
+        decisions = self.controller.decisions
+        return current, dict(decisions[-1]["scores"]) if decisions else {}
 
     # -- windows ------------------------------------------------------------------------------
     def _pending(self, state: SchedulerState) -> float:
@@ -608,7 +618,7 @@ class Adaptive(Scheduler):
             self._open(state, now)
 
     def detach(self) -> None:
-        current = self.controller.current if hasattr(self, "controller") else None
+        current = self.controller.current
         if current is not None:
             self._members[current].detach()
         self._state = None

@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, Protocol
 
 from sparkqos.errors import SchedulerError
 from sparkqos.executor.report import RunReport
@@ -30,13 +32,25 @@ from sparkqos.executor.state import ExecutorState
 from sparkqos.model.state import Unit
 from sparkqos.schedulers.base import ClusterScheduler
 
-__all__ = ["AGAIN", "ClusterThreads", "Crew", "Pick"]
+__all__ = ["AGAIN", "ClusterThreads", "Crew", "Pick", "Turns"]
 
 #: What a pick returns when it found no work yet: the run loop takes another turn.
 AGAIN = object()
 
 #: A way to pick: the next unit, None to stop, or :data:`AGAIN`.
 Pick = Callable[[], "Unit | object | None"]
+
+
+class Turns(Protocol):
+    """What the cluster threads run: a dispatcher
+    (:class:`~sparkqos.executor.dispatch.Dispatcher`) whose run loop each thread enters."""
+
+    scheduler: Any
+    state: ExecutorState
+    starvation_limit: int
+
+    def turns(self, budget: Any, pick: Pick, crew: Crew | None = None) -> None:
+        """Take turns within ``budget`` (its ``report`` is the run's) until the loop stops."""
 
 
 class Crew:
@@ -75,30 +89,25 @@ class ClusterThreads:
         #: Units a thread took from another thread's clusters.
         self.stolen_units = 0
 
-    def run(
-        self,
-        scheduler: ClusterScheduler,
-        state: ExecutorState,
-        report: RunReport,
-        starvation_limit: int,
-        turns: Callable[[Pick, Crew], None],
-    ) -> None:
-        """One run: each thread takes turns (``turns(pick, crew)``: the executor's run loop)
-        with its own way to pick, until the loop stops them all; the first error of a thread
-        is raised here once every thread ended."""
+    def run(self, dispatcher: Turns, budget: Any) -> None:
+        """One run of ``dispatcher`` within ``budget``: each thread takes its turns
+        (:meth:`~sparkqos.executor.dispatch.Dispatcher.turns`) with its own way to pick, until the
+        loop stops them all; the first error of a thread is raised here once every thread ended."""
+        scheduler: ClusterScheduler = dispatcher.scheduler  # type: ignore[assignment]
+        state, report = dispatcher.state, budget.report
         with self.lock:
             scheduler.pick_cluster(0, state)  # attaches: the clusters exist from here on
             n = max(1, min(len(scheduler.clusters), self.threads))
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="sparkqos-cluster")
         crew = Crew(threading.Condition(self.lock), report)
-        picks = _ClusterPicks(scheduler, state, crew, n, starvation_limit * n, self)
+        picks = _ClusterPicks(scheduler, state, crew, n, dispatcher.starvation_limit * n, self)
         errors: list[BaseException] = []
 
         def thread(i: int) -> None:
             cpu0 = time.thread_time()
             try:
-                turns(lambda: picks.pick(i), crew)
+                dispatcher.turns(budget, partial(picks.pick, i), crew)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with crew.cond:
                     errors.append(exc)

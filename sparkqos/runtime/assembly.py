@@ -20,12 +20,12 @@ from sparkqos.errors import RunnerError, not_one_of
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks
+from sparkqos.io.sinks import Sink
 from sparkqos.runtime.checkpoint import CheckpointStore
 from sparkqos.runtime.config import RunConfig
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.ingest import Ingest
 from sparkqos.runtime.progress import ProgressReporter
-from sparkqos.runtime.sinks import Sink
 from sparkqos.schedulers.base import ClusterScheduler, Scheduler
 
 __all__ = [
@@ -69,22 +69,22 @@ def assemble(queries: QuerySet | CompiledPlan, config: RunConfig) -> Parts:
         raise RunnerError(f"queries must be {expected}, got {got}", parameter="queries", value=queries, expected=expected)
     stream, arrival_col = stream_of(compiled, config)
     scheduler = config.make_scheduler(compiled.plan)
-    storage = config.storage
+    outputs, recovery = config.outputs, config.recovery
     options = executor_options(config, scheduler)
     if options.spill_dir is None:  # beside the checkpoint: its segments link spilled files (same file system)
-        options = dataclasses.replace(options, spill_dir=str(storage.checkpoint / "sparkqos" / "spill"))
+        options = dataclasses.replace(options, spill_dir=str(recovery.checkpoint / "sparkqos" / "spill"))
     executor = Executor(compiled.fresh(), scheduler, clock=time.time, options=options)
-    dead_letter = storage.make_dead_letter()
+    dead_letter = outputs.make_dead_letter()
     checks = config.input.checks if config.input.checks is not None else RowChecks()
     return Parts(
         compiled=compiled,
         scheduler=scheduler,
         executor=executor,
         ingest=Ingest(executor, compiled, stream, arrival_col, checks, keep_dead=dead_letter is not None),
-        store=CheckpointStore(storage.checkpoint / "sparkqos", keep=storage.keep_checkpoints),
-        sink=storage.make_sink(),
+        store=CheckpointStore(recovery.checkpoint / "sparkqos", keep=recovery.keep_checkpoints),
+        sink=outputs.make_sink(),
         dead_letter=dead_letter,
-        progress=ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress),
+        progress=ProgressReporter(config.name, compiled.plan, outputs.output, config.on_progress),
     )
 
 

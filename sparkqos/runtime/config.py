@@ -4,8 +4,10 @@
   the QoS it aims at and whether CQC's class shares sit above it;
 * :class:`Trigger` — when micro-batches run, as PySpark spells it (``processingTime=``,
   ``availableNow=``, ``once=``; exactly one);
-* :class:`Storage` — where the run keeps what survives it: checkpoint, outputs, sink, dead letters
-  (bytewax's ``RecoveryConfig`` idea: recovery is its own configuration);
+* :class:`Recovery` — what brings a run back: the checkpoint folder and how many checkpoints to
+  keep (bytewax's ``RecoveryConfig`` idea: recovery is its own configuration);
+* :class:`Outputs` — where the rows go: the output folder, or a sink and a dead-letter sink
+  (:class:`Storage` gives both parts at once);
 * :class:`~sparkqos.executor.options.ExecutorOptions` — how the executor serves (budget per
   trigger, whole batches, cluster threads, fig 4.1's rule, statistics, overload);
 * :class:`Continuous` — the worker that serves between triggers, and its early writes (None: off);
@@ -68,10 +70,10 @@ from sparkqos.errors import (
     warn_deprecated,
 )
 from sparkqos.executor.options import ExecutorOptions
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks
+from sparkqos.io.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.model.plan import Plan
-from sparkqos.runtime.deadletter import DeadLetterSink, RowChecks
 from sparkqos.runtime.intake import Intake
-from sparkqos.runtime.sinks import MemorySink, ParquetSink, Sink
 from sparkqos.runtime.targets import parse_durations, per_query
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.schedulers.deadline import EarliestDeadline
@@ -87,6 +89,8 @@ __all__ = [
     "ExecutorOptions",
     "Input",
     "Intake",
+    "Outputs",
+    "Recovery",
     "RunConfig",
     "Storage",
     "StrategyConfig",
@@ -255,12 +259,12 @@ class Trigger:
 
 
 # -- the strategy -----------------------------------------------------------------------------------
-def _strategies_taking(parameter: str) -> list[str]:
-    """Registered strategies whose constructor takes ``parameter`` (for error messages)."""
+def _strategies_taking_qos() -> list[str]:
+    """Registered strategies that take a QoS spec (for error messages)."""
     names = []
     for name in schedulers.available():
         with contextlib.suppress(SparkqosError):
-            if parameter in type(schedulers.get(name))._param_names():
+            if type(schedulers.get(name)).TAKES_QOS:
                 names.append(name)
     return names
 
@@ -329,8 +333,8 @@ class StrategyConfig:
         except UnknownStrategy as exc:
             exc.parameter, exc.value, exc.expected = "strategy", self.name, f"one of {', '.join(exc.available)}"
             raise
-        if self.qos is not None and "qos" not in cls._param_names():
-            takers = " or ".join(repr(n) for n in _strategies_taking("qos")) or "no registered"
+        if self.qos is not None and not cls.TAKES_QOS:
+            takers = " or ".join(repr(n) for n in _strategies_taking_qos()) or "no registered"
             raise RunnerError(
                 f"qos applies to the {takers} strategy, not to {self.name!r}",
                 parameter="qos",
@@ -355,18 +359,14 @@ class StrategyConfig:
         return schedulers.build(self.name, budget_s, interval_s, class_shares=shares, **params)
 
 
-# -- storage and recovery ---------------------------------------------------------------------------
+# -- recovery and outputs ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Storage:
-    """What outlives a run. ``checkpoint`` holds our state (``<checkpoint>/sparkqos``, the newest
-    ``keep_checkpoints``) and Spark's (``<checkpoint>/spark``); ``output`` gets ``outputs/``,
-    ``deadletter/`` and ``metrics/`` unless ``sink`` / ``dead_letter`` say otherwise (without
-    ``output``, outputs go to a :class:`~sparkqos.runtime.sinks.MemorySink`)."""
+class Recovery:
+    """What brings a run back after a crash (bytewax's ``RecoveryConfig``): ``checkpoint`` holds
+    our state (``<checkpoint>/sparkqos``, the newest ``keep_checkpoints``) and Spark's
+    (``<checkpoint>/spark``)."""
 
     checkpoint: str | Path
-    output: str | Path | None = None
-    sink: Sink | None = None
-    dead_letter: DeadLetterSink | str | Path | None = None
     keep_checkpoints: int = 3
 
     def __post_init__(self) -> None:
@@ -378,13 +378,26 @@ class Storage:
                 expected="a folder path",
             )
         _set(self, "checkpoint", Path(self.checkpoint))
+        check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run's rows go: ``output`` gets ``outputs/``, ``deadletter/`` and ``metrics/``
+    unless ``sink`` / ``dead_letter`` say otherwise (without ``output``, outputs go to a
+    :class:`~sparkqos.io.sinks.MemorySink` and bad rows raise)."""
+
+    output: str | Path | None = None
+    sink: Sink | None = None
+    dead_letter: DeadLetterSink | str | Path | None = None
+
+    def __post_init__(self) -> None:
         if self.output is not None:
             _set(self, "output", Path(self.output))
         if self.sink is not None and not isinstance(self.sink, Sink):
             raise RunnerError(
                 f"sink must be a Sink, got {self.sink!r}", parameter="sink", value=self.sink, expected="a sparkqos Sink"
             )
-        check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
 
     def make_sink(self) -> Sink:
         """``sink``, else Parquet files in ``<output>/outputs``, else memory."""
@@ -402,6 +415,40 @@ class Storage:
         return dead_letter
 
 
+@dataclass(frozen=True)
+class Storage:
+    """:class:`Recovery` and :class:`Outputs` given as one part (``RunConfig(storage=...)``, the
+    spelling kept for callers that give both at once): ``checkpoint`` and ``keep_checkpoints`` are
+    the recovery's, ``output``, ``sink`` and ``dead_letter`` the outputs'."""
+
+    checkpoint: str | Path
+    output: str | Path | None = None
+    sink: Sink | None = None
+    dead_letter: DeadLetterSink | str | Path | None = None
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        recovery, outputs = Recovery(self.checkpoint, self.keep_checkpoints), Outputs(self.output, self.sink, self.dead_letter)
+        _set(self, "checkpoint", recovery.checkpoint)
+        _set(self, "output", outputs.output)
+
+    @property
+    def recovery(self) -> Recovery:
+        return Recovery(self.checkpoint, self.keep_checkpoints)
+
+    @property
+    def outputs(self) -> Outputs:
+        return Outputs(self.output, self.sink, self.dead_letter)
+
+    def make_sink(self) -> Sink:
+        """:meth:`Outputs.make_sink`."""
+        return self.outputs.make_sink()
+
+    def make_dead_letter(self) -> DeadLetterSink | None:
+        """:meth:`Outputs.make_dead_letter`."""
+        return self.outputs.make_dead_letter()
+
+
 # -- the worker between triggers ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Continuous:
@@ -415,7 +462,7 @@ class Continuous:
 
     ``early_write_s``: between triggers the worker writes the top class's new outputs as soon as
     it has them, at most every ``early_write_s`` seconds (0: only triggers write), as parts of the
-    next batch (:class:`~sparkqos.runtime.sinks.PartedSink` only; plans without a top class write
+    next batch (:class:`~sparkqos.io.sinks.PartedSink` only; plans without a top class write
     at triggers only).
 
     ``nice``: the worker's thread runs this much below the process's scheduling priority (Linux
@@ -448,7 +495,7 @@ class Input:
     """What comes in: ``stream`` names the stream of the query set this DataFrame feeds (needed
     when it reads several), ``arrival_col`` its event-time column (default ``ts`` when the
     stream has one), ``checks`` which rows are dead letters
-    (:class:`~sparkqos.runtime.deadletter.RowChecks`; default: the stream's schema and finite
+    (:class:`~sparkqos.io.deadletter.RowChecks`; default: the stream's schema and finite
     numbers)."""
 
     stream: str | None = None
@@ -470,17 +517,14 @@ class Input:
 #: ``sparkqos.stream``'s keywords: each is a field of one part of :class:`RunConfig`.
 SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
     {
-        "checkpoint": ("storage", "checkpoint"),
-        "output": ("storage", "output"),
-        "sink": ("storage", "sink"),
-        "dead_letter": ("storage", "dead_letter"),
-        "keep_checkpoints": ("storage", "keep_checkpoints"),
+        "checkpoint": ("recovery", "checkpoint"),
+        "keep_checkpoints": ("recovery", "keep_checkpoints"),
+        "output": ("outputs", "output"),
+        "sink": ("outputs", "sink"),
+        "dead_letter": ("outputs", "dead_letter"),
         "qos": ("strategy", "qos"),
         "class_shares": ("strategy", "class_shares"),
         "strategy_params": ("strategy", "params"),
-        "budget_s": ("executor", "budget_s"),
-        "whole_batches": ("executor", "whole_batches"),
-        "cluster_threads": ("executor", "cluster_threads"),
         "slice_s": ("continuous", "slice_s"),
         "top_class_s": ("continuous", "top_class_s"),
         "early_write_s": ("continuous", "early_write_s"),
@@ -488,6 +532,10 @@ SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
         "stream": ("input", "stream"),
         "arrival_col": ("input", "arrival_col"),
         "checks": ("input", "checks"),
+        # Every ExecutorOptions field, so sparkqos.run's executor keywords mean the same here.
+        # (not ``shed``: a run's ``shed=`` is the load shedding its user chose, RunConfig.shed;
+        # the executor's drop beyond its memory limit is ExecutorOptions(shed=True))
+        **{name: ("executor", name) for name in ExecutorOptions.names() if name != "shed"},
     }
 )
 #: Shorthands that stay one release, with a DeprecationWarning naming their replacement.
@@ -497,16 +545,105 @@ _DEPRECATED = {
 }
 
 
+class _Unset:
+    """The default of a keyword whose absence matters (a shorthand given beside its part is an
+    error, and None is a value some take: ``early_write_s=None`` turns early writes off)."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+#: A keyword of :func:`sparkqos.stream` / :func:`sparkqos.run` that was not given.
+UNSET: Any = _Unset()
+
+#: The keywords ``sparkqos.stream`` and ``sparkqos.run`` share (one signature, written out in
+#: both so ``help()`` and IDEs show it) that ``run`` refuses, and why: run computes a finite
+#: DataFrame's answer in memory and returns it, so nothing is stored, triggered or reported.
+NOT_FOR_RUN: Mapping[str, str] = types.MappingProxyType(
+    {
+        **dict.fromkeys(
+            ("storage", "recovery", "outputs", "checkpoint", "output", "sink", "dead_letter", "keep_checkpoints", "fault"),
+            "sparkqos.run returns every query's output in memory: there is no sink, dead letter or checkpoint to write",
+        ),
+        **dict.fromkeys(
+            ("trigger", "trigger_s"),
+            "sparkqos.run has no trigger: its batches (batch_rows rows each) arrive one a second of the executor's clock",
+        ),
+        **dict.fromkeys(
+            ("continuous", "slice_s", "top_class_s", "early_write_s"),
+            "sparkqos.run has no worker between triggers: it serves units_between units after each batch",
+        ),
+        **dict.fromkeys(
+            ("input", "stream", "arrival_col", "checks", "intake"),
+            "sparkqos.run reads the DataFrame's own rows, all of them, stamped with their batch's time",
+        ),
+        **dict.fromkeys(
+            ("name", "on_progress", "on_delays"), "sparkqos.run reports no progress: it returns every query's output"
+        ),
+        **dict.fromkeys(("shards", "shard_by"), "the sharded lane serves a stream inside Spark's tasks; use sparkqos.stream"),
+        **dict.fromkeys(
+            ("slo", "shed"),
+            "sparkqos.run computes a finite DataFrame's answer: latency targets and load shedding are about a stream's rows",
+        ),
+    }
+)
+#: ``sparkqos.run``'s own keywords that ``sparkqos.stream`` refuses, and why.
+NOT_FOR_STREAM: Mapping[str, str] = types.MappingProxyType(
+    dict.fromkeys(
+        ("batch_rows", "units_between"),
+        "a stream's batches are Spark's micro-batches (trigger=) and it serves by time (budget_s=), not by units",
+    )
+)
+
+
+def refuse(entry: str, keywords: Mapping[str, Any], defaults: Mapping[str, Any], reasons: Mapping[str, str]) -> None:
+    """Raise for the first of ``keywords`` that ``reasons`` lists and that was given (differs from
+    its value in ``defaults``), with the reason: ``entry`` does not take it."""
+    for key, value in keywords.items():
+        if key in reasons and value is not defaults[key] and value != defaults[key]:
+            raise RunnerError(
+                f"{entry} does not take {key}=: {reasons[key]}",
+                parameter=key,
+                value=value,
+                expected=f"{key}={defaults[key]!r} (not given)",
+            )
+
+
+def strategy_and_executor(
+    strategy: StrategyConfig | str | Scheduler, executor: ExecutorOptions | None, **shorthands: Any
+) -> tuple[StrategyConfig, ExecutorOptions]:
+    """The strategy and executor parts of a run from ``strategy``, ``executor`` and their
+    shorthands (:data:`SHORTHANDS`), checked as :class:`RunConfig` checks them: what
+    ``sparkqos.run`` serves under."""
+    given = isinstance(strategy, StrategyConfig)
+    fields = _shorthand_fields(shorthands, {"strategy": strategy if given else None, "executor": executor})
+    if not given:
+        fields["strategy"]["name"] = strategy
+    part = dataclasses.replace(strategy, **fields["strategy"]) if given else StrategyConfig(**fields["strategy"])
+    return part, ExecutorOptions.of(executor, **fields["executor"])
+
+
 @dataclass(frozen=True, init=False)
 class RunConfig:
     """Every option of one sparkqos streaming run (see :func:`sparkqos.stream`), in named parts:
-    ``storage``, ``strategy``, ``trigger``, ``executor``, ``continuous`` (None: triggers alone
-    serve), ``input`` and ``intake`` (see the module). ``strategy`` may be a registry name or a Scheduler
-    for short, ``continuous`` True or False. ``name`` names the query and its metrics;
-    ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called after
-    every trigger; ``fault`` injects crashes (:func:`parse_faults`). The keywords of
-    :data:`SHORTHANDS` set one field of a part each (``checkpoint=`` is ``storage=Storage(...)``'s
-    ``checkpoint``, ``trigger_s=`` a ``Trigger(processingTime=...)``).
+    ``recovery``, ``outputs``, ``strategy``, ``trigger``, ``executor``, ``continuous`` (None:
+    triggers alone serve), ``input`` and ``intake`` (see the module); ``storage`` gives the
+    recovery and the outputs at once (read back as :attr:`storage`). ``strategy`` may be a registry
+    name or a Scheduler for short, ``continuous`` True or False. ``name`` names the query and its
+    metrics; ``on_progress(progress)`` and ``on_delays(batch_id, {query: seconds})`` are called
+    after every trigger; ``fault`` injects crashes (:func:`parse_faults`). The keywords of
+    :data:`SHORTHANDS` set one field of a part each (``checkpoint=`` is
+    ``recovery=Recovery(...)``'s ``checkpoint``, ``trigger_s=`` a ``Trigger(processingTime=...)``).
 
     The defaults (trigger 0.25 s, adaptive with class shares, continuous with early writes,
     whole batches) are measured on 2 cores in the README: with the worker serving between
@@ -514,7 +651,8 @@ class RunConfig:
     reach the sink.
     """
 
-    storage: Storage
+    recovery: Recovery
+    outputs: Outputs
     strategy: StrategyConfig
     trigger: Trigger
     executor: ExecutorOptions
@@ -534,6 +672,8 @@ class RunConfig:
     def __init__(
         self,
         storage: Storage | None = None,
+        recovery: Recovery | None = None,
+        outputs: Outputs | None = None,
         strategy: StrategyConfig | str | Scheduler = "adaptive",
         trigger: Trigger | None = None,
         executor: ExecutorOptions | None = None,
@@ -548,17 +688,25 @@ class RunConfig:
         shed: Mapping[str, Any] | None = None,
         **shorthands: Any,
     ):
+        given_by = {"recovery": "recovery", "outputs": "outputs"}  # the keyword that gave each part
+        if storage is not None:
+            for part, given in (("recovery", recovery), ("outputs", outputs)):
+                if given is not None:
+                    raise _both(part, "storage")
+                given_by[part] = "storage"
+            recovery, outputs = storage.recovery, storage.outputs
         parts: dict[str, Any] = {
-            "storage": storage,
+            "recovery": recovery,
+            "outputs": outputs,
             "strategy": strategy if isinstance(strategy, StrategyConfig) else None,
             "executor": executor,
             "continuous": continuous if isinstance(continuous, Continuous) else None,
             "input": input,
         }
-        fields = _shorthand_fields(shorthands, parts)
+        fields = _shorthand_fields(shorthands, parts, given_by=given_by)
         if not isinstance(strategy, StrategyConfig):
             fields["strategy"]["name"] = strategy
-        if storage is None and "checkpoint" not in fields["storage"]:
+        if recovery is None and "checkpoint" not in fields["recovery"]:
             raise RunnerError("checkpoint is required", parameter="checkpoint", value=None, expected="a folder path")
         if "trigger_s" in shorthands:
             if trigger is not None:
@@ -569,7 +717,7 @@ class RunConfig:
                 f"trigger must be a Trigger, got {trigger!r}", parameter="trigger", value=trigger, expected="a Trigger"
             )
         _set(self, "trigger", trigger if trigger is not None else Trigger(processingTime=DEFAULT_TRIGGER_S))
-        kinds = {"storage": Storage, "strategy": StrategyConfig, "input": Input}
+        kinds = {"recovery": Recovery, "outputs": Outputs, "strategy": StrategyConfig, "input": Input}
         for part, cls in kinds.items():
             given = parts[part]
             _set(self, part, dataclasses.replace(given, **fields[part]) if given is not None else cls(**fields[part]))
@@ -591,10 +739,19 @@ class RunConfig:
         _set(self, "faults", types.MappingProxyType({p: frozenset(b) for p, b in parse_faults(fault).items()}))
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with some parts (or top-level options) changed."""
+        """A copy with some parts (or top-level options) changed (``storage``: the recovery and
+        the outputs)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        if "storage" in changes:
+            del values["recovery"], values["outputs"]
         values.update(changes)
         return RunConfig(**values)
+
+    @property
+    def storage(self) -> Storage:
+        """The recovery and the outputs as one :class:`Storage`."""
+        r, o = self.recovery, self.outputs
+        return Storage(r.checkpoint, o.output, o.sink, o.dead_letter, r.keep_checkpoints)
 
     # -- derived ------------------------------------------------------------------------------------
     @property
@@ -643,13 +800,17 @@ def _both(short: str, part: str) -> RunnerError:
     )
 
 
-def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The fields each part gets from the ``shorthands`` keywords; an unknown keyword, or one
-    given beside its part, raises naming it."""
+def _shorthand_fields(
+    shorthands: Mapping[str, Any], parts: Mapping[str, Any], stacklevel: int = 4, given_by: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The fields each of ``parts`` gets from the ``shorthands`` keywords; an unknown keyword, or
+    one given beside its part (``given_by``: the keyword that gave a part, its name by default),
+    raises naming it (``stacklevel``: where a deprecation warning points, the caller's caller by
+    default)."""
     fields: dict[str, dict[str, Any]] = {p: {} for p in parts}
     for key, value in shorthands.items():
         if key in _DEPRECATED:
-            warn_deprecated(f"{key}=", _DEPRECATED[key], stacklevel=4)
+            warn_deprecated(f"{key}=", _DEPRECATED[key], stacklevel=stacklevel)
         if key == "trigger_s":
             continue
         if key == "executor_args":
@@ -658,7 +819,7 @@ def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any]) -
             fields["executor"].update(dict(value or {}))
             continue
         if key not in SHORTHANDS:
-            allowed = sorted([*SHORTHANDS, "trigger_s", *RunConfig.__dataclass_fields__])
+            allowed = sorted([*SHORTHANDS, "trigger_s", "storage", *RunConfig.__dataclass_fields__])
             allowed.remove("faults")
             near = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -670,6 +831,6 @@ def _shorthand_fields(shorthands: Mapping[str, Any], parts: Mapping[str, Any]) -
             )
         part, name = SHORTHANDS[key]
         if parts[part] is not None:
-            raise _both(key, part)
+            raise _both(key, (given_by or {}).get(part, part))
         fields[part][name] = value
     return fields

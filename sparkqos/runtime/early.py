@@ -1,7 +1,7 @@
 """Early writes: the one exception to "only a trigger writes".
 
 After a slice, the continuous worker writes what the top class's queries produced as a *part* of
-the batch the next trigger will commit (:meth:`~sparkqos.runtime.sinks.PartedSink.write_part`), so
+the batch the next trigger will commit (:meth:`~sparkqos.io.sinks.PartedSink.write_part`), so
 a class-H row waits for the sink's file write, not for the next trigger. That trigger keeps those
 parts and writes the rest of the batch; a crash before it commits leaves parts that no checkpoint
 covers, and the replayed batch replaces them (its first write, part or whole, removes every file
@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.loop import EMIT, Executor, RunReport
-from sparkqos.runtime.sinks import Sink
+from sparkqos.io.sinks import Sink
 
 __all__ = ["EarlyParts", "EarlyWriter", "sink_tables"]
 

@@ -2,7 +2,7 @@
 
 Each row's arrival is the stream's event-time column when there is one (``ts`` by default), else
 the trigger's start (also for a row whose event time is missing). Rows that do not fit the
-stream's schema or break its checks (:class:`~sparkqos.runtime.deadletter.RowChecks`) are set
+stream's schema or break its checks (:class:`~sparkqos.io.deadletter.RowChecks`) are set
 aside as dead letters with their reason; the rest are queued at the leaves of every query that
 reads the stream (each query its own copy).
 """
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from sparkqos.errors import SchemaMismatch
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.runtime.deadletter import RowChecks
+from sparkqos.io.deadletter import RowChecks
 
 __all__ = ["Ingest", "Ingested", "arrivals", "conform", "epoch_seconds", "ingest"]
 

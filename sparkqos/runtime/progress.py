@@ -49,22 +49,11 @@ KEEP = 100
 
 
 def strategy_in_force(scheduler: Scheduler) -> tuple[str, dict[str, float]]:
-    """The strategy running now and its scores: a selector (one with a ``current`` member name,
-    such as ``adaptive``) reports the member and its last decision's scores (:data:`NO_STRATEGY_YET`
-    before its first pick: no strategy has run yet); class shares report the strategy inside each
-    class."""
-    current = getattr(scheduler, "current", None)
-    if isinstance(current, str):
-        decisions = getattr(scheduler, "decisions", [])
-        return current, dict(decisions[-1]["scores"]) if decisions else {}
-    if "current" in type(scheduler).__dict__ and current is None:  # a selector that has not picked yet
-        return NO_STRATEGY_YET, {}
-    inner = getattr(scheduler, "inner", None)  # class shares: the strategy that orders each class's work
-    if isinstance(inner, str):
-        return inner, {}
-    if isinstance(inner, Scheduler):
-        return strategy_in_force(inner)
-    return scheduler.name or type(scheduler).__name__, {}
+    """The strategy running now and its scores (:meth:`~sparkqos.schedulers.base.Scheduler.in_force`):
+    a selector such as ``adaptive`` reports the candidate in force and its last decision's scores
+    (:data:`NO_STRATEGY_YET` before its first pick: no strategy has run yet); class shares report
+    the strategy inside each class."""
+    return scheduler.in_force()
 
 
 class QueuedSizes:

@@ -37,10 +37,10 @@ from sparkqos.compile.shardable import refuse_spark_parts
 from sparkqos.errors import RunnerError, check_number
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.io.deadletter import RowChecks
 from sparkqos.runtime.assembly import priority_levels, serve_trigger, stream_of
 from sparkqos.runtime.checkpoint import checkpoint_bytes, read_checkpoint_bytes
 from sparkqos.runtime.config import RunConfig
-from sparkqos.runtime.deadletter import RowChecks
 from sparkqos.runtime.ingest import ingest
 from sparkqos.runtime.progress import strategy_in_force
 from sparkqos.runtime.trigger import decode_state, encode_state

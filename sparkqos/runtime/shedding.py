@@ -21,7 +21,7 @@ import pyarrow as pa
 from sparkqos.executor.expressions import INTERNAL, SEQ
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.state import ExecutorState
-from sparkqos.runtime.deadletter import dead_letters
+from sparkqos.io.deadletter import dead_letters
 
 __all__ = ["Shedder"]
 

@@ -18,7 +18,7 @@ Exactly-once: a batch replayed after a crash either was checkpointed by us (it i
 outputs are in the sink, its effect in our state) or was not (the checkpoint of the batch before
 it is restored and it runs again; the sink replaces whatever an earlier attempt wrote).
 Bad input never stops the loop: rows that do not fit the stream's schema or break its ``checks``
-(:class:`~sparkqos.runtime.deadletter.RowChecks`) go to the dead-letter table with their reason, in
+(:class:`~sparkqos.io.deadletter.RowChecks`) go to the dead-letter table with their reason, in
 the same trigger, replaced like outputs on replay; the progress counts them (``numInputRows`` =
 ``processedRows`` + ``deadLetteredRows``).
 

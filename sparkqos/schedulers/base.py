@@ -18,6 +18,17 @@ from typing import Any, ClassVar
 from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState, Unit
+from sparkqos.schedulers.builtin import NAME_OF
+
+#: What :meth:`Scheduler.in_force` names before a selector's first pick: no strategy has run yet
+#: (the same mark as the progress console's).
+NO_STRATEGY_YET = "-"
+
+
+def in_force_of(component: str | Scheduler) -> tuple[str, dict[str, float]]:
+    """:meth:`Scheduler.in_force` of a strategy nested as its owner keeps it: a registry name is
+    the strategy in force as it stands."""
+    return (component, {}) if isinstance(component, str) else component.in_force()
 
 
 class Scheduler(ABC):
@@ -32,14 +43,25 @@ class Scheduler(ABC):
     received tuples) and :meth:`_choose` (the pick itself).
     """
 
-    #: Registry name, set by :func:`sparkqos.schedulers.register`.
+    #: Registry name: from the table of built-ins, or set by :func:`sparkqos.schedulers.register`.
     name: ClassVar[str] = ""
     #: ``__init__`` keywords kept one release for old callers: not parameters (``params()``, ``repr``).
     DEPRECATED: ClassVar[tuple[str, ...]] = ()
+    #: True for a strategy whose ``qos`` parameter takes a QoS spec (``adaptive``): a runner's
+    #: ``qos=`` shorthand goes to such a strategy, and is refused with any other.
+    TAKES_QOS: ClassVar[bool] = False
 
     _state: SchedulerState | None = None
     _log: list[str] | None = None
     _stats_seen: int = -1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A built-in strategy takes its registry name from the table
+        (:data:`~sparkqos.schedulers.builtin.BUILT_IN`) when it is defined."""
+        super().__init_subclass__(**kwargs)
+        name = NAME_OF.get(f"{cls.__module__}:{cls.__qualname__}")
+        if name is not None:
+            cls.name = name
 
     # -- parameters (derived from __init__) -------------------------------------------------
     @classmethod
@@ -105,6 +127,12 @@ class Scheduler(ABC):
         """Restore what :meth:`state_dict` returned; takes effect at the next attach."""
         if state:
             raise SchedulerError(f"{type(self).__name__} holds no state, got {sorted(state)}")
+
+    def in_force(self) -> tuple[str, dict[str, float]]:
+        """The strategy that orders the work now, and its scores, as progress reports it: this
+        strategy by its registry name (its class name when unregistered), no scores. A strategy
+        that runs others (a selector, class shares) names the one in force instead."""
+        return self.name or type(self).__name__, {}
 
     def reseed(self, seed: int) -> None:
         """Restart the strategy's random generator from ``seed`` (the sharded lane derives one per
@@ -285,6 +313,16 @@ class PriorityScheduler(HeapScheduler):
         remaining = {op: len(plan.upstream_path(op)) for op in plan.names}  # fewer = further along
         oldest = state.oldest
         return lambda op: (-prio[op], oldest(op), remaining[op], index[op])
+
+
+class PathScheduler(PriorityScheduler):
+    """A priority strategy whose unit for each operator is a chain of operators above it (a path,
+    a segment or their rest), served with carry: :meth:`units` gives them. The starvation guards
+    serve "the path" of an operator with these units."""
+
+    @abstractmethod
+    def units(self, state: SchedulerState) -> dict[str, Unit]:
+        """The unit serving each operator, as the strategy would offer it now."""
 
 
 class ClusterScheduler(Scheduler):

@@ -41,7 +41,7 @@ from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import EventLogs, SchedulerState, Unit
 from sparkqos.schedulers import registry
-from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.schedulers.base import LazyHeap, Scheduler, in_force_of
 from sparkqos.schedulers.cqc import ClassTurns, SharesClasses
 
 
@@ -277,6 +277,11 @@ class ClassShares(SharesClasses):
         super().detach()
         for inner in self._inners.values():
             inner.detach()
+
+    def in_force(self) -> tuple[str, dict[str, float]]:
+        """The strategy that orders the work inside each class (this one's own name with
+        ``inner=None``, before an owner gives it one)."""
+        return super().in_force() if self.inner is None else in_force_of(self.inner)
 
     # -- introspection and state ---------------------------------------------------------------
     @property

@@ -61,6 +61,22 @@ def rbf_similarity(a: Point, b: Point, width: float) -> float:
     return math.exp(-d2 / (2.0 * width * width))
 
 
+def _renumbered(best: np.ndarray, k: int, x: np.ndarray, y: np.ndarray) -> tuple[list[int], list[Point], np.ndarray]:
+    """The non-empty ones of ``k`` clusters (``best``: each point's) renumbered by first member:
+    (labels, each centre moved to its members' mean, the old centre of each new label)."""
+    used, first = np.unique(best, return_index=True)
+    old_of = used[np.argsort(first, kind="stable")]  # old centre of each new label, in order
+    renumber = np.empty(k, dtype=np.int64)
+    renumber[old_of] = np.arange(len(old_of))
+    lab_arr = renumber[best]
+    centres = []
+    for m in range(len(old_of)):
+        mask = lab_arr == m
+        size = int(np.count_nonzero(mask))
+        centres.append((math.fsum(x[mask].tolist()) / size, math.fsum(y[mask].tolist()) / size))
+    return lab_arr.tolist(), centres, old_of
+
+
 def s_means(points: Sequence[Point], T: float, width: float = 0.25, max_iter: int = 100) -> list[int]:
     """Cluster label of every point by S-means (COS §3.2), labels numbered by first member.
 
@@ -123,18 +139,7 @@ def s_means(points: Sequence[Point], T: float, width: float = 0.25, max_iter: in
             best[closer] = len(centres) - 1
             best_d2[closer] = dn[closer - opens - 1]
             i = opens + 1
-        # Renumber the non-empty clusters by first member and move each centre to its mean.
-        used, first = np.unique(best, return_index=True)
-        old_of = used[np.argsort(first, kind="stable")]  # old centre of each new label, in order
-        renumber = np.empty(len(centres), dtype=np.int64)
-        renumber[old_of] = np.arange(len(old_of))
-        lab_arr = renumber[best]
-        new_labels = lab_arr.tolist()
-        new_centres = []
-        for m in range(len(old_of)):
-            mask = lab_arr == m
-            size = int(np.count_nonzero(mask))
-            new_centres.append((math.fsum(x[mask].tolist()) / size, math.fsum(y[mask].tolist()) / size))
+        new_labels, new_centres, old_of = _renumbered(best, len(centres), x, y)
         moved = len(new_centres) != len(centres) or any(
             abs(c[0] - centres[old][0]) > 1e-12 or abs(c[1] - centres[old][1]) > 1e-12
             for c, old in zip(new_centres, old_of.tolist())

@@ -12,7 +12,7 @@ from typing import Any
 from sparkqos.errors import SchedulerError, check_number
 from sparkqos.model.state import SchedulerState, Unit
 from sparkqos.schedulers import registry
-from sparkqos.schedulers.base import LazyHeap, Scheduler
+from sparkqos.schedulers.base import LazyHeap, PathScheduler, PriorityScheduler, Scheduler, in_force_of
 from sparkqos.schedulers.path import PathCapacity
 
 
@@ -29,9 +29,8 @@ def _path_units(state: SchedulerState, inner: Scheduler) -> dict[str, Unit]:
     """The unit serving "the path" of each operator: the inner strategy's own chain units when
     it has them (path / segment strategies), else the rest of the operator's path with carry and
     a quota of one time unit's worth (path capacity's unit)."""
-    units = getattr(inner, "units", None)
-    if callable(units):
-        return units(state)
+    if isinstance(inner, PathScheduler):
+        return inner.units(state)
     return PathCapacity().units(state)
 
 
@@ -111,6 +110,10 @@ class OldestPathGuard(Scheduler):
         super().detach()
         self._inner.detach()
 
+    def in_force(self) -> tuple[str, dict[str, float]]:
+        """The inner strategy, whose units the guard serves between its own."""
+        return in_force_of(self.inner)
+
     def state_dict(self) -> dict[str, Any]:
         return {"count": self._count, "inner": self._inner.state_dict()}
 
@@ -150,7 +153,7 @@ class DynamicPriority(Scheduler):
         self.inner = inner
         self.period = check_number("period", period, low=1, integer=True, error=SchedulerError, where="dynamic_priority: ")
         self._inner = _resolve(inner, "dynamic_priority")
-        if not callable(getattr(self._inner, "priorities", None)):
+        if not isinstance(self._inner, PriorityScheduler):
             raise SchedulerError(
                 f"dynamic_priority needs an inner strategy with static priorities (pc, segment, chain…), got {self._inner!r}"
             )
@@ -161,10 +164,17 @@ class DynamicPriority(Scheduler):
         self._heap: LazyHeap | None = None
         self._restored: tuple[int, dict[str, float]] | None = None
 
+    def in_force(self) -> tuple[str, dict[str, float]]:
+        """The inner strategy, whose static priorities the ages raise."""
+        return in_force_of(self.inner)
+
     def _rebuild(self, state: SchedulerState) -> None:
         prio = self._inner.priorities(state)
-        units = getattr(self._inner, "units", None)
-        self._units = units(state) if callable(units) else {op: Unit("operator", (op,)) for op in state.plan.names}
+        inner = self._inner
+        if isinstance(inner, PathScheduler):
+            self._units = inner.units(state)
+        else:
+            self._units = {op: Unit("operator", (op,)) for op in state.plan.names}
         # Ĉ multiplies C by a non-negative factor: a priority ≤ 0 (a segment that grows memory)
         # is lifted just above 0 so age can still raise it, keeping the static order below it.
         floor = min((p for p in prio.values() if p > 0), default=1.0) * 1e-6

@@ -22,7 +22,7 @@ from typing import Any
 from sparkqos.errors import SchedulerError, check_choice, check_number
 from sparkqos.model.plan import Plan
 from sparkqos.model.state import SchedulerState, Unit
-from sparkqos.schedulers.base import LazyHeap, PriorityScheduler, Scheduler
+from sparkqos.schedulers.base import LazyHeap, PathScheduler, Scheduler
 
 Stat = Callable[[str], float]
 
@@ -198,7 +198,7 @@ def segment_suffixes(plan: Plan, segments: Iterable[tuple[str, ...]]) -> dict[st
 
 
 # -- strategies ----------------------------------------------------------------------------------
-class _ChainUnits(PriorityScheduler):
+class _ChainUnits(PathScheduler):
     """Static priority per unit head; the unit is a carry chain (path, segment or their rest).
     Subclasses give :meth:`chains` (head → operators) and :meth:`chain_priority`."""
 

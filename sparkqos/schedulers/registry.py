@@ -15,13 +15,17 @@ True
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from sparkqos.errors import SchedulerError, UnknownStrategy, warn_deprecated
 from sparkqos.schedulers.base import Scheduler
+from sparkqos.schedulers.builtin import BUILT_IN
 
-_REGISTRY: dict[str, type[Scheduler]] = {}
+#: Every strategy by name: the built-ins' table (a ``"module:Class"`` until first asked for, then
+#: the class) and what :func:`register` added.
+_REGISTRY: dict[str, type[Scheduler] | str] = dict(BUILT_IN)
 
 S = TypeVar("S", bound=type[Scheduler])
 
@@ -47,8 +51,10 @@ def register(name: str, *, replace: bool = False) -> Callable[[S], S]:
     def decorate(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
             raise SchedulerError(f"register({name!r}) needs a Scheduler subclass, got {cls!r}")
-        if name in _REGISTRY and not replace and _REGISTRY[name] is not cls:
-            raise SchedulerError(f"a strategy named {name!r} is already registered ({_REGISTRY[name].__name__})")
+        held = _REGISTRY.get(name)
+        if held is not None and not replace and held is not cls and held != f"{cls.__module__}:{cls.__qualname__}":
+            where = held if isinstance(held, str) else held.__name__
+            raise SchedulerError(f"a strategy named {name!r} is already registered ({where})")
         cls.name = name
         _REGISTRY[name] = cls
         return cls
@@ -64,12 +70,23 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _lookup(name: str) -> type[Scheduler] | None:
+    """The class registered as ``name`` (a built-in imported now if it was not yet), or None."""
+    try:
+        held = _REGISTRY.get(name)
+    except TypeError:  # not hashable: not a name
+        return None
+    if isinstance(held, str):
+        module, _, attr = held.partition(":")
+        held = _REGISTRY[name] = getattr(importlib.import_module(module), attr)
+    return held
+
+
 def get(name: str, **params: Any) -> Scheduler:
     """A new instance of the strategy registered as ``name``."""
-    try:
-        cls = _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise UnknownStrategy(str(name), available()) from None
+    cls = _lookup(name)
+    if cls is None:
+        raise UnknownStrategy(str(name), available())
     try:
         return cls(**params)
     except TypeError as exc:
@@ -164,7 +181,7 @@ def sized_component(spec: Component, budget_s: float, period_s: float | None = N
         name, params = _table(spec, where)
     else:
         return component(spec, where=where)
-    cls = _REGISTRY.get(name)
+    cls = _lookup(name)
     if cls is None:
         return component(spec, where=where)
     sized = cls.sized_params(budget_s, period_s, **params)

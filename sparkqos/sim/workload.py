@@ -62,6 +62,61 @@ class Workload:
         )
 
 
+def _operator(raw: Any, where: str) -> Operator:
+    """One ``[[operator]]`` table (``where``: the file and the operator's position)."""
+    where += f" ({raw.get('name')!r})" if isinstance(raw, dict) and "name" in raw else ""
+    if not isinstance(raw, dict):
+        raise WorkloadError(f"{where} must be a table")
+    bad = set(raw) - OPERATOR_KEYS
+    if bad:
+        raise WorkloadError(f"{where}: unknown key(s) {sorted(bad)}; allowed keys are {sorted(OPERATOR_KEYS)}")
+    for key in ("name", "input", "selectivity", "cost"):
+        if key not in raw:
+            raise WorkloadError(f"{where}: missing required key {key!r}")
+    name = raw["name"]
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"{where}: name must be a non-empty string, got {name!r}")
+    inputs = raw["input"]
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+        raise WorkloadError(f"{where}: input must be a name or a list of names, got {raw['input']!r}")
+    kind = check_choice("kind", raw.get("kind", "filter"), OPERATOR_KINDS, error=WorkloadError, where=f"{where}: ")
+    for key in ("query", "class"):
+        if key in raw and not isinstance(raw[key], str):
+            raise WorkloadError(f"{where}: {key} must be a string, got {raw[key]!r}")
+    # Finite numbers here; their bounds are the plan's to check (a PlanError).
+    number = {
+        key: float(check_number(key, raw.get(key, 1.0), error=WorkloadError, where=f"{where}: "))
+        for key in ("selectivity", "cost", "tuple_size")
+    }
+    return Operator(
+        name=name,
+        inputs=tuple(inputs),
+        selectivity=number["selectivity"],
+        cost=number["cost"],
+        query=raw.get("query"),
+        klass=raw.get("class"),
+        kind=kind,
+        tuple_size=number["tuple_size"],
+    )
+
+
+def _arrivals(stream: str, items: Any, source: str) -> list[tuple[float, float]]:
+    """``arrivals.<stream>``: a list of [time, amount]."""
+    if not isinstance(items, list):
+        raise WorkloadError(f"{source}: arrivals.{stream} must be a list of [time, amount], got {items!r}")
+    parsed = []
+    for k, item in enumerate(items):
+        if not isinstance(item, list) or len(item) != 2:
+            raise WorkloadError(f"{source}: arrivals.{stream}[{k}] must be [time, amount], got {item!r}")
+        at = f"{source}: arrivals.{stream}[{k}] "
+        t = check_number("time", item[0], low=0, error=WorkloadError, where=at)
+        amount = check_number("amount", item[1], low=0, low_open=True, error=WorkloadError, where=at)
+        parsed.append((float(t), float(amount)))
+    return parsed
+
+
 def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     """Build a :class:`Workload` from a parsed TOML document, naming any key that is wrong."""
     unknown = set(doc) - TOP_KEYS
@@ -78,46 +133,7 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     raw_ops = doc.get("operator")
     if not isinstance(raw_ops, list) or not raw_ops:
         raise WorkloadError(f"{source}: needs at least one [[operator]] table")
-    ops = []
-    for k, raw in enumerate(raw_ops):
-        where = f"{source}: operator #{k + 1}" + (f" ({raw.get('name')!r})" if isinstance(raw, dict) and "name" in raw else "")
-        if not isinstance(raw, dict):
-            raise WorkloadError(f"{where} must be a table")
-        bad = set(raw) - OPERATOR_KEYS
-        if bad:
-            raise WorkloadError(f"{where}: unknown key(s) {sorted(bad)}; allowed keys are {sorted(OPERATOR_KEYS)}")
-        for key in ("name", "input", "selectivity", "cost"):
-            if key not in raw:
-                raise WorkloadError(f"{where}: missing required key {key!r}")
-        name = raw["name"]
-        if not isinstance(name, str) or not name:
-            raise WorkloadError(f"{where}: name must be a non-empty string, got {name!r}")
-        inputs = raw["input"]
-        if isinstance(inputs, str):
-            inputs = [inputs]
-        if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
-            raise WorkloadError(f"{where}: input must be a name or a list of names, got {raw['input']!r}")
-        kind = check_choice("kind", raw.get("kind", "filter"), OPERATOR_KINDS, error=WorkloadError, where=f"{where}: ")
-        for key in ("query", "class"):
-            if key in raw and not isinstance(raw[key], str):
-                raise WorkloadError(f"{where}: {key} must be a string, got {raw[key]!r}")
-        # Finite numbers here; their bounds are the plan's to check (a PlanError).
-        number = {
-            key: float(check_number(key, raw.get(key, 1.0), error=WorkloadError, where=f"{where}: "))
-            for key in ("selectivity", "cost", "tuple_size")
-        }
-        ops.append(
-            Operator(
-                name=name,
-                inputs=tuple(inputs),
-                selectivity=number["selectivity"],
-                cost=number["cost"],
-                query=raw.get("query"),
-                klass=raw.get("class"),
-                kind=kind,
-                tuple_size=number["tuple_size"],
-            )
-        )
+    ops = [_operator(raw, f"{source}: operator #{k + 1}") for k, raw in enumerate(raw_ops)]
 
     raw_arrivals = doc.get("arrivals", {})
     if not isinstance(raw_arrivals, dict):
@@ -125,19 +141,7 @@ def parse_workload(doc: dict[str, Any], source: str = "<memory>") -> Workload:
     extra_streams = doc.get("streams", [])
     if not isinstance(extra_streams, list) or not all(isinstance(s, str) for s in extra_streams):
         raise WorkloadError(f"{source}: streams must be a list of names, got {extra_streams!r}")
-    arrivals: dict[str, list[tuple[float, float]]] = {}
-    for stream, items in raw_arrivals.items():
-        if not isinstance(items, list):
-            raise WorkloadError(f"{source}: arrivals.{stream} must be a list of [time, amount], got {items!r}")
-        parsed = []
-        for k, item in enumerate(items):
-            if not isinstance(item, list) or len(item) != 2:
-                raise WorkloadError(f"{source}: arrivals.{stream}[{k}] must be [time, amount], got {item!r}")
-            at = f"{source}: arrivals.{stream}[{k}] "
-            t = check_number("time", item[0], low=0, error=WorkloadError, where=at)
-            amount = check_number("amount", item[1], low=0, low_open=True, error=WorkloadError, where=at)
-            parsed.append((float(t), float(amount)))
-        arrivals[stream] = parsed
+    arrivals = {stream: _arrivals(stream, items, source) for stream, items in raw_arrivals.items()}
 
     classes = doc.get("classes", {})
     if not isinstance(classes, dict):

@@ -24,9 +24,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyspark.sql.connect.proto as proto
 from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
@@ -35,6 +33,7 @@ from pyspark.sql.connect.plan import CachedRelation
 from sparkqos.compile.nodes import UNMAPPED
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
+from sparkqos.spark.connect_functions import FUNCTIONS, check, literal_node
 from sparkqos.spark.connect_relations import (
     EXPR_ID,
     PKG,
@@ -50,7 +49,6 @@ from sparkqos.spark.connect_relations import (
     window_select,
 )
 from sparkqos.spark.connect_relations import attr as _attr
-from sparkqos.spark.connect_relations import literal as _literal
 from sparkqos.spark.connect_relations import type_name as _type_name
 from sparkqos.spark.connect_sql import is_sql, read_sql
 from sparkqos.spark.spark_part import RELATION_FIELD
@@ -59,47 +57,6 @@ from sparkqos.spark.udfs import PickledFunction, check_worker_settings
 __all__ = ["connect_plans"]
 
 _PKG, _EXPR_ID = PKG, EXPR_ID
-_NUMERIC = ("byte", "short", "integer", "long", "float", "double")
-
-#: Connect function names → (Spark expression class, how operands are made one type).
-_BINARY = {
-    "==": ("EqualTo", "common"),
-    "<": ("LessThan", "common"),
-    "<=": ("LessThanOrEqual", "common"),
-    ">": ("GreaterThan", "common"),
-    ">=": ("GreaterThanOrEqual", "common"),
-    "<=>": ("EqualNullSafe", "common"),
-    "+": ("Add", "common"),
-    "-": ("Subtract", "common"),
-    "*": ("Multiply", "common"),
-    "%": ("Remainder", "common"),
-    "/": ("Divide", "double"),
-    "and": ("And", "boolean"),
-    "or": ("Or", "boolean"),
-}
-_UNARY = {
-    "not": ("Not", "boolean"),
-    "negative": ("UnaryMinus", None),
-    "isNull": ("IsNull", None),
-    "isNotNull": ("IsNotNull", None),
-    "isnull": ("IsNull", None),
-    "isnotnull": ("IsNotNull", None),
-    "abs": ("Abs", None),
-    "isnan": ("IsNaN", "double"),
-    "lower": ("Lower", None),
-    "upper": ("Upper", None),
-}
-_MATCHES = {
-    "contains": "Contains",
-    "startsWith": "StartsWith",
-    "startswith": "StartsWith",
-    "endsWith": "EndsWith",
-    "endswith": "EndsWith",
-    "like": "Like",
-}
-_VARIADIC = {"coalesce": "Coalesce", "greatest": "Greatest", "least": "Least"}
-#: The Connect functions mapped (their arguments are translated; others stay whole, unsupported).
-_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC, "round", "bround", "struct", "array", "split", "between"}
 #: Connect expression kinds not mapped → the Spark class spark_plan names when it rejects them.
 _EXPRESSIONS = {
     "common_inline_user_defined_function": "PythonUDF",
@@ -311,7 +268,7 @@ class _Translator:
         plist: list[list[dict[str, Any]]] = []
         out: list[tuple[dict[str, Any], str, str]] = []
         for a, f in zip(kept, fields, strict=True):
-            self.check(a[2], _type_name(f.dataType), f.name)
+            check(self, a[2], _type_name(f.dataType), f.name)
             if a[1] == f.name:
                 plist.append([_attr(a)])
                 out.append(a)
@@ -374,125 +331,62 @@ class _Translator:
         spark_t = next(types)
         kind = e.WhichOneof("expr_type")
         sub = lambda x: self.expr(x, types, attrs)  # noqa: E731
-        if kind == "unresolved_attribute":
-            ref = e.unresolved_attribute
-            name = ref.unparsed_identifier
-            bare = name[1:-1] if re.fullmatch(r"`[^`]*`", name) else name
-            where = attrs
-            if ref.HasField("plan_id"):  # df["x"]: the column x of that DataFrame, if still there
-                where = self.outputs.get(ref.plan_id, [])
-            found = [a for a in where if a[1] == bare] or [a for a in where if a[1].lower() == bare.lower()]
-            ids = [a[0]["id"] for a in attrs]
-            if len(found) == 1 and found[0][0]["id"] in ids:
-                a = attrs[ids.index(found[0][0]["id"])]
-                return [_attr(a)], self.check(a[2], spark_t, name)
-            if not found and "." in bare and not ref.HasField("plan_id"):  # col("s.x"): a field of struct s
-                nodes = self.struct_path(bare, attrs)
-                if nodes is not None:
-                    return nodes, spark_t
-            raise self.unsupported(
-                f"column {name!r}", "a reference sparkqos cannot resolve (ambiguous, nested, or of another DataFrame)"
-            )
-        if kind == "literal":
-            return [self.literal(e.literal, spark_t)], spark_t
-        if kind == "alias":
-            return sub(e.alias.expr)
-        if kind == "unresolved_extract_value":  # col("s").getField("x"), col("s")["x"]
-            child, ct = sub(e.unresolved_extract_value.child)
-            key, kt = sub(e.unresolved_extract_value.extraction)
-            name = key[0].get("value") if kt == "string" and short_class(key[0]["class"]) == "Literal" else None
-            i = None if name is None else _field_index(ct, name)
-            if i is None:
-                raise self.unsupported("a field or element of a nested column other than a struct field by name")
-            return [_get_field(i, name), *child], spark_t
-        if kind == "cast":
-            if e.cast.eval_mode == proto.Expression.Cast.EVAL_MODE_TRY:
-                raise self.unsupported("Spark function 'try_cast'")
-            child, _ = sub(e.cast.expr)
-            return [{"class": f"{_PKG}.expressions.Cast", "num-children": 1, "dataType": spark_t}, *child], spark_t
-        if kind == "expression_string":
-            raise self.unsupported(
-                "a SQL expression string under Spark Connect",
-                f"{e.expression_string.expression!r}: write it with pyspark.sql.functions (F.col, F.when, ...)",
-            )
-        if kind == "common_inline_user_defined_function" and _is_mapped(e):
-            return self.python_udf(e.common_inline_user_defined_function, sub, spark_t), spark_t
-        if not _is_mapped(e):
-            what = e.unresolved_function.function_name if kind == "unresolved_function" else _EXPRESSIONS.get(kind, _camel(kind))
-            node = {"class": what, "num-children": 0}
-            if kind == "common_inline_user_defined_function":  # refused by name (sparkqos.compile.udf)
-                node["name"] = e.common_inline_user_defined_function.function_name
-            return [node], spark_t
-        fn = e.unresolved_function.function_name
-        args = [sub(a) for a in e.unresolved_function.arguments]
-        if fn in _BINARY and len(args) == 2:
-            cls, rule = _BINARY[fn]
-            (a, at), (b, bt) = args
-            t = self.operand_type(fn, rule, at, bt)
-            out = t if cls in ("Add", "Subtract", "Multiply", "Remainder", "Divide") else "boolean"
-            node = {"class": cls, "num-children": 2}
-            return [node, *self.to(a, at, t), *self.to(b, bt, t)], self.check(out, spark_t, fn)
-        if fn == "!=" and len(args) == 2:
-            (a, at), (b, bt) = args
-            t = self.operand_type(fn, "common", at, bt)
-            eq = [{"class": "EqualTo", "num-children": 2}, *self.to(a, at, t), *self.to(b, bt, t)]
-            return [{"class": "Not", "num-children": 1}, *eq], self.check("boolean", spark_t, fn)
-        if fn in _UNARY and len(args) == 1:
-            cls, rule = _UNARY[fn]
-            (a, at) = args[0]
-            t = at if rule is None or (rule == "double" and at in ("float", "double")) else rule
-            if rule == "double" and at not in (*_NUMERIC, "void"):
-                raise self.unsupported(f"Spark function {fn!r} on a {at}")
-            out = "boolean" if cls in ("Not", "IsNull", "IsNotNull", "IsNaN") else t
-            return [{"class": cls, "num-children": 1}, *self.to(a, at, t)], self.check(out, spark_t, fn)
-        if fn in ("round", "bround") and len(args) in (1, 2):
-            (a, at), *scale = args
-            scale_nodes = scale[0][0] if scale else [_literal("0", "integer")]
-            return [{"class": "BRound" if fn == "bround" else "Round", "num-children": 2}, *a, *scale_nodes], self.check(
-                at, spark_t, fn
-            )
-        if fn == "struct" and args and isinstance(spark_t, dict):
-            nodes = [{"class": "CreateNamedStruct", "num-children": 2 * len(args)}]
-            for f, (a, _) in zip(spark_t["fields"], args, strict=True):
-                nodes.extend([_literal(f["name"], "string"), *a])
-            return nodes, spark_t
-        if fn == "between" and len(args) == 3:  # Spark's replacement: x >= low AND x <= high
-            (x, xt), (lo, lt), (hi, ht) = args
-            sides = []
-            for cls, (b, bt) in (("GreaterThanOrEqual", (lo, lt)), ("LessThanOrEqual", (hi, ht))):
-                t = self.common([xt, bt], fn)
-                sides += [{"class": cls, "num-children": 2}, *self.to(x, xt, t), *self.to(b, bt, t)]
-            return [{"class": "And", "num-children": 2}, *sides], self.check("boolean", spark_t, fn)
-        if fn == "array" and args:
-            t = self.common([at for _, at in args], fn)
-            return [
-                {"class": "CreateArray", "num-children": len(args)},
-                *(n for a, at in args for n in self.to(a, at, t)),
-            ], spark_t
-        if fn == "split" and len(args) in (2, 3) and all(at in ("string", "integer") for _, at in args):
-            limit = args[2][0] if len(args) == 3 else [_literal("-1", "integer")]
-            return [{"class": "StringSplit", "num-children": 3}, *args[0][0], *args[1][0], *limit], spark_t
-        if fn in _MATCHES and len(args) == 2:
-            (a, at), (b, bt) = args
-            if at != "string" or bt != "string":
-                raise self.unsupported(f"Spark function {fn!r} on {at} and {bt}")
-            return [{"class": _MATCHES[fn], "num-children": 2, "escapeChar": "\\"}, *a, *b], self.check("boolean", spark_t, fn)
-        if fn in ("in", "when", *_VARIADIC) and args:
-            if fn == "when":
-                values = [args[i] for i in range(1, len(args), 2)] + ([args[-1]] if len(args) % 2 else [])
-                for i in range(0, len(args) - 1, 2):
-                    if args[i][1] not in ("boolean", "void"):
-                        raise self.unsupported(f"a when() condition of type {args[i][1]}")
-            else:
-                values = args
-            t = self.common([vt for _, vt in values], fn)
-            nodes: list[Any] = [{"class": {"in": "In", "when": "CaseWhen"}.get(fn) or _VARIADIC[fn], "num-children": len(args)}]
-            for i, (a, at) in enumerate(args):
-                is_value = fn != "when" or i % 2 == 1 or (len(args) % 2 == 1 and i == len(args) - 1)
-                nodes.extend(self.to(a, at, t if is_value else "boolean"))
-            return nodes, self.check("boolean" if fn == "in" else t, spark_t, fn)
-        # Not mapped with these arguments: a node named after the function, which spark_plan rejects.
-        return [{"class": fn, "num-children": 0}], spark_t
+        if kind == "unresolved_function" and _is_mapped(e):
+            fn = e.unresolved_function.function_name
+            written = FUNCTIONS[fn](self, fn, [sub(a) for a in e.unresolved_function.arguments], spark_t)
+            # Not placed with these arguments: a node named after the function, which spark_plan rejects.
+            return written if written is not None else ([{"class": fn, "num-children": 0}], spark_t)
+        if kind in _KINDS and (kind != "common_inline_user_defined_function" or _is_mapped(e)):
+            return _KINDS[kind](self, e, sub, spark_t, attrs)
+        what = e.unresolved_function.function_name if kind == "unresolved_function" else _EXPRESSIONS.get(kind, _camel(kind))
+        node = {"class": what, "num-children": 0}
+        if kind == "common_inline_user_defined_function":  # refused by name (sparkqos.compile.udf)
+            node["name"] = e.common_inline_user_defined_function.function_name
+        return [node], spark_t
+
+    def attribute(self, e: proto.Expression, sub: Sub, spark_t: Any, attrs: list[Any]) -> tuple[list[Any], str]:
+        """A column by name: of this relation's input, of the DataFrame ``df["x"]`` names, or a
+        field of a struct column (``col("s.x")``)."""
+        ref = e.unresolved_attribute
+        name = ref.unparsed_identifier
+        bare = name[1:-1] if re.fullmatch(r"`[^`]*`", name) else name
+        where = attrs
+        if ref.HasField("plan_id"):  # df["x"]: the column x of that DataFrame, if still there
+            where = self.outputs.get(ref.plan_id, [])
+        found = [a for a in where if a[1] == bare] or [a for a in where if a[1].lower() == bare.lower()]
+        ids = [a[0]["id"] for a in attrs]
+        if len(found) == 1 and found[0][0]["id"] in ids:
+            a = attrs[ids.index(found[0][0]["id"])]
+            return [_attr(a)], check(self, a[2], spark_t, name)
+        if not found and "." in bare and not ref.HasField("plan_id"):  # col("s.x"): a field of struct s
+            nodes = self.struct_path(bare, attrs)
+            if nodes is not None:
+                return nodes, spark_t
+        raise self.unsupported(
+            f"column {name!r}", "a reference sparkqos cannot resolve (ambiguous, nested, or of another DataFrame)"
+        )
+
+    def extract_value(self, e: proto.Expression, sub: Sub, spark_t: Any, attrs: list[Any]) -> tuple[list[Any], str]:
+        """``col("s").getField("x")``, ``col("s")["x"]``: a struct field by name."""
+        child, ct = sub(e.unresolved_extract_value.child)
+        key, kt = sub(e.unresolved_extract_value.extraction)
+        name = key[0].get("value") if kt == "string" and short_class(key[0]["class"]) == "Literal" else None
+        i = None if name is None else _field_index(ct, name)
+        if i is None:
+            raise self.unsupported("a field or element of a nested column other than a struct field by name")
+        return [_get_field(i, name), *child], spark_t
+
+    def cast(self, e: proto.Expression, sub: Sub, spark_t: Any, attrs: list[Any]) -> tuple[list[Any], str]:
+        if e.cast.eval_mode == proto.Expression.Cast.EVAL_MODE_TRY:
+            raise self.unsupported("Spark function 'try_cast'")
+        child, _ = sub(e.cast.expr)
+        return [{"class": f"{_PKG}.expressions.Cast", "num-children": 1, "dataType": spark_t}, *child], spark_t
+
+    def expression_string(self, e: proto.Expression, sub: Sub, spark_t: Any, attrs: list[Any]) -> tuple[list[Any], str]:
+        raise self.unsupported(
+            "a SQL expression string under Spark Connect",
+            f"{e.expression_string.expression!r}: write it with pyspark.sql.functions (F.col, F.when, ...)",
+        )
 
     def python_udf(self, f: Any, sub: Callable[[proto.Expression], tuple[list[Any], str]], spark_t: Any) -> list[Any]:
         """A Python UDF as the analyzer's ``PythonUDF`` node; its function, loaded from the
@@ -531,69 +425,23 @@ class _Translator:
             t = t["fields"][i]["type"]
         return nodes
 
-    def operand_type(self, fn: str, rule: str, at: str, bt: str) -> str:
-        if rule == "double":
-            if at not in (*_NUMERIC, "void") or bt not in (*_NUMERIC, "void"):
-                raise self.unsupported(f"Spark operator {fn!r} on {at} and {bt}")
-            return "double"
-        if rule == "boolean":
-            return "boolean"
-        return self.common([at, bt], fn)
 
-    def common(self, types: list[str], fn: str) -> str:
-        """The type Spark's analyzer casts ``types`` to: the wider number, or the one type."""
-        if any(not isinstance(t, str) for t in types):
-            raise self.unsupported(f"{fn!r} on a struct")
-        known = sorted({t for t in types if t != "void"}, key=lambda t: _NUMERIC.index(t) if t in _NUMERIC else -1)
-        if not known:
-            return "void"
-        if len(known) == 1:
-            return known[0]
-        if any(t.startswith("decimal") for t in known) and all(
-            t in ("float", "double") or t.startswith("decimal") for t in known
-        ):
-            if any(t in ("float", "double") for t in known):
-                return "double"  # Spark's rule: a decimal beside a float or double becomes a double
-        if all(t in _NUMERIC for t in known):
-            return known[-1]
-        raise self.unsupported(f"Spark's implicit casts between {' and '.join(known)} (in {fn!r})", "cast explicitly")
+#: A translated sub-expression: (JSON nodes, type) of a Connect expression.
+Sub = Callable[[proto.Expression], tuple[list[Any], str]]
 
-    def to(self, nodes: list[Any], have: str, want: str) -> list[Any]:
-        if have == want or want == "void":
-            return nodes
-        return [{"class": "Cast", "num-children": 1, "dataType": want}, *nodes]
-
-    def check(self, ours: str, spark_t: str, what: str) -> str:
-        if ours != spark_t:
-            raise self.unsupported(
-                "a result type sparkqos does not reproduce", f"{what!r}: Spark gives {spark_t}, sparkqos {ours}"
-            )
-        return ours
-
-    def literal(self, lit: proto.Expression.Literal, spark_t: str) -> dict[str, Any]:
-        kind = lit.WhichOneof("literal_type")
-        node: dict[str, Any] = {"class": f"{_PKG}.expressions.Literal", "num-children": 0, "dataType": spark_t}
-        if kind == "null":
-            node["value"] = None
-        elif kind in ("byte", "short", "integer", "long", "string"):
-            node["value"] = str(getattr(lit, kind))
-        elif kind in ("float", "double"):
-            node["value"] = repr(float(getattr(lit, kind)))
-        elif kind == "boolean":
-            node["value"] = "true" if lit.boolean else "false"
-        elif kind == "decimal":
-            node["value"] = lit.decimal.value
-        elif kind in ("timestamp", "timestamp_ntz"):
-            at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=getattr(lit, kind))
-            if kind == "timestamp":
-                try:
-                    at = at.astimezone(ZoneInfo(self.time_zone))
-                except (ValueError, KeyError, ZoneInfoNotFoundError):
-                    raise self.unsupported(f"a timestamp literal in session time zone {self.time_zone!r}") from None
-            node["value"] = at.replace(tzinfo=None).isoformat()
-        else:
-            raise self.unsupported(f"a {spark_t} literal")
-        return node
+#: Connect expression kinds placed, other than function calls → the translator's method.
+_KINDS: dict[str, Callable[[_Translator, proto.Expression, Sub, Any, list[Any]], tuple[list[Any], Any]]] = {
+    "unresolved_attribute": _Translator.attribute,
+    "literal": lambda tr, e, sub, spark_t, attrs: ([literal_node(tr, e.literal, spark_t)], spark_t),
+    "alias": lambda tr, e, sub, spark_t, attrs: sub(e.alias.expr),
+    "unresolved_extract_value": _Translator.extract_value,
+    "cast": _Translator.cast,
+    "expression_string": _Translator.expression_string,
+    "common_inline_user_defined_function": lambda tr, e, sub, spark_t, attrs: (
+        tr.python_udf(e.common_inline_user_defined_function, sub, spark_t),
+        spark_t,
+    ),
+}
 
 
 def _synthetic_marker(cond: proto.Expression) -> list[dict[str, Any]] | None:
@@ -637,7 +485,7 @@ def _is_mapped(e: proto.Expression) -> bool:
         udf = e.common_inline_user_defined_function
         return udf.WhichOneof("function") == "python_udf" and bool(udf.python_udf.command)
     f = e.unresolved_function
-    return kind == "unresolved_function" and not f.is_distinct and f.function_name in _KNOWN
+    return kind == "unresolved_function" and not f.is_distinct and f.function_name in FUNCTIONS
 
 
 def _walk(e: proto.Expression, visit: Callable[[proto.Expression], None]) -> None:

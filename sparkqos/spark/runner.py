@@ -16,7 +16,8 @@ Fault injection for crash tests is an option like any other (``fault="after_sink
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,26 @@ from sparkqos.compile.builder import QuerySet
 from sparkqos.compile.explain import explain_compiled
 from sparkqos.compile.spark_part import check_placement
 from sparkqos.errors import RunnerError
+from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.runtime.config import FAULT_POINTS, RunConfig, parse_faults
-from sparkqos.runtime.deadletter import RowChecks
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks
+from sparkqos.io.sinks import Sink
+from sparkqos.runtime.config import (
+    FAULT_POINTS,
+    NOT_FOR_STREAM,
+    UNSET,
+    Continuous,
+    Input,
+    Outputs,
+    Recovery,
+    RunConfig,
+    Storage,
+    StrategyConfig,
+    Trigger,
+    parse_faults,
+    refuse,
+)
+from sparkqos.runtime.intake import Intake
 from sparkqos.runtime.progress import read_progress, strategy_in_force
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
@@ -73,7 +91,7 @@ class QosStream:
 
     @property
     def output(self) -> Path | None:
-        return self.config.storage.output
+        return self.config.outputs.output
 
     @property
     def compiled(self) -> CompiledPlan:
@@ -92,7 +110,7 @@ class QosStream:
         """The newest progress records, oldest first. This handle's loop has them when the
         triggers run in this process; where they run elsewhere (Spark Connect: the server's
         Python worker) they are read back from the metrics table, which needs ``output``."""
-        output = self.config.storage.output
+        output = self.config.outputs.output
         if self.loop.progress.recent or output is None:
             return self.loop.progress.recent
         return read_progress(output, self.config.name)
@@ -163,7 +181,7 @@ class QosStream:
         self.loop.reopen()
         writer = (
             self.df.writeStream.foreachBatch(BatchFunction(self.loop.compiled, self.config, self.loop))
-            .option("checkpointLocation", str(self.config.storage.checkpoint / "spark"))
+            .option("checkpointLocation", str(self.config.recovery.checkpoint / "spark"))
             .queryName(self.config.name)
             .trigger(**self.config.trigger.spark_kwargs())
         )
@@ -180,29 +198,88 @@ class QosStream:
 def stream(
     df,
     queries: QuerySet | CompiledPlan | Mapping[str, Transform],
+    strategy: StrategyConfig | str | Scheduler = "adaptive",
     *,
+    # the queries (transforms given by name)
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
     placement: str = "auto",
+    # the strategy (StrategyConfig's fields)
+    qos: Any = UNSET,
+    class_shares: bool | None = UNSET,
+    strategy_params: Mapping[str, Any] | None = UNSET,
+    # the executor (ExecutorOptions, or its fields)
+    executor: ExecutorOptions | None = None,
+    budget_s: float | None = UNSET,
+    whole_batches: bool = UNSET,
+    cluster_threads: int | None = UNSET,
+    ratio: float = UNSET,
+    threshold: int = UNSET,
+    w: float = UNSET,
+    tolerance: float = UNSET,
+    stats_period: float = UNSET,
+    starvation_limit: int = UNSET,
+    memory_limit_bytes: int | None = UNSET,
+    spill_dir: str | None = UNSET,
+    executor_args: Mapping[str, Any] | None = UNSET,
+    # sparkqos.run only: how the finite input arrives and is served
+    batch_rows: int = 256,
+    units_between: int = 3,
+    # sparkqos.stream only: storage and recovery, trigger, worker, input, intake, reporting, lane
+    storage: Storage | None = None,
+    recovery: Recovery | None = None,
+    outputs: Outputs | None = None,
+    checkpoint: str | Path = UNSET,
+    output: str | Path | None = UNSET,
+    sink: Sink | None = UNSET,
+    dead_letter: DeadLetterSink | str | Path | None = UNSET,
+    keep_checkpoints: int = UNSET,
+    trigger: Trigger | None = None,
+    trigger_s: float | str = UNSET,
+    continuous: Continuous | bool | None = True,
+    slice_s: float | None = UNSET,
+    top_class_s: float | None = UNSET,
+    early_write_s: float | None = UNSET,
+    input: Input | None = None,  # noqa: A002 - the part's name
+    stream: str | None = UNSET,
+    arrival_col: str | None = UNSET,
+    checks: RowChecks | None = UNSET,
+    intake: Intake | None = None,
+    name: str = "sparkqos",
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    on_delays: Callable[[int, dict[str, Any]], None] | None = None,
+    fault: str | None = None,
+    slo: Mapping[str, str | float] | None = None,
+    shed: Mapping[str, str | float] | None = None,
     shards: int | None = None,
     shard_by: str | None = None,
-    **kwargs: Any,
 ) -> QosStream | ShardedStream:
-    """``sparkqos.stream(streaming_df, queries, strategy=..., qos=..., budget_s=..., checkpoint=...)``:
-    the keywords are :class:`~sparkqos.runtime.config.RunConfig`'s parts and their shorthands
-    (:data:`~sparkqos.runtime.config.SHORTHANDS`); ``.start()`` gives the
-    StreamingQuery. ``queries`` is a :class:`QuerySet` (or its build) or a mapping of query name
-    → PySpark transform (DataFrame → DataFrame, :mod:`sparkqos.spark.transforms`), with
-    ``classes`` (query → class) and ``priorities`` (class → priority) for the latter, and
-    ``placement`` (``"auto"``, ``"native"``, ``"spark"``: where the row-wise parts over the input
-    run, :mod:`sparkqos.compile.spark_part`). Transforms
-    see every row Spark would give them: unless ``checks`` says otherwise, NaN and ±inf are
-    values, not dead letters.
+    """Serve ``queries`` (a :class:`QuerySet`, its build, or query name → PySpark transform)
+    over the streaming DataFrame ``df`` with a sparkqos strategy; ``.start()`` gives the
+    StreamingQuery. The keywords, shared with :func:`sparkqos.run`, are the transforms' ``classes``
+    (query → class), ``priorities`` (class → priority) and ``placement`` (``"auto"``,
+    ``"native"``, ``"spark"``: :mod:`sparkqos.compile.spark_part`), then
+    :class:`~sparkqos.runtime.config.RunConfig`'s parts and their shorthands (each one field of a
+    part, :data:`~sparkqos.runtime.config.SHORTHANDS`; ``UNSET``: not given). ``batch_rows`` and
+    ``units_between`` are run's, refused here. The strategy is sized to ``budget_s``, else the
+    trigger's interval (0.25 s by default). ``shards=K, shard_by="column"`` runs the sharded lane
+    (:class:`~sparkqos.spark.sharded.ShardedStream`)."""
+    return _stream(df, queries, {k: v for k, v in locals().items() if k not in ("df", "queries")})
 
-    ``shards=K, shard_by="column"`` runs the sharded lane instead
-    (:class:`~sparkqos.spark.sharded.ShardedStream`): K executors inside Spark tasks, each serving
-    the rows of its values of ``shard_by``, their state in Spark's state store; every query must
-    keep its state per ``shard_by`` (:mod:`sparkqos.compile.shardable`), else ``NotShardable``."""
+
+def _stream(
+    df, queries: QuerySet | CompiledPlan | Mapping[str, Transform], keywords: dict[str, Any]
+) -> QosStream | ShardedStream:
+    """:func:`stream` on its ``keywords``. Transforms see every row Spark would give them: unless
+    ``checks`` says otherwise, NaN and ±inf are values, not dead letters. The sharded lane runs K
+    executors inside Spark tasks, each serving the rows of its values of ``shard_by``, their state
+    in Spark's state store; every query must keep its state per ``shard_by``
+    (:mod:`sparkqos.compile.shardable`), else ``NotShardable``."""
+    refuse("sparkqos.stream", keywords, _DEFAULTS, NOT_FOR_STREAM)
+    own = ("classes", "priorities", "placement", "batch_rows", "units_between", "shards", "shard_by")
+    options = {k: v for k, v in keywords.items() if k not in own and v is not UNSET}
+    classes, priorities, placement = keywords["classes"], keywords["priorities"], keywords["placement"]
+    shards, shard_by = keywords["shards"], keywords["shard_by"]
     if (shards is None) != (shard_by is None):
         missing = "shard_by" if shard_by is None else "shards"
         raise RunnerError(
@@ -213,7 +290,7 @@ def stream(
         )
     check_python_workers(df.sparkSession)  # before anything reads: Spark's workers must run sparkqos
     check_placement(placement)
-    config = RunConfig(**kwargs)
+    config = RunConfig(**options)
     if is_transforms(queries) and config.input.checks is None:
         config = config.replace(input=dataclasses.replace(config.input, checks=RowChecks(finite=False)))
     if is_transforms(queries):
@@ -233,3 +310,7 @@ def stream(
         compiled = queries.build() if isinstance(queries, QuerySet) else queries
         return ShardedStream(df, compiled, config, shards, shard_by)
     return QosStream(df, queries, config)
+
+
+#: :func:`stream`'s keywords and their defaults (what "not given" is for each).
+_DEFAULTS = {n: p.default for n, p in inspect.signature(stream).parameters.items() if p.default is not p.empty}

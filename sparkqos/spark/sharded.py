@@ -56,10 +56,10 @@ from sparkqos.executor.loop import EMIT
 from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.report import RunReport
+from sparkqos.io.sinks import Sink
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
-from sparkqos.runtime.sinks import Sink
 from sparkqos.spark.batch import stop_between_triggers
 
 __all__ = ["ShardedStream", "mean_scores"]
@@ -216,14 +216,14 @@ class ShardedStream:
         self.shards = int(shards)
         self.shard_by = shard_by
         # Pickled to the executors: no callbacks, sinks or progress (they stay on the driver).
-        storage = config.storage
+        outputs = config.outputs
         remote = config.replace(
-            on_progress=None, on_delays=None, fault=None, storage=dataclasses.replace(storage, sink=None, dead_letter=None)
+            on_progress=None, on_delays=None, fault=None, outputs=dataclasses.replace(outputs, sink=None, dead_letter=None)
         )
         self.work = ShardWork(compiled, remote, self.shards)
-        self.sink: Sink = storage.make_sink()
-        self.dead_letter = storage.make_dead_letter()
-        self.progress = ProgressReporter(config.name, compiled.plan, storage.output, config.on_progress)
+        self.sink: Sink = outputs.make_sink()
+        self.dead_letter = outputs.make_dead_letter()
+        self.progress = ProgressReporter(config.name, compiled.plan, outputs.output, config.on_progress)
         #: reported for a trigger in which no shard ran (no input, no backlog)
         self._idle_strategy = strategy_in_force(config.make_scheduler(compiled.plan))
         self.phase_s: dict[str, float] = dict.fromkeys(("stateful", "sink", "progress"), 0.0)
@@ -233,7 +233,7 @@ class ShardedStream:
 
     @property
     def output(self) -> Path | None:
-        return self.config.storage.output
+        return self.config.outputs.output
 
     @property
     def recentProgress(self) -> list[dict[str, Any]]:
@@ -245,11 +245,11 @@ class ShardedStream:
 
     @property
     def _spark_checkpoint(self) -> Path:
-        return self.config.storage.checkpoint / "spark"
+        return self.config.recovery.checkpoint / "spark"
 
     @property
     def _finished_marker(self) -> Path:
-        return self.config.storage.checkpoint / "sparkqos-sharded-finished"
+        return self.config.recovery.checkpoint / "sparkqos-sharded-finished"
 
     # -- Spark -----------------------------------------------------------------------------------
     def _shard_fault(self) -> tuple[int, str] | None:
@@ -257,7 +257,7 @@ class ShardedStream:
         if not steps:
             return None
         step = min(steps)
-        return step, str(self.config.storage.checkpoint / "faults" / f"in_shard-{step}")
+        return step, str(self.config.recovery.checkpoint / "faults" / f"in_shard-{step}")
 
     def restore(self) -> int:
         """The last batch Spark committed (-1: none), after which ``start()`` resumes: the shards'

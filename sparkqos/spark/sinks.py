@@ -1,7 +1,7 @@
 """Sinks that write through Spark: :class:`DataFrameSink` hands a trigger's rows of every query to
 any DataFrame writer in one DataFrame, and :func:`partitioned_writer` is an idempotent writer for it.
 The Spark-free sinks (Parquet files, memory) and the ``Sink`` contract are in
-:mod:`sparkqos.runtime.sinks`."""
+:mod:`sparkqos.io.sinks`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkqos.errors import SinkError, check_number
-from sparkqos.runtime.sinks import Sink, check_outputs, union_outputs
+from sparkqos.io.sinks import Sink, check_outputs, union_outputs
 
 __all__ = ["DataFrameSink", "partitioned_writer"]
 

@@ -21,8 +21,10 @@ For example (a Spark session is needed, so this is not a doctest)::
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -31,11 +33,27 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sparkqos.compile.spark_part import check_placement
 from sparkqos.compile.spark_plan import DEFAULT_STREAM, compile_plans
-from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number, warn_deprecated
+from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
 from sparkqos.executor.loop import replay
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
-from sparkqos.runtime.config import StrategyConfig
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks
+from sparkqos.io.sinks import Sink
+from sparkqos.runtime.config import (
+    NOT_FOR_RUN,
+    SHORTHANDS,
+    UNSET,
+    Continuous,
+    Input,
+    Outputs,
+    Recovery,
+    Storage,
+    StrategyConfig,
+    Trigger,
+    refuse,
+    strategy_and_executor,
+)
+from sparkqos.runtime.intake import Intake
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark import static_tables, udfs
@@ -352,48 +370,100 @@ def run(
     queries: Mapping[str, Transform],
     strategy: StrategyConfig | str | Scheduler = "adaptive",
     *,
+    # the queries (transforms given by name)
     classes: Mapping[str, str] | None = None,
     priorities: Mapping[str, float] | None = None,
+    placement: str = "auto",
+    # the strategy (StrategyConfig's fields)
+    qos: Any = UNSET,
+    class_shares: bool | None = UNSET,
+    strategy_params: Mapping[str, Any] | None = UNSET,
+    # the executor (ExecutorOptions, or its fields)
+    executor: ExecutorOptions | None = None,
+    budget_s: float | None = UNSET,
+    whole_batches: bool = UNSET,
+    cluster_threads: int | None = UNSET,
+    ratio: float = UNSET,
+    threshold: int = UNSET,
+    w: float = UNSET,
+    tolerance: float = UNSET,
+    stats_period: float = UNSET,
+    starvation_limit: int = UNSET,
+    memory_limit_bytes: int | None = UNSET,
+    spill_dir: str | None = UNSET,
+    executor_args: Mapping[str, Any] | None = UNSET,
+    # sparkqos.run only: how the finite input arrives and is served
     batch_rows: int = 256,
     units_between: int = 3,
-    placement: str = "auto",
-    executor: ExecutorOptions | None = None,
-    strategy_params: Mapping[str, Any] | None = None,
-    **executor_options: Any,
+    # sparkqos.stream only: storage and recovery, trigger, worker, input, intake, reporting, lane
+    storage: Storage | None = None,
+    recovery: Recovery | None = None,
+    outputs: Outputs | None = None,
+    checkpoint: str | Path = UNSET,
+    output: str | Path | None = UNSET,
+    sink: Sink | None = UNSET,
+    dead_letter: DeadLetterSink | str | Path | None = UNSET,
+    keep_checkpoints: int = UNSET,
+    trigger: Trigger | None = None,
+    trigger_s: float | str = UNSET,
+    continuous: Continuous | bool | None = True,
+    slice_s: float | None = UNSET,
+    top_class_s: float | None = UNSET,
+    early_write_s: float | None = UNSET,
+    input: Input | None = None,  # noqa: A002 - the part's name
+    stream: str | None = UNSET,
+    arrival_col: str | None = UNSET,
+    checks: RowChecks | None = UNSET,
+    intake: Intake | None = None,
+    name: str = "sparkqos",
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    on_delays: Callable[[int, dict[str, Any]], None] | None = None,
+    fault: str | None = None,
+    slo: Mapping[str, str | float] | None = None,
+    shed: Mapping[str, str | float] | None = None,
+    shards: int | None = None,
+    shard_by: str | None = None,
 ) -> dict[str, pa.Table]:
     """Every query's output (user columns only) on the finite DataFrame ``df``, computed by the
-    executor under ``strategy``: the rows arrive in batches of ``batch_rows`` (one a second)
-    and the strategy serves ``units_between`` units after each, so a backlog builds up and the
-    strategy's picks interleave the queries before :meth:`~sparkqos.executor.Executor.finish`
-    drains it. ``strategy`` and ``executor`` (or its fields as keywords) are the
-    :class:`~sparkqos.runtime.config.StrategyConfig` and
-    :class:`~sparkqos.executor.options.ExecutorOptions` of :func:`sparkqos.stream`, with the same
-    defaults; the strategy is sized to ``executor.budget_s`` (default 1 s, as a stream without an
-    interval). ``strategy_params`` is the deprecated spelling of ``StrategyConfig(params=...)``.
-    ``placement`` says where the row-wise parts over the input run (``"auto"``, ``"native"``,
-    ``"spark"``: :mod:`sparkqos.compile.spark_part`); the parts Spark evaluates run over ``df`` first."""
+    executor under ``strategy``: the rows arrive in batches of ``batch_rows``, one a second of the
+    executor's clock, and the strategy serves ``units_between`` units after each, so a backlog
+    builds up before :meth:`~sparkqos.executor.Executor.finish` drains it. The other keywords are
+    :func:`sparkqos.stream`'s and mean the same (the transforms', the strategy's, the executor's),
+    with the same defaults; the strategy is sized as a stream's, to ``budget_s``, else the
+    interval between batches (1 s here). Those that mean nothing for a finite DataFrame (storage,
+    trigger, worker, input, reporting, shards) are refused, saying why
+    (:data:`~sparkqos.runtime.config.NOT_FOR_RUN`)."""
+    return _run(df, queries, {k: v for k, v in locals().items() if k not in ("df", "queries")})
+
+
+def _run(df: DataFrame, queries: Mapping[str, Transform], keywords: dict[str, Any]) -> dict[str, pa.Table]:
+    """:func:`run` on its ``keywords``; ``strategy_params`` is the deprecated spelling of
+    ``StrategyConfig(params=...)``."""
+    refuse("sparkqos.run", keywords, _DEFAULTS, NOT_FOR_RUN)
+    batch_rows, units_between, placement = keywords["batch_rows"], keywords["units_between"], keywords["placement"]
     check_number("batch_rows", batch_rows, integer=True, low=1)
     check_number("units_between", units_between, integer=True, low=0)
     check_placement(placement)
     if df.isStreaming:
         raise RunnerError("sparkqos.run needs a finite DataFrame; give a streaming one to sparkqos.stream")
     check_python_workers(df.sparkSession)
-    if not isinstance(strategy, StrategyConfig):
-        if strategy_params is not None:
-            replacement = "strategy=StrategyConfig(name, params={...})"
-            warn_deprecated("strategy_params=", replacement, stacklevel=3)
-        strategy = StrategyConfig(strategy, params=dict(strategy_params or {}))
-    elif strategy_params is not None:
-        raise RunnerError(
-            "give strategy_params= or a StrategyConfig, not both",
-            parameter="strategy_params",
-            value=strategy_params,
-            expected="None with a StrategyConfig",
-        )
-    options = ExecutorOptions.of(executor, **executor_options)
-    compiled = compile_transforms(df, queries, classes, priorities, placement)
-    scheduler = strategy.make(compiled.plan, options.budget_s or 1.0)
+    shorthands = {
+        k: v
+        for k, v in keywords.items()
+        if v is not UNSET and (k == "executor_args" or SHORTHANDS.get(k, ("",))[0] in ("strategy", "executor"))
+    }
+    strategy, options = strategy_and_executor(keywords["strategy"], keywords["executor"], **shorthands)
+    compiled = compile_transforms(df, queries, keywords["classes"], keywords["priorities"], placement)
+    scheduler = strategy.make(compiled.plan, options.budget_s or BATCH_INTERVAL_S)
     return run_compiled(compiled, input_tables(compiled, df), scheduler, batch_rows, units_between, options)
+
+
+#: Seconds between two of :func:`run`'s batches on the executor's clock: the interval its
+#: strategy is sized to when ``budget_s`` is not given.
+BATCH_INTERVAL_S = 1.0
+
+#: :func:`run`'s keywords and their defaults (what "not given" is for each).
+_DEFAULTS = {n: p.default for n, p in inspect.signature(run).parameters.items() if p.default is not p.empty}
 
 
 def input_tables(compiled: CompiledPlan, df: DataFrame) -> dict[str, pa.Table]:

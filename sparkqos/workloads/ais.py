@@ -17,7 +17,7 @@ that is not a positive integer is kept there with its raw text and the reason, n
 is a whole line whose header cannot be read or whose field count does not match its header.
 Rows with the same second keep the file's order, so a replay releases them together and in order.
 
-Dead letters have the columns of ``sparkqos.runtime.deadletter.DEAD_LETTER_SCHEMA`` (so
+Dead letters have the columns of ``sparkqos.io.deadletter.DEAD_LETTER_SCHEMA`` (so
 ``read_dead_letters`` and the reports read them alike): ``batch_id`` is the file's line (1-based,
 one track), ``row`` the report's position in that track (null when the whole line is rejected),
 ``reason``, ``column`` (``mmsi``, ``ts``, ``lon``, ``lat``, or null for a line) and ``record``,
@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 
 from sparkqos.atomic import write_atomic
 from sparkqos.errors import SourceError, check_number
-from sparkqos.runtime.deadletter import DEAD_LETTER_SCHEMA
+from sparkqos.io.deadletter import DEAD_LETTER_SCHEMA
 
 __all__ = [
     "AIS_FILES",

@@ -178,6 +178,15 @@ def _turn():
     return pandas_udf(turn, "double")
 
 
+def _geofence(df: DataFrame) -> DataFrame:
+    """The reports inside a restricted zone, with the zone's name."""
+    zone = None
+    for name, (south, north, west, east) in RESTRICTED_ZONES.items():
+        inside = F.col("lat").between(south, north) & F.col("lon").between(west, east)
+        zone = F.when(inside, F.lit(name)) if zone is None else zone.when(inside, F.lit(name))
+    return df.withColumn("zone", zone).where(F.col("zone").isNotNull()).select("mmsi", "ts", "lon", "lat", "zone")
+
+
 def vessel_transforms(
     spark: SparkSession, time_scale: float = 1.0, window_min: float = 10.0, loiter_min: float = 30.0
 ) -> dict[str, Callable[[DataFrame], DataFrame]]:
@@ -193,13 +202,6 @@ def vessel_transforms(
     flags = flag_table(spark)
     knots = _knots(time_scale)
     turn = _turn()
-
-    def geofence(df: DataFrame) -> DataFrame:
-        zone = None
-        for name, (south, north, west, east) in RESTRICTED_ZONES.items():
-            inside = F.col("lat").between(south, north) & F.col("lon").between(west, east)
-            zone = F.when(inside, F.lit(name)) if zone is None else zone.when(inside, F.lit(name))
-        return df.withColumn("zone", zone).where(F.col("zone").isNotNull()).select("mmsi", "ts", "lon", "lat", "zone")
 
     def speeding(df: DataFrame) -> DataFrame:
         w = Window.partitionBy("mmsi").orderBy("ts", "point")
@@ -259,11 +261,6 @@ def vessel_transforms(
         with_mid = df.withColumn("mid", F.floor(F.col("mmsi") / 1_000_000).cast("int"))
         return with_mid.join(flags, on="mid", how="left").select("mmsi", "ts", "lon", "lat", "track", "point", "flag")
 
-    return {
-        "geofence": geofence,
-        "speeding": speeding,
-        "turning": turning,
-        "loitering": loitering,
-        "area_counts": area_counts,
-        "archive": archive,
-    }
+    return dict(
+        geofence=_geofence, speeding=speeding, turning=turning, loitering=loitering, area_counts=area_counts, archive=archive
+    )
