@@ -50,7 +50,7 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
             optional=True,
         ),
         "worker_nice": Key(
-            int, 5, "the continuous worker's thread runs this much below the job's priority; 0 = the same", low=0, high=19
+            int, 0, "the continuous worker's thread runs this much below the job's priority; 0 = the same", low=0, high=19
         ),
         "output": Key(str, f"output/{name}", "outputs, metrics and report"),
         "sink": Key(

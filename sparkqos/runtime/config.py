@@ -111,7 +111,7 @@ DEFAULT_TRIGGER_S = 0.25
 SLICE_S = 0.05
 
 #: Default nice value of the continuous worker's thread (``Continuous.nice``).
-WORKER_NICE = 5
+WORKER_NICE = 0
 
 #: Default least interval between two early writes of the top class's outputs by the continuous
 #: worker (``Continuous.early_write_s``).
@@ -580,7 +580,7 @@ NOT_FOR_RUN: Mapping[str, str] = types.MappingProxyType(
             "sparkqos.run has no trigger: its batches (batch_rows rows each) arrive one a second of the executor's clock",
         ),
         **dict.fromkeys(
-            ("continuous", "slice_s", "top_class_s", "early_write_s"),
+            ("continuous", "slice_s", "top_class_s", "early_write_s", "worker_nice"),
             "sparkqos.run has no worker between triggers: it serves units_between units after each batch",
         ),
         **dict.fromkeys(

@@ -410,6 +410,7 @@ def run(
     slice_s: float | None = UNSET,
     top_class_s: float | None = UNSET,
     early_write_s: float | None = UNSET,
+    worker_nice: int = UNSET,
     input: Input | None = None,  # noqa: A002 - the part's name
     stream: str | None = UNSET,
     arrival_col: str | None = UNSET,
