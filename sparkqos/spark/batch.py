@@ -12,9 +12,12 @@ One code path for both: nothing here asks which kind of session it runs under.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from sparkqos.errors import StoppedInTrigger
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
@@ -68,6 +71,10 @@ class BatchFunction:
         return self._loop
 
     def __call__(self, batch_df, batch_id: int) -> None:
+        with stop_as_spark_reads_it(batch_id):
+            self._trigger(batch_df, batch_id)
+
+    def _trigger(self, batch_df, batch_id: int) -> None:
         loop = self.loop
         compiled = self.compiled
         parts: dict[str, Any] = {}
@@ -90,12 +97,78 @@ class BatchFunction:
 
 def stop_between_triggers(query, wait_s: float) -> None:
     """Stop a streaming query between triggers: wait up to ``wait_s`` for the running trigger to
-    end first. Stopping inside a trigger that is reading a Python data source made Spark's stream
-    thread die of a StackOverflowError in its own error handling (harmless — the trigger is
-    replayed on restart — but a page of stack trace)."""
+    end first, so that the batch it works on is committed rather than replayed on the next start.
+    A trigger that outlasts the wait, or the next one Spark starts at once when triggers run
+    late, is stopped inside: :func:`stop_as_spark_reads_it` keeps that stop clean."""
     if query is None:
         return
     by = time.time() + wait_s
     while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
         time.sleep(0.05)
     query.stop()
+
+
+#: Java exceptions Spark's stream thread takes as its own stop (``StreamExecution.IO_EXCEPTION_NAMES``).
+_INTERRUPTIONS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+)
+#: How a Python traceback names a failed call into the JVM; Spark's stream thread searches the
+#: error of a Python ``foreachBatch`` function for it, then for one of :data:`_INTERRUPTIONS`.
+_PY4J_CALL_FAILED = "py4j.protocol.Py4JJavaError: An error occurred while calling"
+
+
+@contextlib.contextmanager
+def stop_as_spark_reads_it(batch_id: int) -> Iterator[None]:
+    """Around a ``foreachBatch`` function: when ``query.stop()`` lands inside the trigger (a Spark
+    job of it cancelled, or a call into the JVM interrupted), raise :class:`StoppedInTrigger`
+    with a one-line message instead of the Py4J error and its Java stack trace.
+
+    Spark's stream thread receives the function's error as the text of its Python traceback
+    and, to tell a stop from a failure, matches it against the regular expression
+    ``Py4JJavaError: An error occurred while calling((.|\\r\\n|\\r|\\n)*)(InterruptedException|…)``.
+    Java runs each repetition of that group as a nested call, so over a traceback that carries
+    a Java stack trace (about 12,000 characters) the thread dies of a StackOverflowError and
+    prints a thousand ``java.util.regex.Pattern`` frames. The one-line message still says what
+    Spark looks for — the cancelled job with the query's run id, or the interruption — so Spark
+    ends the query as stopped, prints nothing, and replays the uncommitted batch on the next
+    start."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - only a stop is replaced; anything else re-raised as it is
+        stop = _stop_in(exc)
+        if stop is None:
+            raise
+        raise StoppedInTrigger(batch_id, stop) from None
+
+
+def _stop_in(exc: BaseException) -> str | None:
+    """``exc`` (or an exception it was raised from or during) as a one-line account of a stop —
+    the Java exceptions of a failed JVM call, innermost last — or None when it is no stop."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
+        if java is not None:
+            chain = _java_chain(java)
+            interrupted = next((c for c in chain if c.startswith(_INTERRUPTIONS)), None)
+            cancelled = any(c.startswith("org.apache.spark.SparkException") and "cancelled" in c for c in chain)
+            if interrupted is not None:  # in the form of Spark's expression, with nothing after it
+                return " <- ".join(chain) + f"; {_PY4J_CALL_FAILED} the JVM: {interrupted.split(':')[0]}"
+            if cancelled:  # Spark finds "SparkException", "cancelled" and its job group (the run id)
+                return " <- ".join(chain)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _java_chain(java: Any, most: int = 6) -> list[str]:
+    """The first line of ``toString()`` of a Java exception and of its causes."""
+    chain: list[str] = []
+    try:
+        while java is not None and len(chain) < most:
+            chain.append((str(java.toString()).splitlines() or [""])[0])
+            java = java.getCause()
+    except Exception:  # noqa: BLE001 - the JVM is going away: what was read is enough
+        pass
+    return chain

@@ -60,7 +60,7 @@ from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.sinks import Sink
-from sparkqos.spark.batch import stop_between_triggers
+from sparkqos.spark.batch import stop_as_spark_reads_it, stop_between_triggers
 
 __all__ = ["ShardedStream", "mean_scores"]
 
@@ -301,12 +301,13 @@ class ShardedStream:
         stop_between_triggers(self.query, wait_s)
 
     def _batch(self, batch_df, batch_id: int) -> None:
-        started = time.time()
-        t0 = time.perf_counter()
-        rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
-        self.phase_s["stateful"] += time.perf_counter() - t0
-        self._fault("after_run", batch_id)
-        self._commit(batch_id, rows, started)
+        with stop_as_spark_reads_it(batch_id):
+            started = time.time()
+            t0 = time.perf_counter()
+            rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
+            self.phase_s["stateful"] += time.perf_counter() - t0
+            self._fault("after_run", batch_id)
+            self._commit(batch_id, rows, started)
 
     def finish(self) -> dict[str, Any]:
         """End of a finite input (stop the query first): drain every shard, as a Spark job over
