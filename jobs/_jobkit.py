@@ -8,6 +8,7 @@ restore, start, run until the duration or Ctrl-C, stop between triggers, drain w
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import shutil
@@ -135,9 +136,26 @@ def parse_args(
             resolve(cfg["scheduler"]["qos"])
         except SparkqosError as exc:
             raise ConfigError(f"scheduler.qos: {exc}") from None
+    check_extras(cfg)
     if extra is not None:
         extra(cfg)
     return args, cfg
+
+
+#: The configuration values that need an optional extra: (section, key, value) -> (module, extra).
+#: spark-submit.sh installs the extra when it sees the value; keep the two in step.
+EXTRAS = {("job", "sink", "delta"): ("deltalake", "delta")}
+
+
+def check_extras(cfg: dict) -> None:
+    """A ConfigError, before Spark starts, when the configuration needs a package that is not
+    installed (``job.sink = "delta"`` without deltalake)."""
+    for (section, key, value), (module, extra) in EXTRAS.items():
+        if cfg.get(section, {}).get(key) == value and importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"{section}.{key} = {value!r} needs the {module} package, which is not installed: "
+                f"pip install 'sparkqos[{extra}]' (./spark-submit.sh installs it by itself)"
+            )
 
 
 def folders(args: argparse.Namespace, job: dict) -> tuple[Path, Path]:
