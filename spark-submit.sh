@@ -95,9 +95,12 @@ export PYSPARK_PYTHON="$here/sparkqos/spark/spark-python"
 export PYSPARK_DRIVER_PYTHON="$here/sparkqos/spark/spark-python"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 
+# Spark logs warnings and errors only, from the JVM's first line (conf/log4j2.properties),
+# and draws no stage progress bars: a job prints its own line per trigger.
 exec "$venv/bin/spark-submit" \
   --master 'local[*]' \
-  --conf spark.log.level=WARN \
+  --conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$here/conf/log4j2.properties" \
+  --conf spark.ui.showConsoleProgress=false \
   --conf spark.sql.shuffle.partitions=4 \
   --conf spark.sql.execution.arrow.pyspark.enabled=true \
   "$@"
