@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from sparkqos import schedulers
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import RunnerError, SparkqosError
+from sparkqos.report.console import LEGEND
 from sparkqos.runtime.config import StrategyConfig, parse_faults
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +99,9 @@ def parse_args(
     parser = argparse.ArgumentParser(
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"configuration keys ({config.relative_to(ROOT)}):\n" + describe(schema),
+        epilog=textwrap.fill(f"console: {LEGEND}.", 100)
+        + f"\n\nconfiguration keys ({config.relative_to(ROOT)}):\n"
+        + describe(schema),
     )
     parser.add_argument("--config", default=str(config), help="the job's configuration file (default: %(default)s)")
     parser.add_argument(
@@ -211,7 +215,8 @@ def make_stream(
     from sparkqos.report.console import ClassMonitor
 
     klass_of = {q: classes[q] for q in queries}
-    monitor = ClassMonitor(klass_of, watch=watch, classes=("H", "C", "N"), print_fn=None if args.quiet else print)
+    by_priority = sorted(priorities, key=lambda k: -priorities[k])  # the summary's and the report's order
+    monitor = ClassMonitor(klass_of, watch=watch, classes=by_priority, print_fn=None if args.quiet else print)
     output, checkpoint = folders
     try:
         handle = stream(
@@ -259,6 +264,8 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
         + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),
         flush=True,
     )
+    if monitor.print_fn is not None:
+        print(f"{name}: {LEGEND}", flush=True)
     # from here on a SIGTERM or Ctrl-C stops the query between triggers (and lets job.finish drain)
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
@@ -274,6 +281,7 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
                 break
             query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
     finally:
+        monitor.stopping()  # the summary's run length ends here, not after the last trigger and the drain
         handle.stop()
     if query.exception() is not None:
         print(f"{name}: the streaming query failed: {query.exception()}", file=sys.stderr)
@@ -291,7 +299,7 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
     if job["report"] and (output / "metrics").is_dir():
         from sparkqos.report import render
 
-        print(f"report: {render(output, title=name)}")
+        print(f"report: {render(output, title=name, classes=monitor.classes)}")
     spark.stop()
     return 0
 

@@ -262,3 +262,23 @@ def test_summary_json_counts_are_integers(tmp_path):
     assert row["triggers"] == 20 and row["rows out"] == 3000 and isinstance(row["rows out"], int)
     assert row["peak queued"] == 300_000 and isinstance(row["peak queued"], int)
     assert row["mean delay (s)"] == 0.5
+
+
+def test_the_summary_counts_every_trigger_and_runs_to_the_stop():
+    """The summary's trigger count is the number of progress records (the metrics table's, so
+    summary.json's), a record before adaptive's first pick included; its run length ends when the
+    job decided to stop (after 60 s of a --duration 60), not after the last trigger and the drain."""
+    from sparkqos.report.console import ClassMonitor
+
+    now = [100.0]
+    m = ClassMonitor({"fire": "H", "archive": "N"}, watch="fire", classes=["H", "N"], print_fn=None, clock=lambda: now[0])
+    query = {"klass": "H", "query": "fire", "queuedRows": 0.0, "queuedBytes": 0.0, "delayP99_s": 0.1}
+    for batch, strategy in enumerate(["-", "fifo", "chain"]):
+        m.on_progress({"batchId": batch, "numInputRows": 5, "numOutputRows": 5, "queuedRows": 7.0, "queuedBytes": 0.0,
+                       "delayMsP99": 100.0, "strategy": strategy, "queries": [query]})  # fmt: skip
+        now[0] += 20.0
+    m.stopping()
+    now[0] += 5.0  # the last trigger ends, the outputs drain
+    head = m.summary().splitlines()[0]
+    assert head.startswith("summary after 60 s from the first micro-batch, 3 triggers; peak queued 7 rows")
+    assert "strategy mix: fifo 50%, chain 50%" in head
