@@ -282,7 +282,7 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
             query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
     finally:
         monitor.stopping()  # the summary's run length ends here, not after the last trigger and the drain
-        handle.stop()
+        handle.stop(wait_s=30.0)  # a trigger longer than that is stopped inside (Spark replays it)
     if query.exception() is not None:
         print(f"{name}: the streaming query failed: {query.exception()}", file=sys.stderr)
         return 1

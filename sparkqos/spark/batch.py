@@ -13,6 +13,7 @@ One code path for both: nothing here asks which kind of session it runs under.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -48,10 +49,11 @@ def describe_jobs(spark: Any, name: str, batch_id: int, last: dict[str, Any] | N
 class BatchFunction:
     """``foreachBatch(BatchFunction(compiled, config, loop))``: one trigger per call."""
 
-    def __init__(self, compiled: CompiledPlan, config: RunConfig, loop: TriggerLoop | None = None):
+    def __init__(self, compiled: CompiledPlan, config: RunConfig, loop: TriggerLoop | None = None, gate: StopGate | None = None):
         self.compiled = compiled
         self.config = config
         self._loop = loop
+        self._gate = gate
 
     def __getstate__(self) -> dict[str, Any]:
         # Client-side callbacks cannot run where the copy runs (and may not pickle): the client
@@ -62,6 +64,7 @@ class BatchFunction:
         self.compiled = state["compiled"]
         self.config = state["config"]
         self._loop = None
+        self._gate = None
 
     @property
     def loop(self) -> TriggerLoop:
@@ -72,6 +75,8 @@ class BatchFunction:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         with stop_as_spark_reads_it(batch_id):
+            if self._gate is not None:
+                self._gate.enter(batch_df)
             self._trigger(batch_df, batch_id)
 
     def _trigger(self, batch_df, batch_id: int) -> None:
@@ -95,16 +100,56 @@ class BatchFunction:
         loop.process(table, batch_id, parts)
 
 
-def stop_between_triggers(query, wait_s: float) -> None:
+class StopGate:
+    """Where a stop lands: at the start of a ``foreachBatch`` call, before the trigger starts any
+    Spark job, rather than inside one, whose cancelled tasks' Python workers may print a broken
+    pipe on their way out.
+
+    :func:`stop_between_triggers` arms it; the next call of the foreachBatch function then waits
+    in :meth:`enter` until ``query.stop()`` has marked the query stopped and interrupted its
+    thread, and fails with that interruption, which Spark takes as the stop. Spark replays the
+    batch, which nothing has touched, on the next start. One gate per start of a query."""
+
+    def __init__(self, hold_s: float = 60.0):
+        self.hold_s = hold_s
+        self.armed = threading.Event()
+        self.reached = threading.Event()
+        self.stopping = threading.Event()
+
+    def enter(self, batch_df) -> None:
+        """At the start of the foreachBatch function: nothing unless armed; armed, hold the trigger
+        until the stop interrupts its thread (at most ``hold_s``)."""
+        if not self.armed.is_set():
+            return
+        self.reached.set()
+        self.stopping.wait(self.hold_s)
+        # Spark runs the function's calls into the JVM on the stream thread, which query.stop()
+        # interrupts after marking the query stopped: a short sleep there raises the interruption.
+        jvm = batch_df.sparkSession.sparkContext._jvm
+        by = time.time() + self.hold_s
+        while time.time() < by:
+            jvm.java.lang.Thread.sleep(20)
+        raise TimeoutError(f"the stream was asked to stop but was not stopped within {self.hold_s:g} s")
+
+
+def stop_between_triggers(query, wait_s: float, gate: StopGate | None = None) -> None:
     """Stop a streaming query between triggers: wait up to ``wait_s`` for the running trigger to
     end first, so that the batch it works on is committed rather than replayed on the next start.
-    A trigger that outlasts the wait, or the next one Spark starts at once when triggers run
-    late, is stopped inside: :func:`stop_as_spark_reads_it` keeps that stop clean."""
+    With ``gate`` (the foreachBatch function's), a trigger that starts meanwhile — when triggers
+    run late Spark starts the next one at once — is held at the start of the function and
+    stopped there. A trigger that outlasts the wait is stopped inside: :func:`stop_as_spark_reads_it`
+    keeps that stop quiet too."""
     if query is None:
         return
+    if gate is not None:
+        gate.armed.set()
     by = time.time() + wait_s
     while query.isActive and query.status.get("isTriggerActive") and time.time() < by:
+        if gate is not None and gate.reached.is_set():
+            break
         time.sleep(0.05)
+    if gate is not None:
+        gate.stopping.set()
     query.stop()
 
 
