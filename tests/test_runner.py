@@ -384,6 +384,66 @@ def test_a_stop_inside_a_trigger_reaches_spark_as_one_short_line():
     assert raised(failed)[0] is failed
 
 
+def test_a_stop_waits_for_the_next_trigger_at_the_start_of_foreachbatch():
+    """With triggers back to back (Spark starts the next at once), stop_between_triggers holds the
+    next foreachBatch call at its start, before any Spark job, and stops the query there: the
+    held call fails with the stream thread's interruption, in the short form Spark takes as a
+    stop. (Stand-ins for the query and the JVM; the stop itself runs in the Spark tests.)"""
+    from sparkqos.errors import StoppedInTrigger
+    from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
+
+    interrupted = threading.Event()
+
+    class Thread:  # java.lang.Thread as the held call sees it: sleep raises once stop() interrupted
+        @staticmethod
+        def sleep(ms):
+            if interrupted.is_set():
+                raise _Py4JJavaError(_JavaException("java.lang.InterruptedException: sleep interrupted"))
+            time.sleep(ms / 1000)
+
+    class Jvm:
+        class java:  # noqa: N801 - py4j's spelling of Java's packages
+            class lang:  # noqa: N801
+                pass
+
+    Jvm.java.lang.Thread = Thread
+
+    class BatchDf:
+        class sparkSession:  # noqa: N801
+            class sparkContext:  # noqa: N801
+                _jvm = Jvm
+
+    class Query:
+        isActive = True
+        status = {"isTriggerActive": True}  # triggers back to back: never seen between two
+
+        def stop(self):
+            Query.isActive = False
+            interrupted.set()
+
+    gate = StopGate(hold_s=30)
+    gate.enter(BatchDf)  # not armed: a trigger goes on
+    held: list[BaseException] = []
+
+    def next_trigger():
+        gate.armed.wait(10)
+        try:
+            with stop_as_spark_reads_it(8):
+                gate.enter(BatchDf)
+                held.append(AssertionError("the trigger ran past the gate"))
+        except BaseException as exc:  # noqa: BLE001 - what Spark would receive
+            held.append(exc)
+
+    worker = threading.Thread(target=next_trigger)
+    worker.start()
+    started = time.monotonic()
+    stop_between_triggers(Query(), wait_s=30, gate=gate)
+    worker.join(10)
+    assert time.monotonic() - started < 10 and gate.reached.is_set() and not Query.isActive
+    (exc,) = held
+    assert isinstance(exc, StoppedInTrigger) and exc.batch_id == 8 and _PROXY_ERROR.search(str(exc))
+
+
 def _wrapped(error: Exception) -> Exception:
     """``error`` as the cause of another, as sparkqos's SparkPartError wraps Spark's errors."""
     try:
