@@ -9,6 +9,7 @@ memory. Pure Python (numpy): no Spark.
 from __future__ import annotations
 
 import math
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -179,9 +180,10 @@ class ClassMonitor:
                 f"{klass:<6} {d.count:>10} {ms(d.mean, 14)} {ms(d.percentile(99), 13)} {ms(d.max, 13)} "
                 f"{peak[0]:>18.0f} {peak[1] / 1e6:>16.2f}"
             )
-        lines.append(
+        note = (
             "* the class's rows in sparkqos's queues at a trigger's end (the top class is served first, so its peak "
             "is often 0); rows still in the source or in Spark's micro-batch are not counted there, but their wait "
             "is in the delays"
         )
+        lines += textwrap.wrap(note, width=len(header), subsequent_indent="  ")
         return "\n".join(lines)
