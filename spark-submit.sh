@@ -43,22 +43,49 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$
 fi
 
 # A job that needs an optional extra says so in a line "# sparkqos-extras: NAME[,NAME]" near its
-# top (jobs/vessel_monitor.py: data, the recorded AIS trace); install it once, on first use.
+# top (jobs/vessel_monitor.py: data, the recorded AIS trace); a configuration can need one too:
+# job.sink = "delta" (a --set after the job, or its configuration file: --config, else
+# conf/JOB.toml) needs delta. Each is installed once, on first use.
+job=""
+config=""
+sink=""
+prev=""
 for arg in "$@"; do
-  case "$arg" in
-    *.py)
-      if [ -f "$arg" ]; then
-        extras="$(head -n 40 "$arg" | sed -n 's/^# sparkqos-extras: *\([a-z,]*\) *$/\1/p' | head -n 1)"
-        if [ -n "$extras" ] && [ "$(cat "$venv/.sparkqos-extras-$extras" 2>/dev/null)" != "$want" ]; then
-          echo "spark-submit.sh: installing the extra(s) $extras that $arg needs (first run only)..." >&2
-          "$venv/bin/python" -m pip install -q -e "$here[plot,$extras]" >&2
-          echo "$want" > "$venv/.sparkqos-extras-$extras"
-        fi
-      fi
-      break
-      ;;
+  if [ -z "$job" ]; then
+    case "$arg" in *.py) [ -f "$arg" ] && job="$arg" ;; esac
+    continue
+  fi
+  case "$prev" in
+    --set) setting="$arg" ;;
+    --config) config="$arg"; setting="" ;;
+    *) setting="" ;;
   esac
+  case "$arg" in
+    --set=*) setting="${arg#--set=}" ;;
+    --config=*) config="${arg#--config=}" ;;
+  esac
+  case "$setting" in
+    job.sink=*) sink="$(printf '%s' "${setting#job.sink=}" | tr -d "\"' ")" ;;
+  esac
+  prev="$arg"
 done
+if [ -n "$job" ]; then
+  extras="$(head -n 40 "$job" | sed -n 's/^# sparkqos-extras: *\([a-z,]*\) *$/\1/p' | head -n 1)"
+  [ -n "$config" ] || config="$here/conf/$(basename "$job" .py).toml"
+  if [ -z "$sink" ] && [ -f "$config" ]; then
+    sink="$(sed -n 's/^[[:space:]]*sink[[:space:]]*=[[:space:]]*"\([a-z]*\)".*$/\1/p' "$config" | head -n 1)"
+  fi
+  [ "$sink" = delta ] && extras="${extras:+$extras,}delta"
+  missing=""
+  for extra in ${extras//,/ }; do
+    [ "$(cat "$venv/.sparkqos-extras-$extra" 2>/dev/null)" = "$want" ] || missing="${missing:+$missing,}$extra"
+  done
+  if [ -n "$missing" ]; then
+    echo "spark-submit.sh: installing the extra(s) $missing that $job needs (first run only)..." >&2
+    "$venv/bin/python" -m pip install -q -e "$here[plot,$missing]" >&2
+    for extra in ${missing//,/ }; do echo "$want" > "$venv/.sparkqos-extras-$extra"; done
+  fi
+fi
 
 # Spark's Python processes (the driver, the workers, the Python sources' runners) run the venv's
 # Python through sparkqos/spark/spark-python, which has them import pyspark from the venv (cached
@@ -68,9 +95,12 @@ export PYSPARK_PYTHON="$here/sparkqos/spark/spark-python"
 export PYSPARK_DRIVER_PYTHON="$here/sparkqos/spark/spark-python"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 
+# Spark logs warnings and errors only, from the JVM's first line (conf/log4j2.properties),
+# and draws no stage progress bars: a job prints its own line per trigger.
 exec "$venv/bin/spark-submit" \
   --master 'local[*]' \
-  --conf spark.log.level=WARN \
+  --conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$here/conf/log4j2.properties" \
+  --conf spark.ui.showConsoleProgress=false \
   --conf spark.sql.shuffle.partitions=4 \
   --conf spark.sql.execution.arrow.pyspark.enabled=true \
   "$@"

@@ -8,11 +8,13 @@ restore, start, run until the duration or Ctrl-C, stop between triggers, drain w
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import shutil
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 from sparkqos import schedulers
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import RunnerError, SparkqosError
+from sparkqos.report.console import LEGEND
 from sparkqos.runtime.config import StrategyConfig, parse_faults
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +114,9 @@ def parse_args(
     parser = argparse.ArgumentParser(
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"configuration keys ({config.relative_to(ROOT)}):\n" + describe(schema),
+        epilog=textwrap.fill(f"console: {LEGEND}.", 100)
+        + f"\n\nconfiguration keys ({config.relative_to(ROOT)}):\n"
+        + describe(schema),
     )
     parser.add_argument("--config", default=str(config), help="the job's configuration file (default: %(default)s)")
     parser.add_argument(
@@ -154,9 +159,26 @@ def parse_args(
 
     for key in ("slo", "shed"):  # before Spark starts: a bad duration names its key
         parse_durations(f"scheduler.{key}", cfg["scheduler"][key])
+    check_extras(cfg)
     if extra is not None:
         extra(cfg)
     return args, cfg
+
+
+#: The configuration values that need an optional extra: (section, key, value) -> (module, extra).
+#: spark-submit.sh installs the extra when it sees the value; keep the two in step.
+EXTRAS = {("job", "sink", "delta"): ("deltalake", "delta")}
+
+
+def check_extras(cfg: dict) -> None:
+    """A ConfigError, before Spark starts, when the configuration needs a package that is not
+    installed (``job.sink = "delta"`` without deltalake)."""
+    for (section, key, value), (module, extra) in EXTRAS.items():
+        if cfg.get(section, {}).get(key) == value and importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"{section}.{key} = {value!r} needs the {module} package, which is not installed: "
+                f"pip install 'sparkqos[{extra}]' (./spark-submit.sh installs it by itself)"
+            )
 
 
 def folders(args: argparse.Namespace, job: dict) -> tuple[Path, Path]:
@@ -215,7 +237,8 @@ def make_stream(
     from sparkqos.report.console import ClassMonitor
 
     klass_of = {q: classes[q] for q in queries}
-    monitor = ClassMonitor(klass_of, watch=watch, classes=("H", "C", "N"), print_fn=None if args.quiet else print)
+    by_priority = sorted(priorities, key=lambda k: -priorities[k])  # the summary's and the report's order
+    monitor = ClassMonitor(klass_of, watch=watch, classes=by_priority, print_fn=None if args.quiet else print)
     output, checkpoint = folders
     try:
         handle = stream(
@@ -263,6 +286,8 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
         + (f"; resuming after batch {resumed}" if resumed >= 0 else ""),
         flush=True,
     )
+    if monitor.print_fn is not None:
+        print(f"{name}: {LEGEND}", flush=True)
     # from here on a SIGTERM or Ctrl-C stops the query between triggers (and lets job.finish drain)
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
@@ -278,7 +303,8 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
                 break
             query.awaitTermination(min(1.0, max(deadline - time.time(), 0.01)))
     finally:
-        handle.stop()
+        monitor.stopping()  # the summary's run length ends here, not after the last trigger and the drain
+        handle.stop(wait_s=30.0)  # a trigger longer than that is stopped inside (Spark replays it)
     if query.exception() is not None:
         print(f"{name}: the streaming query failed: {query.exception()}", file=sys.stderr)
         return 1
@@ -299,7 +325,7 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
     if job["report"] and (output / "metrics").is_dir():
         from sparkqos.report import render
 
-        print(f"report: {render(output, title=name)}")
+        print(f"report: {render(output, title=name, classes=monitor.classes)}")
     spark.stop()
     return 0
 

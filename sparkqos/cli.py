@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="render an HTML report with figures from a metrics table")
     rep.add_argument("output_dir", help="a job's or experiment's output folder (holding metrics/)")
     rep.add_argument("--title", default=None)
+    rep.add_argument(
+        "--classes",
+        default=None,
+        metavar="H,C,N",
+        help="the query classes, highest priority first: the order of the figures and tables (default: as they appear)",
+    )
     sub.add_parser("supported", help="print what runs natively, what Spark evaluates and what is refused (docs/transforms.md)")
     trace = sub.add_parser("trace", help="build a recorded trace for the sparkqos.replay source")
     trace.add_argument("kind", choices=["vessels"], help="vessels: AIS position reports (pip install -e '.[data]')")
@@ -120,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             from sparkqos.report import render
 
-            page = render(args.output_dir, title=args.title)
+            page = render(args.output_dir, title=args.title, classes=args.classes.split(",") if args.classes else None)
             print(f"report written to {page}")
             return 0
         if args.command == "trace":

@@ -129,6 +129,18 @@ class PythonWorkerError(SparkqosError, RuntimeError):
     pyarrow or numpy): the message says what they run, what they lack and what to set."""
 
 
+class StoppedInTrigger(SparkqosError, RuntimeError):
+    """The streaming query was stopped while a trigger ran (its Spark job cancelled, a call into
+    the JVM interrupted): raised out of ``foreachBatch`` for Spark's stream thread, which ends the
+    query as stopped. The batch is not committed; Spark replays it on the next start.
+    ``batch_id`` names the batch, ``java`` what the JVM said, in one line."""
+
+    def __init__(self, batch_id: int, java: str):
+        self.batch_id = batch_id
+        self.java = java
+        super().__init__(f"stopped inside batch {batch_id}: {java}")
+
+
 class NotShardable(PlanError):
     """A query cannot run in the sharded lane: an operator keeps state across rows of different
     shard keys (a window, join, dedup or lag not keyed by ``shard_by``)."""

@@ -85,3 +85,38 @@ def test_a_crash_at_any_point_of_a_trigger_loses_and_duplicates_nothing(tmp_path
     sink = DeltaSink(tmp_path / "delta")
     for query, table in read_delta_sink(tmp_path / "delta", with_batch_id=True).items():
         assert sink.committed(query) == max(table.column("batch_id").to_pylist())  # the last batch it holds
+
+
+def test_without_deltalake_the_job_says_so_before_spark_starts(monkeypatch, capsys):
+    """jobs/sensor_monitor.py with job.sink=delta and no deltalake: a configuration error naming
+    the package and the extra, printed before the job starts Spark (spark-submit.sh installs the
+    extra when it sees job.sink=delta; a plain ``python`` run does not)."""
+    import importlib.util
+
+    from jobs import sensor_monitor
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deltalake" else found(name, *a))
+    assert sensor_monitor.main(["--set", "job.sink=delta", "--quiet"]) == 2
+    out, err = capsys.readouterr()
+    assert "starting Spark" not in out
+    assert "job.sink = 'delta' needs the deltalake package" in err and "pip install 'sparkqos[delta]'" in err
+
+
+def test_without_deltalake_the_sink_fails_when_made(tmp_path, monkeypatch):
+    """A library user's DeltaSink(...) without deltalake: a SinkError naming the extra, when the
+    sink is made — before sparkqos.stream, not at the first batch."""
+    import builtins
+
+    from sparkqos.errors import SinkError
+
+    real_import = builtins.__import__
+
+    def no_deltalake(name, *args, **kwargs):
+        if name == "deltalake":
+            raise ImportError("No module named 'deltalake'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_deltalake)
+    with pytest.raises(SinkError, match=r"pip install 'sparkqos\[delta\]'"):
+        DeltaSink(tmp_path / "delta")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +173,112 @@ def test_spark_jobs_are_described_with_the_figures_of_the_trigger_before():
     assert Context.description == expected
     describe_jobs(Session(), "sensor_monitor", 0, None)
     assert Context.description == "sparkqos sensor_monitor batch 0"
+
+
+def _resumed_run(out, gap_s: float = 300.0) -> None:
+    """The metrics of a job stopped after 10 triggers and resumed ``gap_s`` later from its
+    checkpoint, its backlog queued at once: wall-clock times, classes written N, C, H (the order
+    of the plan's queries), whose priorities are H, C, N."""
+    t0 = 1_790_000_000.0
+    for b in range(20):
+        t = t0 + b + (gap_s if b >= 10 else 0.0)
+        queued = 300_000.0 if b == 10 else 100.0 * b
+        rows = [
+            metrics.row(
+                run="job", batchId=b, time_s=t, query=q, klass=k, rowsIn=100.0, rowsOut=50.0, delayMean_s=d, durationMs=200.0
+            )
+            for q, k, d in (("archive", "N", 0.9), ("anomaly", "C", 0.5), ("fire", "H", 0.1 + (b >= 10) * 40))
+        ]
+        plan = dict(rowsIn=100.0, rowsOut=150.0, queuedRows=queued, delayMean_s=0.5, strategy="chain" if b % 2 else "fifo")
+        rows.append(metrics.row(run="job", batchId=b, time_s=t, query=metrics.PLAN_ROW, klass="*", durationMs=200.0, **plan))
+        metrics.write_batch(out, "job", b, rows)
+
+
+def test_a_resumed_runs_report_shows_the_downtime_as_a_gap(tmp_path, monkeypatch):
+    """A run stopped and resumed five minutes later: every line over time breaks across the
+    downtime (a NaN point, no segment from before it to after it), the rate after it is not the
+    rows over the downtime, the classes share one y-scale in priority order H, C, N, and the
+    strategy legend covers neither the axes nor their label."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from sparkqos.report import render
+
+    drawn = {}
+    real_savefig = Figure.savefig
+
+    boxes = {}
+
+    def savefig(fig, path, *args, **kwargs):
+        drawn[Path(path).name] = fig
+        real_savefig(fig, path, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()  # where the saved image put the legends and labels
+        ax = fig.axes[0]
+        boxes[Path(path).name] = [
+            [legend.get_window_extent(renderer) for legend in fig.legends],
+            [ax.get_window_extent(renderer), ax.xaxis.label.get_window_extent(renderer)],
+        ]
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    _resumed_run(tmp_path)
+    render(tmp_path, classes=["H", "C", "N"])
+
+    def segments(line) -> list[tuple[float, float]]:
+        """(first x, last x) of each run of points with a y: the pieces matplotlib draws joined."""
+        pieces: list[list[float]] = [[]]
+        for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+            if np.isnan(y):
+                pieces.append([])
+            else:
+                pieces[-1].append(x)
+        return [(p[0], p[-1]) for p in pieces if p]
+
+    for name in ("queue.png", "delay.png", "output_rate.png", "class_delay.png"):
+        for ax in drawn[name].axes:
+            (line,) = ax.get_lines()
+            (first, last), (after, end) = segments(line)
+            assert first < 1 and 9 < last < 10 and 310 < after < 312 and 319 < end < 320, (name, segments(line))
+    rate = np.asarray(drawn["output_rate.png"].axes[0].get_lines()[0].get_ydata(), float)
+    assert np.nanmin(rate) == pytest.approx(150.0)  # 150 rows a second, never 150 over 300 s
+
+    panels = drawn["class_delay.png"].axes
+    assert [ax.get_title().split(":")[0] for ax in panels] == ["class H", "class C", "class N"]
+    assert all(panels[0].get_shared_y_axes().joined(panels[0], ax) for ax in panels[1:])
+
+    assert [t.get_text() for t in drawn["classes.png"].axes[0].get_xticklabels()] == ["H", "C", "N"]
+
+    (legend,), covered = boxes["strategy.png"]
+    assert not any(legend.overlaps(box) for box in covered)
+    assert [t.get_text() for t in drawn["strategy.png"].legends[0].get_texts()] == ["chain", "fifo"]
+
+
+def test_summary_json_counts_are_integers(tmp_path):
+    """The report's summary.json: counts as integers, delays rounded to 0.1 ms."""
+    from sparkqos.report import render
+
+    _resumed_run(tmp_path)
+    render(tmp_path)
+    (row,) = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert row["triggers"] == 20 and row["rows out"] == 3000 and isinstance(row["rows out"], int)
+    assert row["peak queued"] == 300_000 and isinstance(row["peak queued"], int)
+    assert row["mean delay (s)"] == 0.5
+
+
+def test_the_summary_counts_every_trigger_and_runs_to_the_stop():
+    """The summary's trigger count is the number of progress records (the metrics table's, so
+    summary.json's), a record before adaptive's first pick included; its run length ends when the
+    job decided to stop (after 60 s of a --duration 60), not after the last trigger and the drain."""
+    from sparkqos.report.console import ClassMonitor
+
+    now = [100.0]
+    m = ClassMonitor({"fire": "H", "archive": "N"}, watch="fire", classes=["H", "N"], print_fn=None, clock=lambda: now[0])
+    query = {"klass": "H", "query": "fire", "queuedRows": 0.0, "queuedBytes": 0.0, "delayP99_s": 0.1}
+    for batch, strategy in enumerate(["-", "fifo", "chain"]):
+        m.on_progress({"batchId": batch, "numInputRows": 5, "numOutputRows": 5, "queuedRows": 7.0, "queuedBytes": 0.0,
+                       "delayMsP99": 100.0, "strategy": strategy, "queries": [query]})  # fmt: skip
+        now[0] += 20.0
+    m.stopping()
+    now[0] += 5.0  # the last trigger ends, the outputs drain
+    head = m.summary().splitlines()[0]
+    assert head.startswith("summary after 60 s from the first micro-batch, 3 triggers; peak queued 7 rows")
+    assert "strategy mix: fifo 50%, chain 50%" in head

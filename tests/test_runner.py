@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -315,6 +316,143 @@ def test_stop_ends_a_running_query_without_error(replay_df, tmp_path):
     h.stop()
     assert not query.isActive and query.exception() is None
     assert h.recentProgress
+
+
+class _JavaException:
+    """What py4j hands Python for a Java exception: ``toString()`` and ``getCause()``."""
+
+    def __init__(self, text: str, cause=None):
+        self.text, self.cause = text, cause
+
+    def toString(self) -> str:  # noqa: N802 - Java's name
+        return self.text + "\n\tat org.apache.spark.SparkThreadUtils.awaitResult(SparkThreadUtils.scala:70)" * 150
+
+    def getCause(self):  # noqa: N802 - Java's name
+        return self.cause
+
+
+class _Py4JJavaError(Exception):
+    def __init__(self, java):
+        super().__init__("An error occurred while calling o354.getResult.\n" + java.toString())
+        self.java_exception = java
+
+
+#: Spark's StreamExecution.PROXY_ERROR: how its stream thread tells a stop in a Python foreachBatch
+_PROXY_ERROR = re.compile(
+    r"py4j.protocol.Py4JJavaError: An error occurred while calling((.|\r\n|\r|\n)*)"
+    r"(java.lang.InterruptedException|java.io.InterruptedIOException|java.nio.channels.ClosedByInterruptException)"
+)
+
+
+def test_a_stop_inside_a_trigger_reaches_spark_as_one_short_line():
+    """What foreachBatch raises when stop() cancels its Spark job or interrupts its JVM call: a
+    StoppedInTrigger whose traceback is short (Spark matches a backtracking regular expression
+    over it, which overflows the stream thread's stack on a Java stack trace) and still says what
+    Spark looks for to end the query as stopped; any other error passes unchanged."""
+    import traceback
+
+    from sparkqos.errors import StoppedInTrigger
+    from sparkqos.spark.batch import stop_as_spark_reads_it
+
+    run_id = "13361381-6954-49e0-8eb5-98f805288064"
+    cancelled = _JavaException(
+        "org.apache.spark.SparkException: Exception thrown in awaitResult: ",
+        _JavaException(
+            f"org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 5 cancelled Query q [runId = {run_id}] was stopped"
+        ),
+    )
+    interrupted = _JavaException("org.apache.spark.SparkException: Job aborted", _JavaException("java.lang.InterruptedException"))
+
+    def raised(error: Exception) -> tuple[BaseException, str]:
+        try:
+            with stop_as_spark_reads_it(7):
+                raise error
+        except BaseException as exc:  # noqa: BLE001 - what leaves the function
+            return exc, traceback.format_exc()
+
+    exc, text = raised(_Py4JJavaError(cancelled))
+    assert isinstance(exc, StoppedInTrigger) and exc.batch_id == 7 and len(text) < 2000
+    assert "org.apache.spark.SparkException" in text and "cancelled" in text and run_id in text
+    assert "Py4JJavaError: An error occurred" not in text  # nothing for the expression to run over
+    exc, text = raised(_wrapped(_Py4JJavaError(interrupted)))
+    assert isinstance(exc, StoppedInTrigger) and len(text) < 2000
+    match = _PROXY_ERROR.search(text)
+    assert match is not None and len(text) - match.start() < 200
+    other = ValueError("a bug")
+    assert raised(other)[0] is other
+    failed = _Py4JJavaError(_JavaException("org.apache.spark.SparkException: Task failed"))
+    assert raised(failed)[0] is failed
+
+
+def test_a_stop_waits_for_the_next_trigger_at_the_start_of_foreachbatch():
+    """With triggers back to back (Spark starts the next at once), stop_between_triggers holds the
+    next foreachBatch call at its start, before any Spark job, and stops the query there: the
+    held call fails with the stream thread's interruption, in the short form Spark takes as a
+    stop. (Stand-ins for the query and the JVM; the stop itself runs in the Spark tests.)"""
+    from sparkqos.errors import StoppedInTrigger
+    from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
+
+    interrupted = threading.Event()
+
+    class Thread:  # java.lang.Thread as the held call sees it: sleep raises once stop() interrupted
+        @staticmethod
+        def sleep(ms):
+            if interrupted.is_set():
+                raise _Py4JJavaError(_JavaException("java.lang.InterruptedException: sleep interrupted"))
+            time.sleep(ms / 1000)
+
+    class Jvm:
+        class java:  # noqa: N801 - py4j's spelling of Java's packages
+            class lang:  # noqa: N801
+                pass
+
+    Jvm.java.lang.Thread = Thread
+
+    class BatchDf:
+        class sparkSession:  # noqa: N801
+            class sparkContext:  # noqa: N801
+                _jvm = Jvm
+
+    class Query:
+        isActive = True
+        status = {"isTriggerActive": True}  # triggers back to back: never seen between two
+
+        def stop(self):
+            Query.isActive = False
+            interrupted.set()
+
+    gate = StopGate(hold_s=30)
+    gate.enter(BatchDf)  # not armed: a trigger goes on
+    held: list[BaseException] = []
+
+    def next_trigger():
+        gate.armed.wait(10)
+        try:
+            with stop_as_spark_reads_it(8):
+                gate.enter(BatchDf)
+                held.append(AssertionError("the trigger ran past the gate"))
+        except BaseException as exc:  # noqa: BLE001 - what Spark would receive
+            held.append(exc)
+
+    worker = threading.Thread(target=next_trigger)
+    worker.start()
+    started = time.monotonic()
+    stop_between_triggers(Query(), wait_s=30, gate=gate)
+    worker.join(10)
+    assert time.monotonic() - started < 10 and gate.reached.is_set() and not Query.isActive
+    (exc,) = held
+    assert isinstance(exc, StoppedInTrigger) and exc.batch_id == 8 and _PROXY_ERROR.search(str(exc))
+
+
+def _wrapped(error: Exception) -> Exception:
+    """``error`` as the cause of another, as sparkqos's SparkPartError wraps Spark's errors."""
+    try:
+        raise error
+    except Exception as exc:  # noqa: BLE001
+        try:
+            raise RuntimeError("the part Spark evaluates failed") from exc
+        except RuntimeError as outer:
+            return outer
 
 
 def continuous_threads(name: str) -> list[threading.Thread]:

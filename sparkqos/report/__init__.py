@@ -38,7 +38,8 @@ def _pyplot():
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """One row per run: output, delay (mean weighted by rows, worst trigger p99), queued rows,
-    and the share of triggers each strategy was in force."""
+    and the share of triggers each strategy was in force. Counts are integers (the simulator's
+    fractional tuples keep one decimal), delays rounded to 0.1 ms."""
     plan = table[table["query"] == metrics.PLAN_ROW]
     out = []
     for run, g in plan.groupby("run", sort=False):
@@ -50,15 +51,34 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
             {
                 "run": run,
                 "triggers": len(g),
-                "rows out": float(w.sum()),
-                "mean delay (s)": float(np.sum(d[ok] * w[ok]) / w[ok].sum()) if ok.any() else math.nan,
-                "worst p99 delay (s)": float(np.nanmax(g["delayP99_s"])) if g["delayP99_s"].notna().any() else math.nan,
-                "peak queued": float(g["queuedRows"].max()),
-                "mean queued": float(g["queuedRows"].mean()),
+                "rows out": _count(w.sum()),
+                "mean delay (s)": _seconds(np.sum(d[ok] * w[ok]) / w[ok].sum() if ok.any() else math.nan),
+                "worst p99 delay (s)": _seconds(np.nanmax(g["delayP99_s"]) if g["delayP99_s"].notna().any() else math.nan),
+                "peak queued": _count(g["queuedRows"].max()),
+                "mean queued": round(float(g["queuedRows"].mean()), 1),
                 "strategy mix": ", ".join(f"{k} {v:.0%}" for k, v in mix.items()),
             }
         )
     return pd.DataFrame(out)
+
+
+def _count(v: float) -> int | float:
+    """A count as an integer, unless it is fractional (the simulator's fluid tuples): one decimal.
+
+    >>> _count(256188.0), _count(12.25)
+    (256188, 12.2)
+    """
+    v = float(v)
+    return int(v) if v.is_integer() else round(v, 1)
+
+
+def _seconds(v: float) -> float:
+    """Seconds to 0.1 ms (NaN stays NaN).
+
+    >>> _seconds(1.2799523111195419)
+    1.28
+    """
+    return round(float(v), 4) if math.isfinite(v) else math.nan
 
 
 def class_delays(table: pd.DataFrame) -> pd.DataFrame:
@@ -101,6 +121,48 @@ def human(v: float) -> str:
     return f"{v:.3g}"
 
 
+#: A pause between two triggers at least this long, and ``GAP_FACTOR`` times the run's usual
+#: pause, is downtime (the job stopped and later resumed from its checkpoint): the figures draw it
+#: as a gap, not as a line from the last figure before it to the first after.
+GAP_LEAST_S = 20.0
+GAP_FACTOR = 20.0
+
+
+def downtimes(plan: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
+    """Per run of ``plan`` (plan rows), the stretches with no trigger — (end of the trigger
+    before, start of the one after) — long enough to be downtime (``GAP_LEAST_S``, ``GAP_FACTOR``)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for run, g in plan.groupby("run", sort=False):
+        g = g.sort_values("time_s")
+        end = g["time_s"].to_numpy(dtype=float)
+        start = end - g["durationMs"].fillna(0).to_numpy(dtype=float) / 1000.0
+        pause = start[1:] - end[:-1]
+        usual = float(np.median(np.clip(pause, 0, None))) if pause.size else 0.0
+        gap = np.flatnonzero(pause > max(GAP_LEAST_S, GAP_FACTOR * usual))
+        out[run] = [(float(end[i]), float(start[i + 1])) for i in gap]
+    return out
+
+
+def _broken(t: np.ndarray, y: np.ndarray, gaps: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(t, y)`` with a NaN point in each gap between two of its points, so no line crosses it.
+
+    >>> _broken(np.array([0.0, 1.0, 300.0]), np.array([5.0, 6.0, 7.0]), [(1.0, 299.0)])
+    (array([  0.,   1., 150., 300.]), array([ 5.,  6., nan,  7.]))
+    """
+    mids = np.array([(a + b) / 2 for a, b in gaps], dtype=float)
+    at = np.searchsorted(t, mids)
+    inside = (at > 0) & (at < len(t))
+    return np.insert(t, at[inside], mids[inside]), np.insert(y.astype(float), at[inside], np.nan)
+
+
+def class_order(table: pd.DataFrame, classes: list[str] | None = None) -> list[str]:
+    """The query classes of ``table``: those of ``classes`` (the plan's, highest priority first)
+    in that order, then any others in the order they first appear (the plan's query order)."""
+    seen = list(dict.fromkeys(table.loc[table["query"] != metrics.PLAN_ROW, "klass"]))
+    first = [k for k in (classes or []) if k in seen]
+    return first + [k for k in seen if k not in first]
+
+
 def _axes(ax, title: str, ylabel: str) -> None:
     ax.set_title(title, fontsize=11)
     ax.set_xlabel("time since the run's first input (s)")
@@ -116,42 +178,97 @@ def _ticks():
     return FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:g}")
 
 
-def _line_figure(plt, plan: pd.DataFrame, column: str, labels: tuple[str, str], path: Path, rate: bool = False) -> None:
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for run, g in plan.groupby("run", sort=False):
-        g = g.sort_values("time_s")
-        y = g[column].to_numpy(dtype=float)
-        if rate:
-            t = g["time_s"].to_numpy(dtype=float)
-            dt = np.diff(np.concatenate([[0.0], t]))
-            y = np.divide(y, dt, out=np.full_like(y, np.nan), where=dt > 0)
-        ax.plot(g["time_s"], y, label=run, linewidth=1.2)
-    _axes(ax, *labels)
-    ax.legend(fontsize=8, ncol=3)
-    fig.tight_layout()
+def _save(plt, fig, path: Path, handles=None, labels=None) -> None:
+    """Save ``fig`` with a legend below the axes and their labels, where it covers nothing: of
+    ``handles`` and ``labels`` when given, else of the lines of its first axes when there are
+    several (one line needs no name)."""
+    if handles is None:
+        handles, labels = fig.axes[0].get_legend_handles_labels()
+        handles, labels = (handles, labels) if len(handles) > 1 else ([], [])
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _class_delay_figure(plt, table: pd.DataFrame, path: Path) -> bool:
-    """Mean delay of each class's output per trigger against time, one panel per class."""
+def _line_figure(plt, plan: pd.DataFrame, column: str, labels: tuple[str, str], path: Path, rate: bool = False) -> None:
+    """One line per run of the plan rows' ``column`` against time (``rate``: per second since
+    the trigger before), broken at downtime."""
+    fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
+    gaps = downtimes(plan)
+    for run, g in plan.groupby("run", sort=False):
+        g = g.sort_values("time_s")
+        t = g["time_s"].to_numpy(dtype=float)
+        y = g[column].to_numpy(dtype=float)
+        if rate:
+            dt = np.diff(np.concatenate([[0.0], t]))
+            y = np.divide(y, dt, out=np.full_like(y, np.nan), where=dt > 0)
+            y[np.searchsorted(t, [b for _, b in gaps[run]])] = np.nan  # rows since before the downtime
+        ax.plot(*_broken(t, y, gaps[run]), label=run, linewidth=1.2)
+    _axes(ax, *labels)
+    _save(plt, fig, path)
+
+
+def _class_delay_figure(plt, table: pd.DataFrame, order: list[str], path: Path) -> bool:
+    """Mean delay of each class's output per trigger against time: one panel per class, highest
+    priority first, all on one y-scale so the classes compare; broken at downtime."""
     q = _relative_time(table[(table["query"] != metrics.PLAN_ROW) & table["delayMean_s"].notna() & (table["rowsOut"] > 0)], table)
     if q.empty:
         return False
+    gaps = downtimes(_relative_time(table[table["query"] == metrics.PLAN_ROW], table))
     q = q.assign(weighted=q["delayMean_s"] * q["rowsOut"])
     g = q.groupby(["klass", "run", "time_s"], sort=False)[["weighted", "rowsOut"]].sum().reset_index()
     g["delay"] = g["weighted"] / g["rowsOut"]
-    classes = list(dict.fromkeys(g["klass"]))
-    fig, axes = plt.subplots(len(classes), 1, figsize=(8, 2.6 * len(classes) + 0.6), squeeze=False, sharex=True)
-    for ax, klass in zip(axes[:, 0], classes):
+    classes = [k for k in order if k in set(g["klass"])]
+    fig, axes = plt.subplots(
+        len(classes), 1, figsize=(8, 2.6 * len(classes) + 0.6), squeeze=False, sharex=True, sharey=True, layout="constrained"
+    )
+    for ax, klass in zip(axes[:, 0], classes, strict=True):
         for run, r in g[g["klass"] == klass].groupby("run", sort=False):
             r = r.sort_values("time_s")
-            ax.plot(r["time_s"], r["delay"], label=run, linewidth=1.1)
+            t, y = r["time_s"].to_numpy(dtype=float), r["delay"].to_numpy(dtype=float)
+            ax.plot(*_broken(t, y, gaps.get(run, [])), label=run, linewidth=1.1)
         _axes(ax, f"class {klass}: mean delay of each trigger's output", "delay (s)")
-    axes[0, 0].legend(fontsize=8, ncol=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        if ax is not axes[-1, 0]:
+            ax.set_xlabel("")
+    _save(plt, fig, path)
+    return True
+
+
+def _strategy_figure(plt, plan: pd.DataFrame, path: Path) -> bool:
+    """The strategy in force at each trigger, one row of marks per run."""
+    runs = list(dict.fromkeys(plan["run"]))
+    if not runs:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.6 * len(runs)), layout="constrained")
+    names = sorted(set(plan["strategy"]))
+    colour = plt.get_cmap("tab10")
+    for i, run in enumerate(runs):
+        g = plan[plan["run"] == run].sort_values("time_s")
+        ax.scatter(g["time_s"], [i] * len(g), c=[colour(names.index(s) % 10) for s in g["strategy"]], marker="s", s=14)
+    ax.set_yticks(range(len(runs)), runs)
+    ax.set_ylim(-0.6, len(runs) - 0.4)
+    ax.set_title("Strategy in force at each trigger", fontsize=11)
+    ax.set_xlabel("time since the run's first input (s)")
+    handles = [plt.Line2D([], [], marker="s", linestyle="", color=colour(k % 10)) for k in range(len(names))]
+    _save(plt, fig, path, handles, names)
+    return True
+
+
+def _classes_figure(plt, per_class: pd.DataFrame, order: list[str], path: Path) -> bool:
+    """Mean delay of each class over the whole run, one bar per run, classes highest priority first."""
+    if per_class.empty:
+        return False
+    pivot = per_class.pivot(index="klass", columns="run", values="mean delay (s)")
+    pivot = pivot.reindex([k for k in order if k in pivot.index])
+    fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
+    pivot.plot.bar(ax=ax, rot=0, legend=False)
+    ax.set_title("Mean delay per query class over the whole run", fontsize=11)
+    ax.set_ylabel("mean delay (s)")
+    ax.set_xlabel("query class (highest priority first)")
+    ax.yaxis.set_major_formatter(_ticks())
+    ax.grid(alpha=0.3, axis="y")
+    _save(plt, fig, path)
     return True
 
 
@@ -178,9 +295,10 @@ def _claims_html(output_dir: Path) -> list[str]:
     ]
 
 
-def render(output_dir: str | Path, title: str | None = None) -> Path:
+def render(output_dir: str | Path, title: str | None = None, classes: list[str] | None = None) -> Path:
     """Render ``output_dir``'s metrics (and claims table, if any) into ``output_dir/report/``
-    and return the HTML path."""
+    and return the HTML path. ``classes``: the plan's query classes, highest priority first (the
+    order of every figure and table; default: the order the classes first appear)."""
     output_dir = Path(output_dir)
     folder = output_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)
@@ -189,62 +307,9 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
     if claims and not (output_dir / "metrics").is_dir():
         return _write_page(folder, title, claims)
     table = metrics.read(output_dir).to_pandas()
-    plt = _pyplot()
-    plan = _relative_time(table[table["query"] == metrics.PLAN_ROW], table)
-
-    figures: list[tuple[str, str]] = []
-    if _class_delay_figure(plt, table, folder / "class_delay.png"):
-        figures.append(("class_delay.png", "Mean delay of each query class against time"))
-    _line_figure(plt, plan, "queuedRows", ("Rows queued in sparkqos at each trigger's end", "queued rows"), folder / "queue.png")
-    figures.append(("queue.png", "Queued rows against time"))
-    _line_figure(
-        plt, plan, "delayMean_s", ("Mean delay of each trigger's output, all queries", "delay (s)"), folder / "delay.png"
-    )
-    figures.append(("delay.png", "Mean tuple delay of each trigger's output"))
-    _line_figure(plt, plan, "rowsOut", ("Throughput", "rows out per second"), folder / "output_rate.png", rate=True)
-    figures.append(("output_rate.png", "Output rate against time"))
-
-    runs = list(dict.fromkeys(plan["run"]))
-    if runs:
-        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.6 * len(runs)))
-        names = sorted(set(plan[plan["run"].isin(runs)]["strategy"]))
-        for i, run in enumerate(runs):
-            g = plan[plan["run"] == run].sort_values("time_s")
-            ax.scatter(
-                g["time_s"],
-                [i] * len(g),
-                c=[names.index(s) for s in g["strategy"]],
-                cmap="tab10",
-                vmin=0,
-                vmax=9,
-                marker="s",
-                s=14,
-            )
-        ax.set_yticks(range(len(runs)), runs)
-        ax.set_title("Strategy in force at each trigger", fontsize=11)
-        ax.set_xlabel("time since the run's first input (s)")
-        handles = [plt.Line2D([], [], marker="s", linestyle="", color=plt.get_cmap("tab10")(k)) for k in range(len(names))]
-        ax.legend(handles, names, fontsize=8, ncol=min(len(names), 6), loc="upper center", bbox_to_anchor=(0.5, -0.35))
-        fig.tight_layout()
-        fig.savefig(folder / "strategy.png", dpi=110)
-        plt.close(fig)
-        figures.append(("strategy.png", "Strategy in force over time"))
-
+    order = class_order(table, classes)
     per_class = class_delays(table)
-    if not per_class.empty:
-        pivot = per_class.pivot(index="klass", columns="run", values="mean delay (s)")
-        fig, ax = plt.subplots(figsize=(8, 3.6))
-        pivot.plot.bar(ax=ax, rot=0)
-        ax.set_title("Mean delay per query class over the whole run", fontsize=11)
-        ax.set_ylabel("mean delay (s)")
-        ax.set_xlabel("query class")
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=8, ncol=3)
-        fig.tight_layout()
-        fig.savefig(folder / "classes.png", dpi=110)
-        plt.close(fig)
-        figures.append(("classes.png", "Mean delay per query class"))
-
+    figures = _figures(_pyplot(), table, per_class, order, folder)
     table_summary = summary(table)
     parts = [
         *claims,
@@ -252,9 +317,10 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
         table_summary.to_html(index=False, float_format=human, border=0, escape=True),
     ]
     if not per_class.empty:
+        pivot = per_class.pivot(index="run", columns="klass", values="mean delay (s)")
         parts += [
             "<h2>Mean delay per class (s)</h2>",
-            per_class.pivot(index="run", columns="klass", values="mean delay (s)").to_html(float_format=human, border=0),
+            pivot[[k for k in order if k in pivot.columns]].to_html(float_format=human, border=0),
         ]
     for name, caption in figures:
         parts.append(
@@ -263,6 +329,27 @@ def render(output_dir: str | Path, title: str | None = None) -> Path:
         )
     (folder / "summary.json").write_text(json.dumps(table_summary.to_dict(orient="records"), indent=1))
     return _write_page(folder, title, parts)
+
+
+def _figures(plt, table: pd.DataFrame, per_class: pd.DataFrame, order: list[str], folder: Path) -> list[tuple[str, str]]:
+    """Draw the figures into ``folder``: (file name, caption) of each drawn."""
+    plan = _relative_time(table[table["query"] == metrics.PLAN_ROW], table)
+    figures: list[tuple[str, str]] = []
+    if _class_delay_figure(plt, table, order, folder / "class_delay.png"):
+        figures.append(("class_delay.png", "Mean delay of each query class against time"))
+    _line_figure(plt, plan, "queuedRows", ("Rows queued in sparkqos at each trigger's end", "queued rows"), folder / "queue.png")
+    figures.append(("queue.png", "Queued rows against time (a break: no trigger ran, the job was stopped)"))
+    _line_figure(
+        plt, plan, "delayMean_s", ("Mean delay of each trigger's output, all queries", "delay (s)"), folder / "delay.png"
+    )
+    figures.append(("delay.png", "Mean tuple delay of each trigger's output"))
+    _line_figure(plt, plan, "rowsOut", ("Throughput", "rows out per second"), folder / "output_rate.png", rate=True)
+    figures.append(("output_rate.png", "Output rate against time"))
+    if _strategy_figure(plt, plan, folder / "strategy.png"):
+        figures.append(("strategy.png", "Strategy in force over time"))
+    if _classes_figure(plt, per_class, order, folder / "classes.png"):
+        figures.append(("classes.png", "Mean delay per query class"))
+    return figures
 
 
 def _write_page(folder: Path, title: str, body: list[str]) -> Path:

@@ -9,6 +9,7 @@ memory. Pure Python (numpy): no Spark.
 from __future__ import annotations
 
 import math
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,11 +18,18 @@ import numpy as np
 
 from sparkqos.report.metrics import DelayDigest
 
-__all__ = ["NO_STRATEGY_YET", "ClassMonitor", "catch_up_line", "ms"]
+__all__ = ["LEGEND", "NO_STRATEGY_YET", "ClassMonitor", "catch_up_line", "ms"]
 
 #: The ``strategy`` of a progress record taken before a selector (``adaptive``) picked its first
 #: strategy: not a strategy, so not in the mix.
 NO_STRATEGY_YET = "-"
+
+#: What the words of a trigger line count (printed with a job's start-up lines and in its --help).
+LEGEND = (
+    "each trigger prints: in = rows its micro-batch read; out = rows written; queued = rows waiting in "
+    "sparkqos's operator queues at its end, counted once per queue (a row that several queries read waits "
+    "in each one's queue, so queued can exceed in)"
+)
 
 
 def ms(seconds: float, width: int = 0) -> str:
@@ -98,6 +106,16 @@ class ClassMonitor:
         self.peak_queued = {"rows": 0.0, "bytes": 0.0}
         self.peak_class = {k: [0.0, 0.0] for k in self.classes}  # rows, bytes queued for the class's queries
         self.strategies: dict[str, int] = {}
+        #: Progress records seen: one per trigger, as many as the metrics table holds for the run.
+        self.triggers = 0
+        #: When the job decided to stop (:meth:`stopping`; None before): the summary's run length
+        #: ends there, not after the last trigger finished and the outputs were drained.
+        self.stopped_at: float | None = None
+
+    def stopping(self) -> None:
+        """Note the moment the job stops the stream (its duration is up, or Ctrl-C)."""
+        if self.stopped_at is None:
+            self.stopped_at = self.clock()
 
     def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
         for q, d in per_query.items():
@@ -108,6 +126,7 @@ class ClassMonitor:
             self.first_batch_at = self.clock()
             if self.print_fn is not None:
                 self.print_fn(f"first micro-batch {self.first_batch_at - self.started:.1f}s after start-up began", flush=True)
+        self.triggers += 1
         self.peak_queued["rows"] = max(self.peak_queued["rows"], p["queuedRows"])
         self.peak_queued["bytes"] = max(self.peak_queued["bytes"], p["queuedBytes"])
         if p["strategy"] != NO_STRATEGY_YET:
@@ -135,19 +154,23 @@ class ClassMonitor:
         )
 
     def summary(self, elapsed_s: float | None = None) -> str:
-        """The closing lines: run length (from the first micro-batch), peaks and strategy mix, then one row per class (rows
-        out, mean / p99 / max delay in ms, peak queued rows and MB)."""
+        """The closing lines: run length (from the first micro-batch to :meth:`stopping`, or to
+        now), triggers, peaks and strategy mix, then one row per class (rows out, mean / p99 /
+        max delay in ms, peak rows and MB in its queries' queues at a trigger's end) and a
+        note on what those peaks leave out."""
         since = self.first_batch_at if self.first_batch_at is not None else self.started
-        elapsed = self.clock() - since if elapsed_s is None else elapsed_s
-        triggers = sum(self.strategies.values())
-        mix = ", ".join(f"{k} {v / max(triggers, 1):.0%}" for k, v in sorted(self.strategies.items(), key=lambda kv: -kv[1]))
+        until = self.stopped_at if self.stopped_at is not None else self.clock()
+        elapsed = max(until - since, 0.0) if elapsed_s is None else elapsed_s
+        picked = sum(self.strategies.values())
+        mix = ", ".join(f"{k} {v / max(picked, 1):.0%}" for k, v in sorted(self.strategies.items(), key=lambda kv: -kv[1]))
         lines = [
-            f"summary after {elapsed:.0f}s, {triggers} triggers; peak queued {self.peak_queued['rows']:.0f} rows / "
-            f"{self.peak_queued['bytes'] / 1e6:.2f} MB; strategy mix: {mix or '-'}"
+            f"summary after {elapsed:.0f} s from the first micro-batch, {self.triggers} triggers; "
+            f"peak queued {self.peak_queued['rows']:.0f} rows / {self.peak_queued['bytes'] / 1e6:.2f} MB; "
+            f"strategy mix: {mix or '-'}"
         ]
         header = (
             f"{'class':<6} {'rows out':>10} {'mean delay ms':>14} {'p99 delay ms':>13} {'max delay ms':>13} "
-            f"{'peak queued rows':>17} {'peak queued MB':>15}"
+            f"{'peak queued rows*':>18} {'peak queued MB*':>16}"
         )
         lines += [header, "-" * len(header)]
         for klass in self.classes:
@@ -155,6 +178,12 @@ class ClassMonitor:
             peak = self.peak_class.get(klass, [0.0, 0.0])
             lines.append(
                 f"{klass:<6} {d.count:>10} {ms(d.mean, 14)} {ms(d.percentile(99), 13)} {ms(d.max, 13)} "
-                f"{peak[0]:>17.0f} {peak[1] / 1e6:>15.2f}"
+                f"{peak[0]:>18.0f} {peak[1] / 1e6:>16.2f}"
             )
+        note = (
+            "* the class's rows in sparkqos's queues at a trigger's end (the top class is served first, so its peak "
+            "is often 0); rows still in the source or in Spark's micro-batch are not counted there, but their wait "
+            "is in the delays"
+        )
+        lines += textwrap.wrap(note, width=len(header), subsequent_indent="  ")
         return "\n".join(lines)

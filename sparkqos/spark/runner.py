@@ -51,7 +51,7 @@ from sparkqos.runtime.progress import read_progress, strategy_in_force
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.base import Scheduler
 from sparkqos.sources.pyenv import check_python_workers
-from sparkqos.spark.batch import BatchFunction, stop_between_triggers
+from sparkqos.spark.batch import BatchFunction, StopGate, stop_between_triggers
 from sparkqos.spark.sharded import ShardedStream
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
 
@@ -83,6 +83,7 @@ class QosStream:
         self.config = config
         self.loop = TriggerLoop(queries, config)
         self.query = None
+        self._gate: StopGate | None = None
 
     # -- what the loop holds, under the names jobs and listeners use -----------------------------
     @property
@@ -179,8 +180,9 @@ class QosStream:
         self._fresh_loop_if_stale()
         self.restore()
         self.loop.reopen()
+        self._gate = StopGate()
         writer = (
-            self.df.writeStream.foreachBatch(BatchFunction(self.loop.compiled, self.config, self.loop))
+            self.df.writeStream.foreachBatch(BatchFunction(self.loop.compiled, self.config, self.loop, self._gate))
             .option("checkpointLocation", str(self.config.recovery.checkpoint / "spark"))
             .queryName(self.config.name)
             .trigger(**self.config.trigger.spark_kwargs())
@@ -191,7 +193,7 @@ class QosStream:
     def stop(self, wait_s: float = 60.0) -> None:
         """Stop the streaming query between triggers (:func:`~sparkqos.spark.batch.stop_between_triggers`),
         then the continuous worker, if any, and join it."""
-        stop_between_triggers(self.query, wait_s)
+        stop_between_triggers(self.query, wait_s, self._gate)
         self.loop.close()
 
 

@@ -60,7 +60,7 @@ from sparkqos.io.sinks import Sink
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
-from sparkqos.spark.batch import stop_between_triggers
+from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
 
 __all__ = ["ShardedStream", "mean_scores"]
 
@@ -230,6 +230,7 @@ class ShardedStream:
         self.last_batch = -1
         self.query = None
         self._keys: list[int] | None = None
+        self._gate = StopGate()  # a new one at each start()
 
     @property
     def output(self) -> Path | None:
@@ -272,6 +273,7 @@ class ShardedStream:
                 f"this sharded stream was drained by finish() ({self._finished_marker}); start a new one with a fresh checkpoint"
             )
         spark = self.df.sparkSession
+        self._gate = StopGate()
         self._keys = partition_keys(spark, self.shards)
         keyed = self.df.withColumn(_SHARD, F.pmod(F.hash(F.col(self.shard_by)), F.lit(self.shards)).cast("int"))
         packed = keyed.mapInArrow(_Pack(self._keys), _PACKED)
@@ -297,16 +299,19 @@ class ShardedStream:
         return self.query
 
     def stop(self, wait_s: float = 5.0) -> None:
-        """Stop the streaming query between triggers (waiting up to ``wait_s`` for the running one)."""
-        stop_between_triggers(self.query, wait_s)
+        """Stop the streaming query between triggers (waiting up to ``wait_s`` for the running one;
+        :func:`~sparkqos.spark.batch.stop_between_triggers`)."""
+        stop_between_triggers(self.query, wait_s, self._gate)
 
     def _batch(self, batch_df, batch_id: int) -> None:
-        started = time.time()
-        t0 = time.perf_counter()
-        rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
-        self.phase_s["stateful"] += time.perf_counter() - t0
-        self._fault("after_run", batch_id)
-        self._commit(batch_id, rows, started)
+        with stop_as_spark_reads_it(batch_id):
+            self._gate.enter(batch_df)  # a stop waiting for this trigger lands here, before its shards run
+            started = time.time()
+            t0 = time.perf_counter()
+            rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
+            self.phase_s["stateful"] += time.perf_counter() - t0
+            self._fault("after_run", batch_id)
+            self._commit(batch_id, rows, started)
 
     def finish(self) -> dict[str, Any]:
         """End of a finite input (stop the query first): drain every shard, as a Spark job over
