@@ -109,6 +109,10 @@ def test_sharded_fragment_names_keywords_stream_takes():
     assert lane == {"shards", "shard_by"} and lane <= set(inspect.signature(stream).parameters)
 
 
+def test_own_script_is_the_jobs_file():
+    assert snippets()["own-script"] == (ROOT / "jobs" / "my_job.py").read_text()
+
+
 def test_slo_fragment_gives_targets_and_ages_a_run_takes():
     """A fragment over the guide's own DataFrame and transforms: parsed, not run; its targets and
     ages are what RunConfig accepts, resolved by query and class."""
