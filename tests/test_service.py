@@ -181,3 +181,8 @@ def test_the_parts_of_a_delay_add_up_to_it_and_targets_are_reported(tmp_path):
     assert fire["sloTargetS"] == 3600.0 and fire["sloMet"] == 1.0 and fire["sloViolations"] == 0
     assert anomaly["sloTargetS"] == 0.001 and anomaly["sloMet"] == 0.0 and anomaly["sloViolations"] == anomaly["rowsOut"]
     assert p["sloMet"] == 0.0
+    # the report draws where each class's delay went, one stacked bar per class
+    from sparkqos.report import render
+
+    page = render(tmp_path / "o", classes=["H", "C", "N"])
+    assert (page.parent / "delay_parts.png").stat().st_size > 0 and "delay_parts.png" in page.read_text()

@@ -72,6 +72,27 @@ def catch_up_line(progress: dict[str, Any]) -> str | None:
     return f"catching up: {behind}, ETA {eta:.0f} s"
 
 
+def service_words(progress: Mapping[str, Any]) -> str:
+    """What a trigger line says of latency targets and shedding (nothing without either): the
+    queries that missed their target this trigger, and the rows shed.
+
+    >>> service_words({"sloMet": 0.0, "shedRows": 12, "queries": [{"query": "anomaly", "sloMet": 0.0, "sloViolations": 3.0}]})
+    '  SLO missed: anomaly 3 rows  shed 12'
+    >>> service_words({"sloMet": 1.0, "shedRows": 0, "queries": []}), service_words({"queries": []})
+    ('  SLO met', '')
+    """
+    words = ""
+    met = progress.get("sloMet", math.nan)
+    if met == 1.0:
+        words += "  SLO met"
+    elif met == 0.0:
+        missed = [f"{q['query']} {q['sloViolations']:.0f} rows" for q in progress["queries"] if q.get("sloMet") == 0.0]
+        words += "  SLO missed: " + ", ".join(missed)
+    if progress.get("shedRows", 0):
+        words += f"  shed {progress['shedRows']}"
+    return words
+
+
 class ClassMonitor:
     """Per-class delay and queue peaks of a running stream, and its console lines.
 
@@ -106,6 +127,11 @@ class ClassMonitor:
         self.peak_queued = {"rows": 0.0, "bytes": 0.0}
         self.peak_class = {k: [0.0, 0.0] for k in self.classes}  # rows, bytes queued for the class's queries
         self.strategies: dict[str, int] = {}
+        #: Per class: rows shed, rows written later than their query's target, and whether any
+        #: of its queries has a target (the summary shows these columns only when a run has them).
+        self.shed = dict.fromkeys(self.classes, 0)
+        self.late = dict.fromkeys(self.classes, 0)
+        self.targeted: set[str] = set()
         #: Progress records seen: one per trigger, as many as the metrics table holds for the run.
         self.triggers = 0
         #: When the job decided to stop (:meth:`stopping`; None before): the summary's run length
@@ -136,6 +162,13 @@ class ClassMonitor:
             acc = by_class.setdefault(q["klass"], [0.0, 0.0])
             acc[0] += q["queuedRows"]
             acc[1] += q["queuedBytes"]
+            k = q["klass"]
+            if q.get("shedRows", 0) == q.get("shedRows", 0):  # not NaN
+                self.shed[k] = self.shed.get(k, 0) + int(q.get("shedRows", 0))
+            if q.get("sloTargetS", math.nan) == q.get("sloTargetS", math.nan):
+                self.targeted.add(k)
+                late = q.get("sloViolations", math.nan)
+                self.late[k] = self.late.get(k, 0) + (int(late) if late == late else 0)
         for klass, (r, b) in by_class.items():
             peak = self.peak_class.setdefault(klass, [0.0, 0.0])
             peak[0] = max(peak[0], r)
@@ -149,6 +182,7 @@ class ClassMonitor:
             f"[{self.clock() - self.started:6.1f}s] batch {p['batchId']:>4}  in {p['numInputRows']:>6}  "
             f"out {p['numOutputRows']:>6}  queued {p['queuedRows']:>8.0f} rows / {p['queuedBytes'] / 1e6:6.2f} MB  "
             f"delay p99 {ms(p['delayMsP99'] / 1000, 8)} ms{watched}  strategy {p['strategy']}"
+            + service_words(p)
             + (f"  | {behind}" if behind else ""),
             flush=True,
         )
@@ -168,17 +202,23 @@ class ClassMonitor:
             f"peak queued {self.peak_queued['rows']:.0f} rows / {self.peak_queued['bytes'] / 1e6:.2f} MB; "
             f"strategy mix: {mix or '-'}"
         ]
+        shedding, targets = any(self.shed.values()), bool(self.targeted)
         header = (
             f"{'class':<6} {'rows out':>10} {'mean delay ms':>14} {'p99 delay ms':>13} {'max delay ms':>13} "
             f"{'peak queued rows*':>18} {'peak queued MB*':>16}"
+            + (f" {'rows shed':>10}" if shedding else "")
+            + (f" {'over target':>12}" if targets else "")
         )
         lines += [header, "-" * len(header)]
         for klass in self.classes:
             d = self.delays[klass]
             peak = self.peak_class.get(klass, [0.0, 0.0])
+            late = f"{self.late.get(klass, 0):>12}" if klass in self.targeted else f"{'-':>12}"
             lines.append(
                 f"{klass:<6} {d.count:>10} {ms(d.mean, 14)} {ms(d.percentile(99), 13)} {ms(d.max, 13)} "
                 f"{peak[0]:>18.0f} {peak[1] / 1e6:>16.2f}"
+                + (f" {self.shed.get(klass, 0):>10}" if shedding else "")
+                + (f" {late}" if targets else "")
             )
         note = (
             "* the class's rows in sparkqos's queues at a trigger's end (the top class is served first, so its peak "

@@ -20,6 +20,7 @@ from typing import Any
 
 from sparkqos.errors import StoppedInTrigger
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.report.console import service_words
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.spark.spark_part import evaluate_parts, reads_input
@@ -27,7 +28,7 @@ from sparkqos.spark.spark_part import evaluate_parts, reads_input
 
 def describe_jobs(spark: Any, name: str, batch_id: int, last: dict[str, Any] | None) -> None:
     """Name the Spark jobs of this trigger after sparkqos's figures of the one before — queued
-    rows, p99 delay per query class, the strategy in force — so Spark's UI (Jobs, and the
+    rows, p99 delay per query class, the strategy in force, targets met and rows shed — so Spark's UI (Jobs, and the
     streaming query's batches) shows them beside Spark's own. Under Spark Connect the client has
     no SparkContext to name jobs with: nothing is set."""
     try:
@@ -43,6 +44,7 @@ def describe_jobs(spark: Any, name: str, batch_id: int, last: dict[str, Any] | N
                 p99[q["klass"]] = max(p99.get(q["klass"], 0.0), d)
         classes = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(p99.items())) or "-"
         text += f" | before it: queued {last['queuedRows']:.0f} rows, p99 {classes}, strategy {last['strategy']}"
+        text += service_words(last).replace("  ", ", ")
     sc.setJobDescription(text)
 
 
