@@ -88,6 +88,7 @@ def test_earliest_deadline_first_against_hand_computed_schedules():
 def test_earliest_deadline_keeps_the_inner_strategys_state_and_checks_its_targets():
     plan = Plan([Operator("a", ("s",), 1.0, 1.0, query="q")], streams=["s"])
     edf = EarliestDeadline("rr", targets={"q": 1.0})
+    assert edf.in_force() == ("rr", {})  # progress names the strategy inside
     assert edf.state_dict() == {"inner": edf.inner and edf.strategy.state_dict()}
     edf.load_state_dict(edf.state_dict())
     with pytest.raises(Exception, match="targets name queries"):

@@ -89,6 +89,10 @@ class EarliestDeadline(Scheduler):
             return Unit("operator", (op,))
         return self._inner.pick(state)
 
+    def in_force(self) -> tuple[str, dict[str, float]]:
+        """The strategy inside: it orders the work whenever no row is at risk."""
+        return self._inner.in_force()
+
     def detach(self) -> None:
         super().detach()
         self._inner.detach()
