@@ -22,3 +22,10 @@ def test_the_list_names_both_engines_and_the_cli_prints_it(capsys):
     assert "`from_json`" in text.split("**Evaluated by Spark")[1] and "`where/filter`" in text.split("**Evaluated")[0]
     assert main(["supported"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == text
+
+
+def test_the_list_names_the_aggregate_functions_that_run_and_the_approximate_ones_refused():
+    native, refused = supported_markdown().split("**Refused**")
+    for name in ("`stddev/std/stddev_samp`", "`kurtosis`", "`count_if`", "`max_by`", "`collect_set`", "`bool_and/every`"):
+        assert name in native.split("**Evaluated")[0]
+    assert "`approx_count_distinct`" in refused and "`percentile_approx`" in refused

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import CheckpointError, PlanError
 from sparkqos.executor.expressions import INTERNAL
+from sparkqos.executor.operators.ordering import order_ranks
 from sparkqos.executor.queues import BatchQueue
 
 
@@ -54,10 +55,15 @@ def group_codes(columns: Sequence[pa.Array | pa.ChunkedArray], rows: int) -> np.
     for column in columns:
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
-        encoded = pc.dictionary_encode(normal_key(column), null_encoding="encode")
-        index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        if pa.types.is_nested(column.type):  # a struct or an array: equal when Spark's ordering ties them
+            index = order_ranks(column)
+            size = int(index.max()) + 1 if len(index) else 1
+        else:
+            encoded = pc.dictionary_encode(normal_key(column), null_encoding="encode")
+            index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            size = len(encoded.dictionary)
         # Renumbered after each column, so the combined code stays below rows²
-        _, codes = np.unique(codes * max(len(encoded.dictionary), 1) + index, return_inverse=True)
+        _, codes = np.unique(codes * max(size, 1) + index, return_inverse=True)
         codes = codes.astype(np.int64).reshape(-1)
     return codes
 

@@ -160,8 +160,9 @@ class KeyedAggregate(EventWindowAggregate, TriggerEndOperator):
     def _empty_row(self) -> pa.RecordBatch:
         """A global aggregate of no rows: count 0, every other aggregate null."""
         arrays = []
-        for a, f in zip(self.aggs, list(self.schema)[: len(self.aggs)], strict=True):
-            arrays.append(pa.array([0 if a.fn in ("count", "count_all") else None], f.type))
+        empty = {i: partial.empty for i, partial, _ in self._numpy}
+        for i, (a, f) in enumerate(zip(self.aggs, list(self.schema)[: len(self.aggs)], strict=True)):
+            arrays.append(pa.array([0 if a.fn in ("count", "count_all", "count_if") else empty.get(i)], f.type))
         arrays += [pa.array([0.0], self.schema.field(ARRIVAL).type), pa.array([0], self.schema.field(SEQ).type)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 

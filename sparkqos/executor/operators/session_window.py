@@ -150,6 +150,10 @@ class SessionWindowAggregate(EventWindowAggregate):
         g = table.append_column("__sid", pa.array(sid)).group_by(["__sid", *self.keys], use_threads=False)
         g = g.aggregate(self._merge_specs).sort_by("__sid")
         merged = {name: g.column(column) for name, column in self._merge_columns}
+        sessions = int(sid[-1]) + 1
+        for i, partial, _ in self._numpy:
+            if self.aggs[i].fn not in ("first", "last"):  # those are picked by time below
+                merged |= partial.combine(table, sid, sessions)
         for name, fn, time in self._picks:
             merged |= _pick(table, sid, order, name, fn, time)
         return pa.table({n: merged[n] for n in table.column_names}).cast(table.schema)
