@@ -2,7 +2,9 @@
 family and moments, count_if, bool_and/bool_or, max_by/min_by, min/max of structs and strings,
 collect_list/collect_set, in running (keyed), windowed and session-window aggregations.
 
-* On a finite DataFrame ``sparkqos.run`` gives Spark's batch rows (nulls, NaN, ±inf, -0.0, ties).
+* On a finite DataFrame ``sparkqos.run`` gives Spark's batch rows (nulls, NaN, ±inf, -0.0, ties);
+  a session's collect_list lists values in the order they reach the session, where Spark's batch
+  run sorts the rows by time first, so those are compared sorted when rows come out of time order.
   A moment is compared to 1e-9 relative (1e-12 absolute for one whose exact value is 0): Spark
   updates it row by row and merges per partition, so its own low bits depend on the partitioning.
   ``collect_set``'s order is unspecified in Spark: its arrays are compared sorted.
@@ -116,16 +118,16 @@ def _close(x, y) -> bool:
     return x == y or (x != x and y != y)
 
 
-def _comparable(table: pa.Table) -> list[dict]:
-    """Rows with the sets sorted and the moments set aside, in a canonical order."""
+def _comparable(table: pa.Table, sets: tuple[str, ...]) -> list[dict]:
+    """Rows with the ``sets`` sorted and the moments set aside, in a canonical order."""
     out = []
     for row in table.to_pylist():
-        for c in SET_COLUMNS:
+        for c in sets:
             if row.get(c) is not None:
                 row[c] = sorted(row[c], key=lambda v: (v is None, v != v, v))
         out.append(row)
-    exact = [c for c in table.column_names if c not in MOMENT_COLUMNS]
-    key = {id(r): repr(sorted_rows(pa.Table.from_pylist([{c: r[c] for c in exact}], schema=_exact(table)))) for r in out}
+    exact = _exact(table)
+    key = {id(r): repr(sorted_rows(pa.Table.from_pylist([{c: r[c] for c in exact.names}], schema=exact))) for r in out}
     return sorted(out, key=lambda r: key[id(r)])
 
 
@@ -133,11 +135,12 @@ def _exact(table: pa.Table) -> pa.Schema:
     return pa.schema([f for f in table.schema if f.name not in MOMENT_COLUMNS])
 
 
-def assert_same_aggregates(got: pa.Table, want: pa.Table, name: str) -> None:
+def assert_same_aggregates(got: pa.Table, want: pa.Table, name: str, sets: tuple[str, ...] = SET_COLUMNS) -> None:
+    """``got`` holds ``want``'s rows in any order; moments to float tolerance, ``sets`` sorted."""
     assert got.schema.names == want.schema.names and got.schema.types == want.schema.types, (
         f"{name}: schema {got.schema} differs from {want.schema}"
     )
-    g, w = _comparable(got), _comparable(want)
+    g, w = _comparable(got, sets), _comparable(want, sets)
     assert len(g) == len(w), f"{name}: {len(g)} rows, want {len(w)}"
     for a, b in zip(g, w, strict=True):
         for c in got.column_names:
@@ -153,7 +156,9 @@ def test_aggregate_functions_equal_spark(spark_sql, strategy, data):
     df = spark_sql.createDataFrame(table_of(data)).coalesce(1)  # one partition: collect_list is Spark's row order
     got = sparkqos.run(df, QUERIES, strategy=strategy, batch_rows=7, units_between=2)
     for name, transform in QUERIES.items():
-        assert_same_aggregates(got[name], transform(df).toArrow(), name)
+        # A session's list follows the order its rows reach it; Spark's batch run sorts them by time first.
+        sets = SET_COLUMNS + (("dl", "sl") if name == "sessions" else ())
+        assert_same_aggregates(got[name], transform(df).toArrow(), name, sets)
 
 
 def test_min_and_max_of_a_struct_run_natively(spark_sql):
@@ -295,7 +300,7 @@ def test_a_query_runs_or_is_refused_when_compiled_never_fails_on_its_data(spark_
     assert got.column_names == columns and got.num_rows > 0, f"{function} of {ddl} in {shape}: {got}"
 
 
-# -- keys that are expressions ---------------------------------------------------------------------
+# -- keys that are expressions or of nested types ---------------------------------------------------------------------
 def by_struct_field(df):
     return df.groupBy(F.col("j.id").alias("id")).agg(F.count("*").alias("n"), F.max("j.v").alias("top"))
 
@@ -317,7 +322,18 @@ def by_session_and_length(df):
     return df.groupBy(F.session_window("ts", "4 seconds"), F.length("s").alias("len")).agg(F.max("i").alias("hi"))
 
 
+def by_struct(df):
+    """A key pyarrow cannot hash: grouped by Spark's ordering of it (-0.0 = 0.0, NaN = NaN)."""
+    return df.groupBy("j").agg(F.count("*").alias("n"), F.stddev("i").alias("isd"))
+
+
+def by_array(df):
+    return df.groupBy(F.array("d").alias("ad"), "k").agg(F.collect_list("s").alias("sl"))
+
+
 KEYED_BY_EXPRESSIONS = {
+    "by_struct": by_struct,
+    "by_array": by_array,
     "by_struct_field": by_struct_field,
     "by_upper": by_upper,
     "by_window_and_parity": by_window_and_parity,
@@ -334,3 +350,77 @@ def test_keys_that_are_expressions_are_computed_below_the_aggregate(spark_sql, d
     got = sparkqos.run(df, KEYED_BY_EXPRESSIONS, strategy="chain", batch_rows=5)
     for name, transform in KEYED_BY_EXPRESSIONS.items():
         assert_same_aggregates(got[name], transform(df).toArrow(), name)
+
+
+# -- partials across batches and checkpoints (no Spark) ----------------------------------------------
+def _operators():
+    from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, SessionWindowAggregate, WindowAgg
+
+    aggs = [
+        WindowAgg("stddev_samp", "d", "sd"),
+        WindowAgg("kurtosis", "d", "kurt"),
+        WindowAgg("max_by", "s", "s_at_max_i", by="i"),
+        WindowAgg("min", "is", "min_is"),
+        WindowAgg("first", "is", "first_is", ignore_nulls=True),
+        WindowAgg("collect_list", "d", "dl", ignore_nulls=True),
+        WindowAgg("collect_set", "s", "ss", ignore_nulls=True),
+    ]
+    return {
+        "keyed": lambda: KeyedAggregate(["k"], aggs, update=False),
+        "windowed": lambda: EventWindowAggregate(["k"], aggs, "ts", 10_000_000, 5_000_000),
+        "sessions": lambda: SessionWindowAggregate(["k"], aggs, "ts", 4_000_000),
+    }
+
+
+@given(data=rows, cut=st.integers(1, 6))
+@settings(max_examples=25, deadline=None)
+def test_partials_combine_the_same_whatever_the_batches_and_a_checkpoint_between(data, cut):
+    """All rows in one batch, or in batches of ``cut`` rows with the operator checkpointed and
+    restored half way: the same groups, the same values (moments to float tolerance)."""
+    from sparkqos.executor.queues import stamp, with_internal
+
+    table = table_of(data)
+    table = table.append_column(
+        "is",
+        pa.StructArray.from_arrays([table.column("i").combine_chunks(), table.column("s").combine_chunks()], names=["i", "s"]),
+    )
+    schema = with_internal(table.schema)
+    for name, make in _operators().items():
+        whole = make()
+        whole.bind("q/agg", [schema])
+        whole.process(stamp(table.combine_chunks().to_batches()[0], 0.0, 0)) if table.num_rows else None
+        want = pa.Table.from_batches(whole.flush(), schema=whole.schema)
+        op = make()
+        op.bind("q/agg", [schema])
+        batches = table.to_batches(max_chunksize=cut)
+        outs = []
+        for b, batch in enumerate(batches):
+            if b == len(batches) // 2:
+                again = make()
+                again.bind("q/agg", [schema])
+                again.from_state(op.to_state())
+                op = again
+            out = op.process(stamp(batch, float(b), b * cut))
+            outs += [] if out is None else [out]
+        got = pa.Table.from_batches(outs + op.flush(), schema=op.schema)
+        got, want = (t.drop_columns(["__arrival", "__seq"]) for t in (got, want))
+        # A session's list follows its pieces' starts, which batching moves
+        assert_same_aggregates(got, want, name, SET_COLUMNS + (("dl",) if name == "sessions" else ()))
+
+
+def test_a_running_aggregate_by_a_struct_key_writes_each_changed_key_once_per_trigger():
+    from sparkqos.executor.operators import KeyedAggregate, WindowAgg
+    from sparkqos.executor.queues import stamp, with_internal
+
+    j = pa.array([{"a": 1.0, "b": "x"}, None, {"a": -0.0, "b": "y"}, {"a": 1.0, "b": "x"}, {"a": 0.0, "b": "y"}])
+    batch = pa.record_batch({"j": j, "v": [1, 2, 3, 4, 5]})
+    op = KeyedAggregate(["j"], [WindowAgg("sum", "v", "s"), WindowAgg("collect_list", "v", "vl", ignore_nulls=True)])
+    op.bind("q/agg", [with_internal(batch.schema)])
+    op.process(stamp(batch.slice(0, 3), 0.0, 0))
+    op.process(stamp(batch.slice(3), 1.0, 3))
+    first = [(r["j"], r["s"], r["vl"]) for r in op.end_trigger()[0].to_pylist()]
+    assert sorted(first, key=repr) == sorted(
+        [({"a": 1.0, "b": "x"}, 5, [1, 4]), (None, 2, [2]), ({"a": 0.0, "b": "y"}, 8, [3, 5])], key=repr
+    )
+    op.process(stamp(batch.slice(1, 1), 2.0, 5))
+    assert [(r["j"], r["s"]) for r in op.end_trigger()[0].to_pylist()] == [(None, 4)]

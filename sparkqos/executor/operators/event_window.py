@@ -11,6 +11,8 @@ above every number in min/max; first/last take the first/last row in arrival ord
 statistics, max_by/min_by, collect_list/collect_set, and min/max/first/last of a type pyarrow's
 hash kernels do not take (a struct, an array, a decimal) are partials combined with numpy
 (:mod:`.partials`). A type a function does not take at all is refused when the operator is bound.
+Keys of a type pyarrow cannot hash (a struct, an array) group by code: equal when Spark's ordering
+ties them (-0.0 and 0.0, every NaN, inside them too), each group's key taken from its first row.
 
 Streaming (Spark's append mode): with a watermark delay the watermark is the largest event time
 seen minus the delay; a window is emitted once the watermark reaches its end, and a (row, window)
@@ -42,6 +44,7 @@ from sparkqos.executor.operators.partials import (
     Moments,
     Partial,
     Pick,
+    first_of_groups,
     groupable,
     kernel_accepts,
 )
@@ -171,8 +174,10 @@ class EventWindowAggregate(WindowStateOperator):
 
         fields = self._window_fields(field_type) + [pa.field(k, field_type(k)) for k in self.keys]
         for k in self.keys:
-            if not groupable(field_type(k)):
+            if not (groupable(field_type(k)) or orderable(field_type(k))):
                 raise ExpressionError(f"operator {self.name!r}: cannot group by column {k!r} of type {field_type(k)}")
+        #: A key pyarrow cannot hash (a struct, an array): rows are grouped by their key's code.
+        self._coded = not all(groupable(field_type(k)) for k in self.keys)
         self._partials: list[tuple[str, str | None, str, Any]] = []  # (state column, input, pyarrow fn, options)
         #: Partials pyarrow's hash kernels cannot compute: (aggregate's index, partial, its inputs).
         self._numpy: list[tuple[int, Partial, list[str]]] = []
@@ -343,19 +348,32 @@ class EventWindowAggregate(WindowStateOperator):
         return pairs.take(np.argsort(np.concatenate(order), kind="stable")), late, newest
 
     def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
-        specs = self._specs[combine]
-        if self._numpy:  # each group's code, to place the partials numpy combines by code
-            codes = group_codes([table.column(c) for c in self._group], table.num_rows)
-            table = table.append_column("__g", pa.array(codes))
-            specs = [*specs, ("__g", "min")]
-        g = table.group_by(self._group, use_threads=False).aggregate(specs)
+        if not self._numpy and not self._coded:
+            g = table.group_by(self._group, use_threads=False).aggregate(self._specs[combine])
+            return pa.table({name: g.column(column) for name, column in self._columns[combine]})
+        # Each group's code, to place the partials numpy combines by code
+        codes = group_codes([table.column(c) for c in self._group], table.num_rows)
+        groups = int(codes.max()) + 1 if len(codes) else 0
+        table = table.append_column("__g", pa.array(codes))
+        g, at = self._grouped(table, self._specs[combine], codes, groups)
         out = {name: g.column(column) for name, column in self._columns[combine]}
-        if self._numpy:
-            at = pa.array(g.column("__g_min").to_numpy())
-            groups = int(codes.max()) + 1 if len(codes) else 0
-            for _, partial, _ in self._numpy:
-                out |= {c: v.take(at) for c, v in partial.combine(table, codes, groups).items()}
+        for _, partial, _ in self._numpy:
+            out |= {c: v.take(at) for c, v in partial.combine(table, codes, groups).items()}
         return pa.table(out)
+
+    def _grouped(self, table: pa.Table, specs: list[Any], codes: np.ndarray, groups: int) -> tuple[pa.Table, pa.Array]:
+        """pyarrow's ``specs`` over the groups of ``table`` (whose ``__g`` column holds their
+        ``codes``), with the group columns; and each output row's code. Keys pyarrow cannot hash
+        are grouped by code, each group's key taken from its first row."""
+        if not self._coded:
+            g = table.group_by(self._group, use_threads=False).aggregate([*specs, ("__g", "min")])
+            return g, pa.array(g.column("__g_min").to_numpy())
+        g = table.group_by(["__g"], use_threads=False).aggregate(specs)
+        at = g.column("__g").to_numpy()
+        heads = pa.array(first_of_groups(codes, np.arange(len(codes)), groups)[at])
+        for k in self._group:
+            g = g.append_column(k, table.column(k).take(heads))
+        return g, pa.array(at)
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
         pairs, late, newest = self._pairs(batch)

@@ -116,8 +116,14 @@ class KeyedAggregate(EventWindowAggregate, TriggerEndOperator):
         if held is None or not held.num_rows:
             self._pending = newest
             return
-        both = pa.concat_tables([held, newest]).group_by(self._group, use_threads=False)
-        merged = both.aggregate([(ARRIVAL, "max"), (SEQ, "max")])
+        both = pa.concat_tables([held, newest])
+        newest_of = [(ARRIVAL, "max"), (SEQ, "max")]
+        if self._coded:  # keys pyarrow cannot hash: grouped by code
+            codes = group_codes([both.column(k) for k in self._group], both.num_rows)
+            both = both.append_column("__g", pa.array(codes))
+            merged, _ = self._grouped(both, newest_of, codes, int(codes.max()) + 1)
+        else:
+            merged = both.group_by(self._group, use_threads=False).aggregate(newest_of)
         columns = {k: merged.column(k) for k in self._group}
         self._pending = pa.table(columns | {ARRIVAL: merged.column(f"{ARRIVAL}_max"), SEQ: merged.column(f"{SEQ}_max")})
 

@@ -61,12 +61,11 @@ def groupable(t: pa.DataType) -> bool:
     return True
 
 
-def _first_of_groups(codes: np.ndarray, rows: np.ndarray, groups: int) -> np.ndarray:
+def first_of_groups(codes: np.ndarray, rows: np.ndarray, groups: int) -> np.ndarray:
     """Per group, the first of ``rows`` (indices in order) whose code is that group's; -1 when none."""
     out = np.full(groups, -1, dtype=np.int64)
-    if len(rows):
-        found, at = np.unique(codes[rows], return_index=True)
-        out[found] = rows[at]
+    back = rows[::-1]
+    out[codes[back]] = back  # of repeated indices the last assignment holds: the first row
     return out
 
 
@@ -128,7 +127,7 @@ class Moments(Partial):
         m = [np.where(valid, col[c], 0.0) for c in self.columns[2:]]
         total = np.bincount(codes, weights=n, minlength=groups)
         # The mean, shifted by the group's first mean so that equal values give it exactly.
-        first = _first_of_groups(codes, np.flatnonzero(valid), groups)
+        first = first_of_groups(codes, np.flatnonzero(valid), groups)
         base = np.where(first >= 0, avg[np.maximum(first, 0)], 0.0)
         d = np.where(valid, avg - base[codes], 0.0)
         mean = base + np.bincount(codes, weights=n * d, minlength=groups) / np.where(total > 0, total, 1.0)
@@ -207,7 +206,7 @@ class Pick(Partial):
             tie = -pos if self.by else pos
         rows = np.flatnonzero(keep)
         order = rows[np.lexsort((tie[rows], key[rows], codes[rows]))]
-        chosen = _first_of_groups(codes, order, groups) if len(order) else np.full(groups, -1, dtype=np.int64)
+        chosen = first_of_groups(codes, order, groups) if len(order) else np.full(groups, -1, dtype=np.int64)
         return {c: _take(table.column(c), chosen) for c in self.columns}
 
     def result(self, part: pa.Table) -> pa.Array:
@@ -246,7 +245,7 @@ class Collect(Partial):
         owner, flat = owner[order], flat.take(pa.array(order))
         if self.distinct and len(flat):
             same = order_ranks(flat)
-            _, first = np.unique(np.stack([owner, same]), axis=1, return_index=True)
+            _, first = np.unique(owner * (int(same.max()) + 1) + same, return_index=True)
             keep = np.sort(first)
             owner, flat = owner[keep], flat.take(pa.array(keep))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=groups))]).astype(np.int32)
