@@ -255,3 +255,13 @@ def warn_deprecated(spelling: str, instead: str, *, stacklevel: int) -> None:
     more release and ``instead`` is the one to give; ``stacklevel`` as the caller would pass it
     to :func:`warnings.warn`."""
     warnings.warn(f"{spelling} is deprecated: give {instead}", DeprecationWarning, stacklevel=stacklevel + 1)
+
+
+class GrowingStateWarning(UserWarning):
+    """A query keeps state that nothing bounds (e.g. ``dropDuplicates`` on a stream without a
+    watermark on its keys, as Spark allows): it runs, and its state grows with every new key.
+    ``query`` and ``operation`` name where; the operator's ``state_rows()`` is the size held."""
+
+    def __init__(self, query: str, operation: str, detail: str):
+        self.query, self.operation = query, operation
+        super().__init__(f"query {query!r}: {operation} {detail}")

@@ -43,3 +43,10 @@ def test_each_construct_appears_once_under_the_engine_that_runs_it():
     assert len(named) == len(set(named)), sorted(n for n, c in Counter(named).items() if c > 1)
     assert "dropDuplicates/distinct()" in lists[0] and "SELECT DISTINCT or UNION in SQL" in lists[3]
     assert not any(n in ("distinct", "distinct()") for n in lists[3])
+
+
+def test_the_list_names_the_aggregate_functions_that_run_and_the_approximate_ones_refused():
+    native, refused = supported_markdown().split("**Refused**")
+    for name in ("`stddev/std/stddev_samp`", "`kurtosis`", "`count_if`", "`max_by`", "`collect_set`", "`bool_and/every`"):
+        assert name in native.split("**Evaluated")[0]
+    assert "`approx_count_distinct`" in refused and "`percentile_approx`" in refused

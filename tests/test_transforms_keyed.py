@@ -348,19 +348,40 @@ def test_dedup_within_watermark_forgets_a_key_delay_after_its_first_row():
     assert op.process(_dedup_batch(["a", "b"], [7, 7], 5)).column("k").to_pylist() == ["a"]
 
 
-# -- refused --------------------------------------------------------------------------------------------
-def test_stream_deduplication_needs_a_watermark_and_the_time_in_the_keys(spark, tmp_path):
+def unbounded(df):
+    """dropDuplicates on a stream without a watermark: Spark keeps every key for good."""
+    return df.dropDuplicates(["k"]).select("k", "lon")
+
+
+def test_stream_deduplication_without_a_watermark_runs_with_a_warning_and_streams_like_spark(spark_sql, tmp_path):
+    """Spark allows a deduplication whose keys no watermark bounds; sparkqos runs it too, warning
+    that its state grows (the operator's state_rows() is the keys held), and writes Spark's rows."""
+    data = [(["s1", "s2", "", None][i % 4], 0.0, None, i) for i in range(24)] + [("s9", 0.0, None, 30)]
+    table = reading_table(data)
+    path = tmp_path / "readings.parquet"
+    stream = _stream_of(spark_sql, table, path, seconds_per_trigger=5)
+    with pytest.warns(sparkqos.GrowingStateWarning, match=r"dropDuplicates\(\['k'\]\) on a stream without withWatermark"):
+        compiled = compile_transforms(stream, {"unbounded": unbounded})
+    with pytest.warns(sparkqos.GrowingStateWarning, match="leave out the watermarked column 'ts'"):
+        compile_transforms(stream, {"q": lambda d: d.withWatermark("ts", "1 second").dropDuplicates(["k"])})
+    dedup = compiled.operators["unbounded/1:dedup"]
+    assert (dedup.keys, dedup.time_col, dedup.delay_us) == (["k"], None, None)
+    with pytest.warns(sparkqos.GrowingStateWarning):
+        sink = stream_to_end(_stream_of(spark_sql, table, path, 5), {"unbounded": unbounded}, tmp_path / "ckpt", strategy="chain")
+    streamed = spark_streams({"unbounded": unbounded}, lambda: replay(spark_sql, path, 5), tmp_path / "spark", timeout_s=120)
+    got = sink.table("unbounded")
+    assert_same(got, streamed["unbounded"].rows.cast(got.schema), "unbounded")
+    assert got.num_rows == 5  # s1, s2, "", null and s9, each once
+
+
+def test_dropping_duplicates_within_the_watermark_needs_one(spark, tmp_path):
     sources.register(spark)
     stream = spark.readStream.format("sparkqos.bursty").load()
-    with pytest.raises(UnsupportedTransform, match="dropDuplicates on a stream without withWatermark.*without bound"):
-        sparkqos.stream(stream, {"q": lambda d: d.dropDuplicates(["location", "ts"])}, checkpoint=tmp_path)
-    with pytest.raises(UnsupportedTransform, match="leave out the watermarked column 'ts'"):
-        sparkqos.stream(
-            stream, {"q": lambda d: d.withWatermark("ts", "1 second").dropDuplicates(["location"])}, checkpoint=tmp_path
-        )
-    assert not spark.streams.active
+    with pytest.raises(UnsupportedTransform, match="dropDuplicatesWithinWatermark on a stream without withWatermark"):
+        compile_transforms(stream, {"q": lambda d: d.dropDuplicatesWithinWatermark(["location"])})
 
 
+# -- refused --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("transform", "named"),
     [

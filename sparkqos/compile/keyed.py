@@ -15,19 +15,23 @@ every other window function, ordering or frame raises
 ``dropDuplicates([keys])`` (all columns without keys) and ``dropDuplicatesWithinWatermark(keys)``
 reach the analyzer as ``Deduplicate`` / ``DeduplicateWithinWatermark`` over key attributes; the
 watermark's delay comes from the plan context (:mod:`sparkqos.spark.transforms`), found by the
-expression id of a watermarked column of the input. On a stream the seen keys are state, so a
-deduplication must be able to forget them: without a watermark, or with ``dropDuplicates`` keys
-that leave out the watermarked column (Spark would keep every key for good), it raises
-UnsupportedTransform saying so.
+expression id of a watermarked column of the input. On a stream the seen keys are state, which
+the watermark lets the operator forget when the keys include the watermarked column. Without a
+watermark, or with ``dropDuplicates`` keys that leave out the watermarked column, Spark keeps every
+key for good, and so does sparkqos: the query runs, with a
+:class:`~sparkqos.errors.GrowingStateWarning` naming the growing state (the operator's
+``state_rows()``: the keys held). ``dropDuplicatesWithinWatermark`` needs a watermark, as in Spark.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pyarrow as pa
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
+from sparkqos.errors import ExpressionError, GrowingStateWarning
 from sparkqos.executor.expressions import Col, evaluate_array
 from sparkqos.executor.operators import Deduplicate, KeyedLag, Lag
 
@@ -134,19 +138,24 @@ def deduplicate(qc: Any, node: Node) -> Rel:
     if qc.context.get("streaming"):
         watermarks = qc.context.get("watermarks") or {}
         marked = [(name, watermarks[eid]) for eid, name in child.attrs if eid in watermarks]
-        if not marked:
-            raise qc.unsupported(
-                f"{operation} on a stream without withWatermark",
-                "the keys seen would be kept for good and the state would grow without bound; "
-                "add withWatermark(ts, delay) and include ts in the keys",
-            )
-        time_col, delay_s = marked[0]
-        delay_us = int(round(delay_s * 1e6))
+        if not marked and within:
+            raise qc.unsupported(f"{operation} on a stream without withWatermark", "Spark needs the watermark too")
+        if marked:
+            time_col, delay_s = marked[0]
+            delay_us = int(round(delay_s * 1e6))
         if not within and time_col not in keys:
-            raise qc.unsupported(
-                f"{operation} on a stream with keys {keys} that leave out the watermarked column {time_col!r}",
-                "Spark would keep every key for good and the state would grow without bound; "
-                "include the column in the keys or use dropDuplicatesWithinWatermark",
+            why = "without withWatermark" if time_col is None else f"with keys that leave out the watermarked column {time_col!r}"
+            warnings.warn(
+                GrowingStateWarning(
+                    qc.query,
+                    f"{operation}({keys}) on a stream {why}",
+                    "keeps every key it has seen for good, as Spark does: its state (the keys held) grows with "
+                    "every new key; add withWatermark(ts, delay) and include ts in the keys to bound it",
+                ),
+                stacklevel=2,
             )
     op = Deduplicate(keys, time_col, delay_us, within_watermark=within)
-    return qc.add("dedup", op, [child], child.attrs)
+    try:
+        return qc.add("dedup", op, [child], child.attrs)
+    except ExpressionError as e:  # a key type it cannot compare: refused now, not on the first batch
+        raise qc.unsupported(f"{operation} on these types: {e}") from None

@@ -19,10 +19,17 @@ An ``Aggregate`` without a time window (``groupBy("k").agg(...)``, ``df.agg(...)
 state is one row per key), on a
 finite DataFrame the final table.
 
-Supported aggregates: ``count`` (of rows, a literal or a column), ``sum``, ``avg``/``mean``,
-``min``, ``max``, ``first``, ``last`` (``ignorenulls`` too), over columns or expressions, keys
-that are columns. A windowed aggregation on a stream without a watermark, distinct aggregates,
-expressions over aggregates and other aggregate functions raise
+Supported aggregates (:data:`AGGREGATES`, as users spell them): ``count`` (of rows, a literal or
+a column), ``sum``, ``avg``/``mean``, ``min``, ``max`` (of any type Spark orders: structs and
+arrays too), ``first``, ``last``, ``any_value`` (``ignorenulls`` too), ``count_if``,
+``bool_and``/``every``, ``bool_or``/``some``/``any``, the variance family and moments
+(``stddev``, ``stddev_pop``, ``variance``, ``var_pop``, ``skewness``, ``kurtosis``), ``max_by``,
+``min_by``, ``collect_list``, ``collect_set``, over columns or expressions; keys that are columns
+or expressions (computed by a select below the aggregate, as Spark's analyzer projects them). An
+aggregate over a type its kernels do not take is refused here, before any data moves. A windowed
+aggregation on a stream without a watermark, distinct aggregates, expressions over aggregates,
+approximate aggregates (:data:`APPROXIMATE`: Spark's sketches, which an exact aggregate would not
+reproduce) and other aggregate functions raise
 :class:`~sparkqos.errors.UnsupportedTransform` naming them.
 """
 
@@ -34,25 +41,71 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
+from sparkqos.errors import ExpressionError
 from sparkqos.executor.expressions import Alias, Col
 from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, PhysicalOperator, Project, WindowAgg
 
-_AGGREGATES = {"Count": "count", "Sum": "sum", "Average": "avg", "Min": "min", "Max": "max", "First": "first", "Last": "last"}
-_AGG_NAMES = {
-    "CollectList": "collect_list",
-    "CollectSet": "collect_set",
-    "StddevSamp": "stddev",
-    "StddevPop": "stddev_pop",
-    "VarianceSamp": "variance",
-    "VariancePop": "var_pop",
-    "ApproximatePercentile": "percentile_approx",
-    "HyperLogLogPlusPlus": "approx_count_distinct",
+#: Spark's aggregate functions by class name → the executor's (:data:`~sparkqos.executor.operators.event_window.FUNCTIONS`).
+#: ``bool_and``/``every`` and ``bool_or``/``some``/``any`` are Spark's min and max of booleans,
+#: ``any_value`` its ``first``.
+_AGGREGATES = {
+    "Count": "count",
+    "Sum": "sum",
+    "Average": "avg",
+    "Min": "min",
+    "Max": "max",
+    "First": "first",
+    "Last": "last",
+    "AnyValue": "first",
     "CountIf": "count_if",
-    "BoolAnd": "bool_and",
-    "BoolOr": "bool_or",
+    "BoolAnd": "min",
+    "BoolOr": "max",
+    "StddevSamp": "stddev_samp",
+    "StddevPop": "stddev_pop",
+    "VarianceSamp": "var_samp",
+    "VariancePop": "var_pop",
+    "Skewness": "skewness",
+    "Kurtosis": "kurtosis",
     "MaxBy": "max_by",
     "MinBy": "min_by",
+    "CollectList": "collect_list",
+    "CollectSet": "collect_set",
 }
+#: The aggregate functions that run natively, as users write them (the README's list).
+AGGREGATES = {
+    "Count": "count",
+    "Sum": "sum",
+    "Average": "avg/mean",
+    "Min": "min",
+    "Max": "max",
+    "First": "first",
+    "Last": "last",
+    "AnyValue": "any_value",
+    "CountIf": "count_if",
+    "BoolAnd": "bool_and/every",
+    "BoolOr": "bool_or/some/any",
+    "StddevSamp": "stddev/std/stddev_samp",
+    "StddevPop": "stddev_pop",
+    "VarianceSamp": "variance/var_samp",
+    "VariancePop": "var_pop",
+    "Skewness": "skewness",
+    "Kurtosis": "kurtosis",
+    "MaxBy": "max_by",
+    "MinBy": "min_by",
+    "CollectList": "collect_list/array_agg",
+    "CollectSet": "collect_set",
+}
+#: Aggregates whose result is Spark's sketch of the group, not an exact value: sparkqos would
+#: give other numbers, so they are refused by name.
+APPROXIMATE = {
+    "ApproximatePercentile": "percentile_approx",
+    "HyperLogLogPlusPlus": "approx_count_distinct",
+    "CountMinSketchAgg": "count_min_sketch",
+    "HistogramNumeric": "histogram_numeric",
+    "HllSketchAgg": "hll_sketch_agg",
+    "HllUnionAgg": "hll_union_agg",
+}
+_AGG_NAMES = {"Median": "median", "Mode": "mode", "Percentile": "percentile", "Product": "product", "Corr": "corr"}
 
 
 @dataclass(frozen=True)
@@ -218,14 +271,23 @@ def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
     names = dict(base.attrs)
     is_window = [g.cls == "AttributeReference" and _eid(g) == window_id for g in grouping]
     keys: list[str] = []
+    key_ids: dict[int, str] = {}
+    # A key that is an expression (groupBy(F.upper("name")), groupBy(F.col("j.id").alias("id"))) is
+    # computed by a select below the aggregate, as Spark's analyzer projects it.
+    key_exprs: list[tuple[Node, str]] = []
+    extra: list[tuple[str, Any]] = []
     for g, w in zip(grouping, is_window, strict=True):
         if w:
             continue
-        if g.cls != "AttributeReference" or _eid(g) not in names:
-            raise qc.unsupported("a groupBy key that is an expression", "add it with withColumn and group by its name")
-        keys.append(names[_eid(g)])
-    key_ids = {_eid(g): names[_eid(g)] for g, w in zip(grouping, is_window, strict=True) if not w}
-    aggs, out_attrs, order, extra = _aggregates(qc, node, base, names, key_ids, window_id, wname)
+        if g.cls == "AttributeReference" and _eid(g) in names:
+            keys.append(names[_eid(g)])
+            key_ids[_eid(g)] = names[_eid(g)]
+            continue
+        name = _key_name(node, g, [*names.values(), *keys])
+        extra.append((name, qc.expr(g, base)))
+        keys.append(name)
+        key_exprs.append((g, name))
+    aggs, out_attrs, order = _aggregates(qc, node, base, names, key_ids, key_exprs, window_id, wname, extra)
     if extra:
         cols = [Col(n) for _, n in base.attrs] + [Alias(e, n) for n, e in extra]
         base = qc.add("select", Project(cols), [base], base.attrs + [(None, n) for n, _ in extra])
@@ -247,7 +309,10 @@ def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
         # Spark's update mode on a stream; the final table at the end of a finite DataFrame
         op = KeyedAggregate(keys, aggs, update=bool(qc.context.get("streaming")))
         natural, label = [*keys, *(a.name for a in aggs)], "aggregate"
-    rel = qc.add(label, op, [base], [(None, n) for n in natural])
+    try:
+        rel = qc.add(label, op, [base], [(None, n) for n in natural])
+    except ExpressionError as e:  # a type its kernels do not take: refused now, not on the first batch
+        raise qc.unsupported(f"groupBy(...).agg(...) on these types: {e}") from None
     if order == natural and [n for _, n in out_attrs] == natural:
         rel.attrs = out_attrs
         return rel
@@ -256,12 +321,33 @@ def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
     return qc.add("select", Project(exprs), [rel], out_attrs)
 
 
+def _key_name(node: Node, key: Node, taken: list[str]) -> str:
+    """The column name of a grouping ``key`` that is an expression: the name agg()'s list gives it
+    (its alias), unless another column has it."""
+    name = "group_key"
+    for item in node.fields["aggregateExpressions"]:
+        tree = parse_expr(item)
+        if tree.cls == "Alias" and tree.children[0] == key:
+            name = tree.fields["name"]
+            break
+    while name in taken:
+        name += "_"
+    return name
+
+
 def _aggregates(
-    qc: Any, node: Node, base: Rel, names: dict[int, str], key_ids: dict[int, str], window_id: int | None, wname: str
-) -> tuple[list[WindowAgg], list[tuple[int, str]], list[str], list[tuple[str, Any]]]:
+    qc: Any,
+    node: Node,
+    base: Rel,
+    names: dict[int, str],
+    key_ids: dict[int, str],
+    key_exprs: list[tuple[Node, str]],
+    window_id: int | None,
+    wname: str,
+    extra: list[tuple[str, Any]],
+) -> tuple[list[WindowAgg], list[tuple[int, str]], list[str]]:
     """The aggregates of ``node``'s agg() list; the output attributes and, for each, the operator's
-    column it reads (``order``); and the arguments a select must compute first (``extra``)."""
-    extra: list[tuple[str, Any]] = []
+    column it reads (``order``). The arguments a select must compute first go to ``extra``."""
     aggs: list[WindowAgg] = []
     out_attrs: list[tuple[int, str]] = []
     order: list[str] = []
@@ -281,6 +367,10 @@ def _aggregates(
                 out_attrs.append((_eid(tree), tree.fields["name"]))
                 order.append(wname if inner == window_id else key_ids[inner])
                 continue
+        if tree.cls == "Alias" and any(tree.children[0] == g for g, _ in key_exprs):
+            out_attrs.append((_eid(tree), tree.fields["name"]))
+            order.append(next(n for g, n in key_exprs if tree.children[0] == g))
+            continue
         if tree.cls != "Alias" or tree.children[0].cls != "AggregateExpression":
             raise qc.unsupported("an expression over aggregates in agg()", "compute it with a select after the agg")
         agg_expr = tree.children[0]
@@ -293,11 +383,20 @@ def _aggregates(
         if fn is None:
             if fn_node.cls == "PythonUDAF":
                 raise qc.unsupported(f"a grouped aggregate pandas UDF {fn_node.fields.get('name')!r}")
+            if fn_node.cls in APPROXIMATE:
+                raise qc.unsupported(
+                    f"the approximate aggregate function {APPROXIMATE[fn_node.cls]!r}",
+                    "its result is Spark's sketch of the group, which an exact aggregate would not reproduce",
+                )
             name = _AGG_NAMES.get(fn_node.cls, fn_node.cls)
             raise qc.unsupported(f"aggregate function {name!r}")
         arg = fn_node.children[0] if fn_node.children else None
         column: str | None
-        if fn == "count":
+        by = None
+        if fn in ("max_by", "min_by"):
+            column = _argument(qc, arg, base, names, extra)
+            by = _argument(qc, fn_node.children[1], base, names, extra)
+        elif fn == "count":
             if len(fn_node.children) != 1:
                 raise qc.unsupported("count over several columns")
             if arg.cls == "Literal" and arg.fields.get("value") is not None:
@@ -311,10 +410,12 @@ def _aggregates(
             flag = fn_node.children[1]
             ignore = flag.fields.get("value") == "true"
         name = tree.fields["name"]
-        aggs.append(WindowAgg(fn, column, name, ignore))
+        null_on_divide = bool(fn_node.fields.get("nullOnDivideByZero", True))
+        nullable = bool(qc.context.get("streaming"))  # Spark's schema of a streaming aggregation
+        aggs.append(WindowAgg(fn, column, name, ignore, by, null_on_divide, nullable))
         out_attrs.append((_eid(tree), name))
         order.append(name)
-    return aggs, out_attrs, order, extra
+    return aggs, out_attrs, order
 
 
 def _argument(qc: Any, arg: Node, base: Rel, names: dict[int, str], extra: list[tuple[str, Any]]) -> str:

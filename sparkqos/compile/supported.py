@@ -10,6 +10,7 @@ from __future__ import annotations
 from sparkqos.compile import spark_plan
 from sparkqos.compile.nested import GENERATORS
 from sparkqos.compile.spark_part import ROW_WISE
+from sparkqos.compile.stateful import AGGREGATES, APPROXIMATE
 from sparkqos.compile.tables import EXPRESSIONS, RELATIONS, WINDOWS
 from sparkqos.compile.words import OPERATION_HINTS
 
@@ -90,6 +91,9 @@ def supported_markdown() -> str:
         "",
         "* operations: " + ", ".join(f"`{o}`" for o in native_ops) + ";",
         "* time windows of a `groupBy`: " + ", ".join(f"`{w}`" for w in WINDOWS) + ";",
+        "* aggregate functions of a `groupBy(...).agg(...)`, running, windowed or by session: "
+        + ", ".join(f"`{a}`" for a in sorted(set(AGGREGATES.values()), key=str.lower))
+        + ";",
         "* functions and operators: " + ", ".join(f"`{f}`" for f in functions) + ".",
         "",
         "**Evaluated by Spark inside the micro-batch** (placement `auto`, the default): the stateless,",
@@ -101,7 +105,11 @@ def supported_markdown() -> str:
         '`placement="native"` none.',
         "",
         "**Refused** (`UnsupportedTransform`, before any data moves): a function without a native mapping",
-        "above a stateful operator, and the operations " + ", ".join(f"`{o}`" for o in refused) + ".",
+        "above a stateful operator; the approximate aggregates "
+        + ", ".join(f"`{a}`" for a in sorted(APPROXIMATE.values()))
+        + " (Spark's sketches: an exact result would differ); and the operations "
+        + ", ".join(f"`{o}`" for o in refused)
+        + ".",
         "",
         END,
     ]

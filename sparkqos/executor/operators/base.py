@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import CheckpointError, PlanError
 from sparkqos.executor.expressions import INTERNAL
+from sparkqos.executor.operators.ordering import order_ranks
 from sparkqos.executor.queues import BatchQueue
 
 
@@ -40,11 +41,30 @@ def ipc_to_table(data: bytes) -> pa.Table:
 
 
 def normal_key(x: pa.Array) -> pa.Array:
-    """``x`` as Spark compares keys: -0.0 with 0.0 and every NaN together (it normalises float keys)."""
-    if not pa.types.is_floating(x.type):
+    """``x`` as Spark compares keys: -0.0 with 0.0 and every NaN together (it normalises float keys,
+    also inside structs and arrays)."""
+    t = x.type
+    if pa.types.is_floating(t):
+        zero = pa.scalar(0.0, t)
+        return pc.if_else(pc.is_nan(x), pa.scalar(math.nan, t), pc.add(x, zero))
+    if not _holds_floats(t):
         return x
-    zero = pa.scalar(0.0, x.type)
-    return pc.if_else(pc.is_nan(x), pa.scalar(math.nan, x.type), pc.add(x, zero))
+    if isinstance(x, pa.ChunkedArray):
+        x = x.combine_chunks()
+    mask = x.is_null() if x.null_count else None
+    if pa.types.is_struct(t):
+        return pa.StructArray.from_arrays([normal_key(x.field(i)) for i in range(t.num_fields)], fields=list(t), mask=mask)
+    lengths = pc.list_value_length(x).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, normal_key(pc.list_flatten(x)), type=t, mask=mask)
+
+
+def _holds_floats(t: pa.DataType) -> bool:
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_holds_floats(f.type) for f in t)
+    return pa.types.is_list(t) and _holds_floats(t.value_type)
 
 
 def group_codes(columns: Sequence[pa.Array | pa.ChunkedArray], rows: int) -> np.ndarray:
@@ -54,12 +74,29 @@ def group_codes(columns: Sequence[pa.Array | pa.ChunkedArray], rows: int) -> np.
     for column in columns:
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
-        encoded = pc.dictionary_encode(normal_key(column), null_encoding="encode")
-        index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        # Renumbered after each column, so the combined code stays below rows²
-        _, codes = np.unique(codes * max(len(encoded.dictionary), 1) + index, return_inverse=True)
-        codes = codes.astype(np.int64).reshape(-1)
+        if pa.types.is_nested(column.type):  # a struct or an array: equal when Spark's ordering ties them
+            index = order_ranks(column)
+            size = int(index.max()) + 1 if len(index) else 1
+        else:
+            encoded = pc.dictionary_encode(normal_key(column), null_encoding="encode")
+            index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            size = len(encoded.dictionary)
+        codes = _dense_codes(codes * max(size, 1) + index)
     return codes
+
+
+def _dense_codes(combined: np.ndarray) -> np.ndarray:
+    """``combined`` renumbered 0, 1, … in the order of its values (so a code of several columns
+    stays below rows²): by a table of the values when their range is small, else by sorting."""
+    if not len(combined):
+        return combined.astype(np.int64)
+    top = int(combined.max()) + 1
+    if top <= 4 * len(combined) + 1024:
+        present = np.zeros(top, dtype=bool)
+        present[combined] = True
+        return (np.cumsum(present) - 1)[combined].astype(np.int64)
+    _, codes = np.unique(combined, return_inverse=True)
+    return codes.astype(np.int64).reshape(-1)
 
 
 class PhysicalOperator:

@@ -14,9 +14,11 @@ or below the watermark (a later row of it would be late anyway); for
 ``dropDuplicatesWithinWatermark``, a key whose first row's event time plus the delay is at or
 below it (a null event time counts as 0, as Spark reads it). Rows with a null event time are
 never late, and a ``dropDuplicates`` key with a null event time is kept for good, as in Spark.
-Without a watermark (a finite DataFrame, where Spark ignores ``withWatermark``) every key is
-kept to the end. State (the keys seen, plus each key's expiry within the watermark) is bounded
-by the watermark and serialisable (Arrow IPC).
+Without a watermark (a finite DataFrame, where Spark ignores ``withWatermark``, or a stream
+whose user accepts state that grows), and with ``dropDuplicates`` keys that leave out the
+watermarked column, every key is kept to the end. State (the keys seen — :meth:`state_rows` —
+plus each key's expiry within the watermark) is bounded by the watermark when the keys include
+its column, and serialisable (Arrow IPC).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.operators.base import TableStateOperator, group_codes
+from sparkqos.executor.operators.ordering import orderable
 
 _EXPIRES = "__expires"
 
@@ -79,6 +82,9 @@ class Deduplicate(TableStateOperator):
         for name in [*self.keys, *([self.time_col] if self.time_col else [])]:
             if src.get_field_index(name) < 0:
                 raise ExpressionError(f"operator {self.name!r}: unknown column {name!r}; columns are {src.names}")
+        for name in self.keys:
+            if not orderable(src.field(name).type):  # how keys compare: Spark's ordering ties equal ones
+                raise ExpressionError(f"operator {self.name!r}: cannot compare key column {name!r} ({src.field(name).type})")
         if self.time_col is not None and not pa.types.is_timestamp(src.field(self.time_col).type):
             raise ExpressionError(f"operator {self.name!r}: event-time column {self.time_col!r} must be a timestamp")
         return src
@@ -137,7 +143,7 @@ class Deduplicate(TableStateOperator):
             gone = pc.less_equal(state.column(_EXPIRES), watermark)
         elif self.time_col in self.keys:
             gone = pc.fill_null(pc.less_equal(pc.cast(state.column(self.time_col), pa.int64()), watermark), False)
-        else:  # Spark keeps such keys for good (sparkqos's compiler refuses this shape on a stream)
+        else:  # Spark keeps such keys for good (the compiler warns: GrowingStateWarning)
             return
         if pc.any(gone).as_py():
             self._state = state.filter(pc.invert(gone))

@@ -7,7 +7,12 @@ for ``i = 0 … ceil(size / slide) − 1``, keeping those with ``s ≤ t``; rows
 dropped, as Spark's plan filters them. The output is Spark's: a ``window`` struct
 ``<start, end>`` of timestamps, the grouping keys, then the aggregates with Spark's types and null
 rules (count never null; sum/avg/min/max skip nulls and are null for a group of nulls; NaN is
-above every number in min/max; first/last take the first/last row in arrival order).
+above every number in min/max; first/last take the first/last row in arrival order); the
+statistics, max_by/min_by, collect_list/collect_set, and min/max/first/last of a type pyarrow's
+hash kernels do not take (a struct, an array, a decimal) are partials combined with numpy
+(:mod:`.partials`). A type a function does not take at all is refused when the operator is bound.
+Keys of a type pyarrow cannot hash (a struct, an array) group by code: equal when Spark's ordering
+ties them (-0.0 and 0.0, every NaN, inside them too), each group's key taken from its first row.
 
 Streaming (Spark's append mode): with a watermark delay the watermark is the largest event time
 seen minus the delay; a window is emitted once the watermark reaches its end, and a (row, window)
@@ -31,22 +36,57 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, check_number
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
-from sparkqos.executor.operators.base import WindowStateOperator, normal_key
+from sparkqos.executor.operators.base import WindowStateOperator, group_codes, normal_key
+from sparkqos.executor.operators.ordering import orderable
+from sparkqos.executor.operators.partials import (
+    MOMENTS,
+    Collect,
+    Moments,
+    Partial,
+    Pick,
+    first_of_groups,
+    groupable,
+    kernel_accepts,
+)
 
-#: Aggregate functions: ``count_all`` (rows), ``count`` (non-null values) and the rest over a column.
-FUNCTIONS = ("count_all", "count", "sum", "avg", "min", "max", "first", "last")
+#: Aggregate functions: ``count_all`` (rows), ``count`` (non-null values) and the rest over a
+#: column (``max_by`` / ``min_by`` over a column and the column ``by`` that orders it).
+FUNCTIONS = (
+    "count_all",
+    "count",
+    "count_if",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "first",
+    "last",
+    *MOMENTS,
+    "max_by",
+    "min_by",
+    "collect_list",
+    "collect_set",
+)
 _TS = pa.timestamp("us", tz="UTC")
 
 
 @dataclass(frozen=True)
 class WindowAgg:
     """One aggregate: ``fn`` of :data:`FUNCTIONS` over ``column`` (None for ``count_all``),
-    output column ``name``; ``ignore_nulls`` for first/last."""
+    output column ``name``; ``ignore_nulls`` for first/last and collect_list/collect_set (Spark's
+    collect functions skip nulls: ``True`` there); ``by``, the ordering column of max_by/min_by;
+    ``null_on_divide``: a sample statistic of one row (or skewness/kurtosis of no spread) is null,
+    else NaN (Spark's ``spark.sql.legacy.statisticalAggregate`` off / on); ``nullable``: the
+    arrays of collect_list/collect_set are typed as holding nulls even when they hold none (the
+    schema Spark gives a streaming aggregation, which it makes nullable throughout)."""
 
     fn: str
     column: str | None
     name: str
     ignore_nulls: bool = False
+    by: str | None = None
+    null_on_divide: bool = True
+    nullable: bool = False
 
 
 def _is_float(t: pa.DataType) -> bool:
@@ -133,26 +173,17 @@ class EventWindowAggregate(WindowStateOperator):
             return src.field(i).type
 
         fields = self._window_fields(field_type) + [pa.field(k, field_type(k)) for k in self.keys]
+        for k in self.keys:
+            if not (groupable(field_type(k)) or orderable(field_type(k))):
+                raise ExpressionError(f"operator {self.name!r}: cannot group by column {k!r} of type {field_type(k)}")
+        #: A key pyarrow cannot hash (a struct, an array): rows are grouped by their key's code.
+        self._coded = not all(groupable(field_type(k)) for k in self.keys)
         self._partials: list[tuple[str, str | None, str, Any]] = []  # (state column, input, pyarrow fn, options)
+        #: Partials pyarrow's hash kernels cannot compute: (aggregate's index, partial, its inputs).
+        self._numpy: list[tuple[int, Partial, list[str]]] = []
         for i, a in enumerate(self.aggs):
             t = None if a.column is None else field_type(a.column)
-            if a.fn in ("count_all", "count"):
-                out = pa.int64()
-                self._partials.append((f"p{i}", a.column, "count_all" if a.fn == "count_all" else "count", None))
-            elif a.fn in ("sum", "avg"):
-                if not (pa.types.is_integer(t) or _is_float(t)):
-                    raise ExpressionError(f"operator {self.name!r}: {a.fn} needs a numeric column, got {a.column!r} ({t})")
-                out = pa.float64() if a.fn == "avg" or _is_float(t) else pa.int64()
-                self._partials.append((f"p{i}", a.column, "sum", None))
-                self._partials.append((f"p{i}_n", a.column, "count", None))
-            elif a.fn in ("min", "max"):
-                out = t
-                self._partials.append((f"p{i}", a.column, a.fn, None))
-                if _is_float(t):
-                    self._partials.append((f"p{i}_nan", a.column, "nan_count", None))
-            else:
-                out = t
-                self._partials.append((f"p{i}", a.column, a.fn, SkipNulls(a.ignore_nulls)))
+            out = self._partial(i, a, t, field_type)
             fields.append(pa.field(a.name, out))
         # The group_by specs of a batch's partial aggregates and of their combination with the
         # state, and which of its columns becomes which state column, fixed once here.
@@ -163,9 +194,9 @@ class EventWindowAggregate(WindowStateOperator):
             specs: list[tuple[Any, ...]] = []
             for name, _, fn, opts in self._partials:
                 if combine:
-                    fn = {"count_all": "sum", "count": "sum", "nan_count": "sum"}.get(fn, fn)
+                    fn = {"count_all": "sum", "count": "sum", "count_if": "sum", "nan_count": "sum"}.get(fn, fn)
                 else:
-                    fn = {"count_all": "count", "nan_count": "sum"}.get(fn, fn)
+                    fn = {"count_all": "count", "count_if": "count", "nan_count": "sum"}.get(fn, fn)
                 specs.append((name, fn, opts) if opts is not None else (name, fn))
             specs += [(ARRIVAL, "max"), (SEQ, "max")]
             names = [p[0] for p in self._partials] + [ARRIVAL, SEQ]
@@ -178,6 +209,61 @@ class EventWindowAggregate(WindowStateOperator):
         if dup:
             raise ExpressionError(f"operator {self.name!r}: output column(s) {sorted(dup)} defined twice")
         return pa.schema(fields + [src.field(ARRIVAL), src.field(SEQ)])
+
+    def _partial(self, i: int, a: WindowAgg, t: pa.DataType | None, field_type: Any) -> pa.DataType:
+        """Note the partials of aggregate ``i`` (``a``, over a column of type ``t``), each as a
+        pyarrow hash aggregate where pyarrow has a kernel for ``t`` and as a
+        :class:`~sparkqos.executor.operators.partials.Partial` otherwise; its output type.
+        Raises ExpressionError for a type the function does not take (so a query is refused when
+        it is compiled, never when its first batch runs)."""
+        name, what = f"p{i}", f"operator {self.name!r}: {a.fn} of column {a.column!r} ({t})"
+        if a.fn in ("count_all", "count"):
+            self._partials.append((name, a.column, "count_all" if a.fn == "count_all" else "count", None))
+            return pa.int64()
+        if a.fn == "count_if":
+            if not pa.types.is_boolean(t):
+                raise ExpressionError(f"{what}: count_if needs a boolean")
+            self._partials.append((name, a.column, "count_if", None))
+            return pa.int64()
+        if a.fn in ("sum", "avg"):
+            if not (pa.types.is_integer(t) or _is_float(t)):
+                raise ExpressionError(f"operator {self.name!r}: {a.fn} needs a numeric column, got {a.column!r} ({t})")
+            self._partials.append((name, a.column, "sum", None))
+            self._partials.append((f"{name}_n", a.column, "count", None))
+            return pa.float64() if a.fn == "avg" or _is_float(t) else pa.int64()
+        if a.fn in MOMENTS:
+            if not (pa.types.is_integer(t) or _is_float(t) or pa.types.is_decimal(t)):
+                raise ExpressionError(f"{what}: {a.fn} needs a numeric column")
+            return self._numpy_partial(i, Moments(name, a.fn, a.null_on_divide), [a.column])
+        if a.fn in ("min", "max"):
+            if not orderable(t):
+                raise ExpressionError(f"{what}: Spark does not order values of this type")
+            if not kernel_accepts(a.fn, t):
+                return self._numpy_partial(i, Pick(name, a.fn, t), [a.column])
+            self._partials.append((name, a.column, a.fn, None))
+            if _is_float(t):
+                self._partials.append((f"{name}_nan", a.column, "nan_count", None))
+            return t
+        if a.fn in ("first", "last"):
+            if not kernel_accepts(a.fn, t):
+                return self._numpy_partial(i, Pick(name, a.fn, t, a.ignore_nulls), [a.column])
+            self._partials.append((name, a.column, a.fn, SkipNulls(a.ignore_nulls)))
+            return t
+        if a.fn in ("max_by", "min_by"):
+            if a.by is None:
+                raise ExpressionError(f"{what}: {a.fn} needs the column that orders it (by)")
+            by_t = field_type(a.by)
+            if not orderable(by_t):
+                raise ExpressionError(f"{what}: Spark does not order {a.by!r} ({by_t})")
+            return self._numpy_partial(i, Pick(name, a.fn, t), [a.column, a.by])
+        distinct = a.fn == "collect_set"
+        if distinct and not orderable(t):
+            raise ExpressionError(f"{what}: collect_set cannot compare values of this type")
+        return self._numpy_partial(i, Collect(name, t, distinct, a.ignore_nulls, a.nullable), [a.column])
+
+    def _numpy_partial(self, i: int, partial: Partial, inputs: list[str]) -> pa.DataType:
+        self._numpy.append((i, partial, inputs))
+        return partial.out_type
 
     def _window_fields(self, field_type: Any) -> list[pa.Field]:
         """The output's window struct (``field_type(name)``: an input column's type)."""
@@ -215,7 +301,11 @@ class EventWindowAggregate(WindowStateOperator):
                         x = pc.if_else(nan, pa.scalar(None, x.type), x)
             elif fn == "sum":
                 x = _as_type(x, pa.int64())
+            elif fn == "count_if":  # count of the rows where it holds
+                x = pc.if_else(x, True, pa.scalar(None, pa.bool_()))
             out[name] = x
+        for _, partial, inputs in self._numpy:
+            out.update(partial.rows([batch.column(c) for c in inputs]))
         return out
 
     def _pairs(self, batch: pa.RecordBatch) -> tuple[pa.Table, int, int | None]:
@@ -258,8 +348,32 @@ class EventWindowAggregate(WindowStateOperator):
         return pairs.take(np.argsort(np.concatenate(order), kind="stable")), late, newest
 
     def _aggregate(self, table: pa.Table, combine: bool) -> pa.Table:
-        g = table.group_by(self._group, use_threads=False).aggregate(self._specs[combine])
-        return pa.table({name: g.column(column) for name, column in self._columns[combine]})
+        if not self._numpy and not self._coded:
+            g = table.group_by(self._group, use_threads=False).aggregate(self._specs[combine])
+            return pa.table({name: g.column(column) for name, column in self._columns[combine]})
+        # Each group's code, to place the partials numpy combines by code
+        codes = group_codes([table.column(c) for c in self._group], table.num_rows)
+        groups = int(codes.max()) + 1 if len(codes) else 0
+        table = table.append_column("__g", pa.array(codes))
+        g, at = self._grouped(table, self._specs[combine], codes, groups)
+        out = {name: g.column(column) for name, column in self._columns[combine]}
+        for _, partial, _ in self._numpy:
+            out |= {c: v.take(at) for c, v in partial.combine(table, codes, groups).items()}
+        return pa.table(out)
+
+    def _grouped(self, table: pa.Table, specs: list[Any], codes: np.ndarray, groups: int) -> tuple[pa.Table, pa.Array]:
+        """pyarrow's ``specs`` over the groups of ``table`` (whose ``__g`` column holds their
+        ``codes``), with the group columns; and each output row's code. Keys pyarrow cannot hash
+        are grouped by code, each group's key taken from its first row."""
+        if not self._coded:
+            g = table.group_by(self._group, use_threads=False).aggregate([*specs, ("__g", "min")])
+            return g, pa.array(g.column("__g_min").to_numpy())
+        g = table.group_by(["__g"], use_threads=False).aggregate(specs)
+        at = g.column("__g").to_numpy()
+        heads = pa.array(first_of_groups(codes, np.arange(len(codes)), groups)[at])
+        for k in self._group:
+            g = g.append_column(k, table.column(k).take(heads))
+        return g, pa.array(at)
 
     def process(self, batch: pa.RecordBatch, port: int = 0) -> pa.RecordBatch | None:
         pairs, late, newest = self._pairs(batch)
@@ -293,10 +407,14 @@ class EventWindowAggregate(WindowStateOperator):
 
     def _finish(self, part: pa.Table) -> pa.RecordBatch:
         arrays: list[Any] = self._window_arrays(part) + [part.column(k) for k in self.keys]
+        numpy = {i: partial for i, partial, _ in self._numpy}
         for i, a in enumerate(self.aggs):
             out_t = self.schema.field(a.name).type
+            if i in numpy:
+                arrays.append(numpy[i].result(part))
+                continue
             v = part.column(f"p{i}")
-            if a.fn in ("count_all", "count"):
+            if a.fn in ("count_all", "count", "count_if"):
                 arrays.append(pc.cast(v, pa.int64()))
             elif a.fn in ("sum", "avg"):
                 n = part.column(f"p{i}_n")

@@ -116,8 +116,14 @@ class KeyedAggregate(EventWindowAggregate, TriggerEndOperator):
         if held is None or not held.num_rows:
             self._pending = newest
             return
-        both = pa.concat_tables([held, newest]).group_by(self._group, use_threads=False)
-        merged = both.aggregate([(ARRIVAL, "max"), (SEQ, "max")])
+        both = pa.concat_tables([held, newest])
+        newest_of = [(ARRIVAL, "max"), (SEQ, "max")]
+        if self._coded:  # keys pyarrow cannot hash: grouped by code
+            codes = group_codes([both.column(k) for k in self._group], both.num_rows)
+            both = both.append_column("__g", pa.array(codes))
+            merged, _ = self._grouped(both, newest_of, codes, int(codes.max()) + 1)
+        else:
+            merged = both.group_by(self._group, use_threads=False).aggregate(newest_of)
         columns = {k: merged.column(k) for k in self._group}
         self._pending = pa.table(columns | {ARRIVAL: merged.column(f"{ARRIVAL}_max"), SEQ: merged.column(f"{SEQ}_max")})
 
@@ -160,8 +166,9 @@ class KeyedAggregate(EventWindowAggregate, TriggerEndOperator):
     def _empty_row(self) -> pa.RecordBatch:
         """A global aggregate of no rows: count 0, every other aggregate null."""
         arrays = []
-        for a, f in zip(self.aggs, list(self.schema)[: len(self.aggs)], strict=True):
-            arrays.append(pa.array([0 if a.fn in ("count", "count_all") else None], f.type))
+        empty = {i: partial.empty for i, partial, _ in self._numpy}
+        for i, (a, f) in enumerate(zip(self.aggs, list(self.schema)[: len(self.aggs)], strict=True)):
+            arrays.append(pa.array([0 if a.fn in ("count", "count_all", "count_if") else empty.get(i)], f.type))
         arrays += [pa.array([0.0], self.schema.field(ARRIVAL).type), pa.array([0], self.schema.field(SEQ).type)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 

@@ -10,7 +10,10 @@ filters them. The output is Spark's: a ``session_window`` struct ``<start, end>`
 the grouping keys, then the aggregates with the functions, types and null rules of
 :class:`~sparkqos.executor.operators.EventWindowAggregate`; first/last take the row of the
 session's earliest/latest event time (ties: the first/last to arrive), as Spark's batch engine
-does, which merges per-time partial aggregates in time order.
+does, which merges per-time partial aggregates in time order; collect_list lists a session's values
+in the order of its pieces' starts (one start: arrival order) — Spark's batch order when rows come
+in time order, and as Spark's streaming merge of a session in state with newer rows orders them
+(Spark's batch run of rows out of time order sorts them by time first).
 
 Streaming (Spark's append mode for session windows): with a watermark delay the watermark is the
 largest event time seen minus the delay; a session is emitted once the watermark reaches its end
@@ -87,7 +90,7 @@ class SessionWindowAggregate(EventWindowAggregate):
         picked = {name for name, _, _ in self._picks}
         self._merge_specs = [s for s in self._specs[True] if s[0] not in picked] + [("__ws", "min"), ("__we", "max")]
         partials = [(name, column) for name, column in self._columns[True][len(self._group) :] if name not in picked]
-        self._merge_columns = [("__ws", "__ws_min"), *((k, k) for k in self.keys), *partials, ("__we", "__we_max")]
+        self._merge_columns = [("__ws", "__ws_min"), *partials, ("__we", "__we_max")]
         return schema
 
     def _window_arrays(self, part: pa.Table) -> list[Any]:
@@ -147,9 +150,15 @@ class SessionWindowAggregate(EventWindowAggregate):
         if new.all():
             return table
         sid = np.cumsum(new) - 1
-        g = table.append_column("__sid", pa.array(sid)).group_by(["__sid", *self.keys], use_threads=False)
+        g = table.append_column("__sid", pa.array(sid)).group_by(["__sid"], use_threads=False)
         g = g.aggregate(self._merge_specs).sort_by("__sid")
         merged = {name: g.column(column) for name, column in self._merge_columns}
+        heads = pa.array(np.flatnonzero(new))  # a session's rows are together: its key is its first row's
+        merged |= {k: table.column(k).take(heads) for k in self.keys}
+        sessions = int(sid[-1]) + 1
+        for i, partial, _ in self._numpy:
+            if self.aggs[i].fn not in ("first", "last"):  # those are picked by time below
+                merged |= partial.combine(table, sid, sessions)
         for name, fn, time in self._picks:
             merged |= _pick(table, sid, order, name, fn, time)
         return pa.table({n: merged[n] for n in table.column_names}).cast(table.schema)
