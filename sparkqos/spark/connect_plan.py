@@ -35,6 +35,7 @@ from pyspark.sql.connect.plan import CachedRelation
 from sparkqos.compile.nodes import UNMAPPED
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
+from sparkqos.executor.expressions.hashes import SPARK_SEED
 from sparkqos.spark.connect_relations import (
     EXPR_ID,
     PKG,
@@ -98,8 +99,23 @@ _MATCHES = {
     "like": "Like",
 }
 _VARIADIC = {"coalesce": "Coalesce", "greatest": "Greatest", "least": "Least"}
+#: Hashes: of binary (a string cast to its UTF-8 bytes, as the analyzer does) → (class, result type).
+_DIGESTS = {"md5": ("Md5", "string"), "sha1": ("Sha1", "string"), "crc32": ("Crc32", "long"), "sha2": ("Sha2", "string")}
+#: Hashes of any number of columns, with Spark's seed → (class, result type).
+_ROW_HASHES = {"xxhash64": ("XxHash64", "long"), "hash": ("Murmur3Hash", "integer")}
 #: The Connect functions mapped (their arguments are translated; others stay whole, unsupported).
-_KNOWN = {*_BINARY, "!=", *_UNARY, *_MATCHES, "in", "when", *_VARIADIC, "round", "bround", "struct", "array", "split", "between"}
+_KNOWN = {
+    *_BINARY,
+    "!=",
+    *_UNARY,
+    *_MATCHES,
+    "in",
+    "when",
+    *_VARIADIC,
+    *_DIGESTS,
+    *_ROW_HASHES,
+    *("round", "bround", "struct", "array", "split", "between"),
+}
 #: Connect expression kinds not mapped → the Spark class spark_plan names when it rejects them.
 _EXPRESSIONS = {
     "common_inline_user_defined_function": "PythonUDF",
@@ -472,6 +488,17 @@ class _Translator:
         if fn == "split" and len(args) in (2, 3) and all(at in ("string", "integer") for _, at in args):
             limit = args[2][0] if len(args) == 3 else [_literal("-1", "integer")]
             return [{"class": "StringSplit", "num-children": 3}, *args[0][0], *args[1][0], *limit], spark_t
+        if fn in _DIGESTS and len(args) == (2 if fn == "sha2" else 1):
+            (a, at), *bits = args
+            if at not in ("string", "binary", "void") or any(bt != "integer" for _, bt in bits):
+                raise self.unsupported(f"Spark function {fn!r} on {' and '.join(t for _, t in args)}")
+            cls, out = _DIGESTS[fn]
+            nodes = [{"class": cls, "num-children": len(args)}, *self.to(a, at, "binary"), *(n for b, _ in bits for n in b)]
+            return nodes, self.check(out, spark_t, fn)
+        if fn in _ROW_HASHES and args:
+            cls, out = _ROW_HASHES[fn]
+            nodes = [{"class": cls, "num-children": len(args), "seed": SPARK_SEED}, *(n for a, _ in args for n in a)]
+            return nodes, self.check(out, spark_t, fn)
         if fn in _MATCHES and len(args) == 2:
             (a, at), (b, bt) = args
             if at != "string" or bt != "string":
