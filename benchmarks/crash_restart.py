@@ -85,7 +85,7 @@ DELTA_FAULTS = [p for p in FAULT_POINTS if p not in ("after_early_write", "in_sh
 #: ``--lane sharded``: the faults of the sharded lane (sparkqos.spark.sharded), the worker's first.
 SHARDED_FAULTS = ["in_shard", "after_run", "after_sink", "after_progress"]
 #: ``--lane sharded``: the shards, and the job's queries the lane runs (per sensor; the zone
-#: statistics group sensors by location, the archive's hash is evaluated by Spark).
+#: statistics group sensors by location).
 SHARDS = 2
 SHARDED_QUERIES = ["fire", "anomaly"]
 #: ``--lane sharded``: local mode with four attempts per task (local mode's default is one), so a
@@ -307,8 +307,8 @@ def final_outputs(out: Path, compiled_factory) -> dict[str, pa.Table]:
 
 def oracle(trace: pa.Table, trace_path: Path, compiled_factory) -> dict[str, pa.Table]:
     """Every query's rows of the whole trace in one batch through the executor: the trace's rows
-    for the natively read input, and Spark's rows for each part Spark evaluates (the archive's
-    hash), as a micro-batch of the job would give them."""
+    for the natively read input, and Spark's rows for each part Spark evaluates (if a query has
+    one), as a micro-batch of the job would give them."""
     from pyspark.sql import SparkSession
 
     from sparkqos import schedulers

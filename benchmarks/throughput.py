@@ -24,7 +24,10 @@ Runs alternate (native, sparkqos, native, ...) for ``--rounds`` rounds in one Sp
 a small warm-up of both; the medians give the ratio. For sparkqos the wall time is then broken
 down into Spark's own per-trigger work (planning, offsets, WAL: ``triggerExecution - addBatch``),
 ``toArrow`` (Spark reads the files and converts the batch), ingest, executor, sink, checkpoint and
-the metrics row, from ``TriggerLoop.phase_s``. The last line is
+the metrics row, from ``TriggerLoop.phase_s``; the executor's time is broken down further by
+operator (each operator's busy time from the statistics gatherer: a select's expressions show
+what it computes — a pandas UDF, a hash), by operator kind, and the rest of the executor's time
+outside the operators' runs (picking, queues, slicing). The last line is
 ``throughput ratio sparkqos/native: X.XX``.
 
 ``--queries spark-parts`` runs instead four queries over a Kafka-style JSON ``value`` column (the
@@ -196,7 +199,55 @@ def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: 
     phases["spark per-trigger work"] = spark_own / 1000.0
     phases["finish (drain)"] = seconds - loop_s
     rows_out = {q: t.num_rows for q, t in read_parquet_sink(out / "outputs").items()}
-    return {"seconds": seconds, "rows_out": rows_out, "phases": phases, "triggers": len(query.recentProgress)}
+    return {
+        "seconds": seconds,
+        "rows_out": rows_out,
+        "phases": phases,
+        "triggers": len(query.recentProgress),
+        "operators": operator_times(handle.loop),
+    }
+
+
+def operator_times(loop) -> list[dict]:
+    """Per operator of the executor's plan: its kind, what it computes, the seconds its runs took
+    (the statistics gatherer's busy time), its runs and the rows it consumed."""
+    from sparkqos.executor.expressions import Col
+
+    compiled, stats = loop.compiled, loop.executor.state.stats.operators()
+    out = []
+    for op in compiled.plan:
+        s = stats.get(op.name)
+        physical = compiled.operators[op.name]
+        # a select: the expressions it computes (a UDF, a hash), not the columns it passes on
+        what = ", ".join(repr(e) for e in getattr(physical, "exprs", ()) if not isinstance(e, Col))
+        out.append(
+            {
+                "name": op.name,
+                "kind": op.kind,
+                "what": what if len(what) <= 60 else what[:57] + "...",
+                "seconds": s.busy_time if s else 0.0,
+                "runs": s.runs if s else 0,
+                "rows": s.consumed if s else 0.0,
+            }
+        )
+    return out
+
+
+def print_operator_times(operators: list[dict], executor_s: float) -> None:
+    """Where the executor's time went: per operator, per kind, and outside the operators' runs."""
+    busy = sum(o["seconds"] for o in operators)
+    print(f"where the executor's {executor_s:.2f} s went, by operator (the busy time of its runs):")
+    for o in sorted(operators, key=lambda o: -o["seconds"]):
+        per_row = 1e6 * o["seconds"] / o["rows"] if o["rows"] else float("nan")
+        print(
+            f"  {o['name']:<28} {o['kind']:<9} {o['seconds']:7.2f} s  {100 * o['seconds'] / executor_s:5.1f}%"
+            f"  {o['runs']:>6} runs  {o['rows']:>10,.0f} rows  {per_row:6.2f} us/row  {o['what']}"
+        )
+    kinds: dict[str, float] = {}
+    for o in operators:
+        kinds[o["kind"]] = kinds.get(o["kind"], 0.0) + o["seconds"]
+    by_kind = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    print(f"  by kind: {by_kind}; outside the operators' runs (picking, queues, slicing) {executor_s - busy:.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in sorted(best["phases"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<24} {s:7.2f} s  {100 * s / total:5.1f}%")
     print("  (the executor works on its own thread between triggers, so parts overlap and need not add up to the wall time)")
+    print_operator_times(best["operators"], best["phases"].get("executor", 0.0))
     print(f"throughput ratio sparkqos/native: {rate['sparkqos'] / rate['native']:.2f}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

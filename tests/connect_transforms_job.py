@@ -93,6 +93,17 @@ def transforms():
         "string": lambda df: df.where(F.col("s").startswith("a") | F.col("s").contains("c")).select(
             F.upper("s").alias("u"), F.isnan("d")
         ),
+        # Spark's hashes, bit for bit: of strings (cast to binary by the analyzer) and of many columns
+        "hashes": lambda df: df.where(F.xxhash64("s") != 0).select(
+            "i",
+            F.sha2("s", 256).alias("h256"),
+            F.sha2(F.col("i").cast("string"), 0).alias("h0"),
+            F.md5("s").alias("m"),
+            F.sha1("s").alias("s1"),
+            F.crc32("s").alias("c"),
+            F.xxhash64("i", "l", "d", "s", "f", "ts").alias("xx"),
+            F.hash("s", "d").alias("mm"),
+        ),
         "synthetic": lambda df: sparkqos.synthetic(df.where(F.col("l") != 0), 0.5, seed=3, key="l").select("l", "s"),
         # struct fields, rounding and a decimal literal, natively
         "nested": lambda df: (
@@ -191,7 +202,7 @@ def stateful():
 
 
 #: Transforms whose row-wise part Spark evaluates: SQL strings, UDFs, JSON and regex.
-SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_sha")
+SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_regex")
 
 
 def spark_parts():
@@ -217,7 +228,9 @@ def spark_parts():
         ),
         "log": lambda df: df.select(F.log("d").alias("ln")),
         # below a lag: the select computing its argument (the analyzer's _w0)
-        "lag_sha": lambda df: df.withColumn("p", F.lag(F.sha2("s", 256)).over(Window.partitionBy("f").orderBy("ts"))),
+        "lag_regex": lambda df: df.withColumn(
+            "p", F.lag(F.regexp_replace("s", "a", "#")).over(Window.partitionBy("f").orderBy("ts"))
+        ),
     }
     assert tuple(parts) == SPARK_PARTS
     return parts

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 import sparkqos
 from sparkqos.compile.shardable import shard_report
@@ -44,7 +45,7 @@ from tests.conftest import ROOT, replay, run_connect_job
 from tests.test_vessels import handmade
 
 PER_VESSEL = ("geofence", "speeding", "turning", "loitering", "archive")
-PER_SENSOR = ("fire", "anomaly")  # the archive keys its records by sha2, which Spark evaluates
+PER_SENSOR = ("fire", "anomaly", "archive")
 
 
 def vessel_queries(spark):
@@ -120,9 +121,10 @@ def sensors(spark_sql, tmp_path_factory):
     queries = {q: t for q, t in every.items() if q in PER_SENSOR}
     compiled = compile_transforms(df, queries, {q: SENSOR_QUERY_CLASSES[q] for q in queries}, SENSOR_CLASSES, "native")
     assert all(r is None for r in shard_report(compiled, "sensor_id").values())
-    whole = compile_transforms(df, every)
+    zones = {"zones": lambda d: d.select("sensor_id", F.regexp_extract("location", r"(\d+)$", 1).alias("zone"))}
+    whole = compile_transforms(df, {**every, **zones})
     assert shard_report(whole, "sensor_id")["zone_stats"] is not None  # grouped by location
-    with pytest.raises(NotShardable, match=r"queries \['archive'\] have parts Spark evaluates"):
+    with pytest.raises(NotShardable, match=r"queries \['zones'\] have parts Spark evaluates"):
         ShardWork(whole, RunConfig(checkpoint="/unused"), 2)
     return pq.read_table(path), compiled, {name: t(df).toArrow() for name, t in queries.items()}
 
@@ -152,14 +154,14 @@ def test_adaptive_scores_of_the_shards_fold_with_unscored_candidates():
 
 def test_a_job_run_sharded_names_the_query_the_lane_refuses(spark, tmp_path, capsys):
     """``--set job.shards=2`` switches a job to the sharded lane; a query it cannot run there (the
-    sensor job's archive, whose hash Spark evaluates) is a configuration error naming the query
-    and how to leave it out, before any data moves."""
+    sensor job's zone_stats, whose windows are kept per location, not per sensor) is a
+    configuration error naming the query and how to leave it out, before any data moves."""
     from jobs import sensor_monitor
 
     argv = ["--set", "job.shards=2", "--output", str(tmp_path / "out"), "--duration", "1", "--quiet"]
     assert sensor_monitor.main(argv) == 2
     err = capsys.readouterr().err
-    assert "job.shards > 0 runs the sharded lane" in err and "['archive']" in err and "queries.run" in err, err
+    assert "job.shards > 0 runs the sharded lane" in err and "query 'zone_stats'" in err and "queries.run" in err, err
 
 
 def _trace(tmp_path: Path) -> Path:

@@ -34,6 +34,7 @@ SPARK_TYPES = {
     "float": pa.float32(),
     "double": pa.float64(),
     "string": pa.string(),
+    "binary": pa.binary(),
     "boolean": pa.bool_(),
     "void": pa.null(),
     "timestamp": pa.timestamp("us", tz="UTC"),

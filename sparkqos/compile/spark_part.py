@@ -2,7 +2,7 @@
 
 A query's stateless, row-wise part directly over the input — its Projects, Filters, Generates
 (``explode``) and pass-through nodes up to the first other operator — may hold functions sparkqos
-has no operator for (``from_json``, regular expressions, dates, hashes, UDFs…). Under placement
+has no operator for (``from_json``, regular expressions, dates, UDFs…). Under placement
 ``"auto"`` such a part, whole, is evaluated **by Spark inside the micro-batch** and its rows enter
 the queue of the first native operator above it; a part sparkqos compiles runs natively.
 ``"native"`` never hands a part to Spark (what cannot compile is refused); ``"spark"`` hands

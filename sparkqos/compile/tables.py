@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from sparkqos.compile import joins, keyed, nested, numeric, sessions, stateful, udf
+from sparkqos.compile import hashes, joins, keyed, nested, numeric, sessions, stateful, udf
 
 #: Time windows a groupBy may group by, as users write them → the reader of the analyzer's
 #: rewrite of each under an Aggregate (``reader(node) -> stateful.TimeWindow | None``).
@@ -48,4 +48,7 @@ EXPRESSIONS: dict[str, Callable[[Any, Any, Any], Any]] = {
     "BRound": numeric.round_,
     "Cast": numeric.cast,
     **dict.fromkeys(("Add", "Subtract", "Multiply", "Divide", "Remainder", "IntegralDivide"), numeric.arithmetic),
+    **dict.fromkeys(("Md5", "Sha1", "Crc32"), hashes.digest),
+    "Sha2": hashes.sha2,
+    **dict.fromkeys(("XxHash64", "Murmur3Hash"), hashes.row_hash),
 }

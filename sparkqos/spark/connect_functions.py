@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyspark.sql.connect.proto as proto
 
+from sparkqos.executor.expressions.hashes import SPARK_SEED
 from sparkqos.spark.connect_relations import PKG
 from sparkqos.spark.connect_relations import literal as _literal
 
@@ -229,6 +230,31 @@ def _matches(tr: Any, fn: str, args: list[Arg], spark_t: Any) -> Written:
     return [{"class": _MATCHES[fn], "num-children": 2, "escapeChar": "\\"}, *a, *b], check(tr, "boolean", spark_t, fn)
 
 
+#: Hashes: of binary (a string cast to its UTF-8 bytes, as the analyzer does) → (class, result type).
+_DIGESTS = {"md5": ("Md5", "string"), "sha1": ("Sha1", "string"), "crc32": ("Crc32", "long"), "sha2": ("Sha2", "string")}
+#: Hashes of any number of columns, with Spark's seed → (class, result type).
+_ROW_HASHES = {"xxhash64": ("XxHash64", "long"), "hash": ("Murmur3Hash", "integer")}
+
+
+def _digest(tr: Any, fn: str, args: list[Arg], spark_t: Any) -> Written:
+    if len(args) != (2 if fn == "sha2" else 1):
+        return None
+    (a, at), *bits = args
+    if at not in ("string", "binary", "void") or any(bt != "integer" for _, bt in bits):
+        raise tr.unsupported(f"Spark function {fn!r} on {' and '.join(t for _, t in args)}")
+    cls, out = _DIGESTS[fn]
+    nodes = [{"class": cls, "num-children": len(args)}, *to(a, at, "binary"), *(n for b, _ in bits for n in b)]
+    return nodes, check(tr, out, spark_t, fn)
+
+
+def _row_hash(tr: Any, fn: str, args: list[Arg], spark_t: Any) -> Written:
+    if not args:
+        return None
+    cls, out = _ROW_HASHES[fn]
+    nodes = [{"class": cls, "num-children": len(args), "seed": SPARK_SEED}, *(n for a, _ in args for n in a)]
+    return nodes, check(tr, out, spark_t, fn)
+
+
 def _variadic(tr: Any, fn: str, args: list[Arg], spark_t: Any) -> Written:
     """``in``, ``when`` (conditions and values alternate, an odd last one the otherwise) and the
     functions of any number of values: the values are cast to their common type."""
@@ -264,5 +290,7 @@ FUNCTIONS: Mapping[str, Callable[[Any, str, list[Arg], Any], Written]] = Mapping
         "array": _array,
         "split": _split,
         "between": _between,
+        **dict.fromkeys(_DIGESTS, _digest),
+        **dict.fromkeys(_ROW_HASHES, _row_hash),
     }
 )

@@ -6,8 +6,8 @@ and the throughput benchmark run.
   (:class:`sparkqos.workloads.sensors.ReadingModel`, a kernel density estimate scored with numpy in a
   pandas UDF); the readings it finds unlikely, with their score;
 * ``zone_stats`` (class N): per-zone count / mean temperature / max humidity per event-time window;
-* ``archive`` (class N): every reading keyed by a hash of its sensor id (``sha2``, which Spark
-  evaluates in the micro-batch), enriched from a static sensor registry (a stream–static join:
+* ``archive`` (class N): every reading keyed by a hash of its sensor id (``sha2``, computed
+  natively, bit-exact with Spark), enriched from a static sensor registry (a stream–static join:
   site, and the sensor's calibration offset applied) and encoded as a JSON record by a pandas
   UDF, for logging.
 
@@ -107,7 +107,7 @@ def sensor_transforms(
         )
 
     def archive(df: DataFrame) -> DataFrame:
-        # each logged record carries a hash of its sensor id, the key log readers join on (Spark computes sha2)
+        # each logged record carries a hash of its sensor id, the key log readers join on
         keyed = df.withColumn("sensor_key", F.sha2(F.col("sensor_id").cast("string"), 256))
         enriched = keyed.join(sensor_registry(df.sparkSession), on="sensor_id", how="left").withColumn(
             "calibrated", F.col("temperature") + F.coalesce(F.col("offset"), F.lit(0.0))

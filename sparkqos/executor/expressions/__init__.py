@@ -7,6 +7,8 @@
   Spark's plans (NaN ordering, wrapping integers, null on division by zero, ``CASE WHEN``);
 * :mod:`~sparkqos.executor.expressions.casts` — Spark's non-ANSI ``cast``;
 * :mod:`~sparkqos.executor.expressions.functions` — the function table and its calls;
+* :mod:`~sparkqos.executor.expressions.hashes` — Spark's ``md5``, ``sha1``, ``sha2``, ``crc32``,
+  ``xxhash64`` and ``hash`` (Murmur3), bit for bit (functions of the table);
 * :mod:`~sparkqos.executor.expressions.aggregates` — the aggregates of window aggregations;
 * :mod:`~sparkqos.executor.expressions.nested` — structs and arrays (struct fields, ``F.struct``,
   ``F.array``, ``split``);

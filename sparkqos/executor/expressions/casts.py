@@ -27,8 +27,9 @@ def float_to_integer(x: pa.Array | pa.Scalar, to: pa.DataType) -> pa.Array | pa.
 def cast_supported(src: pa.DataType, to: pa.DataType) -> bool:
     """Whether :class:`Cast` computes Spark's exact result for ``src`` → ``to``: numbers and
     booleans between themselves, timestamps to numbers and booleans, integers and booleans to
-    strings, anything to itself and null to anything. (Floats to strings use the JVM's number
-    formatting; strings to numbers Spark's own parser: not matched.)"""
+    strings, strings to binary (their UTF-8 bytes), anything to itself and null to anything.
+    (Floats to strings use the JVM's number formatting; strings to numbers Spark's own parser:
+    not matched.)"""
     sk, tk = kind(src), kind(to)
     if src == to or sk == "null":
         return True
@@ -38,6 +39,8 @@ def cast_supported(src: pa.DataType, to: pa.DataType) -> bool:
         return not pa.types.is_decimal(to)
     if tk == "string":
         return pa.types.is_integer(src) or pa.types.is_boolean(src)
+    if pa.types.is_binary(to):
+        return sk == "string"
     return False
 
 

@@ -3,6 +3,7 @@ functions with literal arguments (:class:`Substring`, :class:`StringMatch`)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from sparkqos.errors import ExpressionError
 from sparkqos.executor import fdlibm
 from sparkqos.executor.expressions.casts import float_to_integer
 from sparkqos.executor.expressions.core import Expr, as_type, describe, is_float, kind, null_of
+from sparkqos.executor.expressions.hashes import DIGESTS, crc32, digest, murmur3, xxhash64
 from sparkqos.executor.expressions.sql import spark_compare
 
 
@@ -137,6 +139,13 @@ FUNCTIONS: dict[str, tuple[Any, tuple[str, ...] | None]] = {
     "ln": (_on_doubles(fdlibm.log, null_if=lambda x: x <= 0.0), ("numeric",)),
     "log": (_on_doubles(_logarithm, null_if=lambda base, x: (base <= 0.0) | (x <= 0.0)), ("numeric",)),
     "pow": (_on_doubles(fdlibm.pow_), ("numeric",)),
+    # Spark's hashes (executor/expressions/hashes.py): md5, sha1, sha224 … sha512 as lowercase
+    # hex and crc32 as a long, of a string's UTF-8 bytes or of binary (null → null); xxhash64
+    # (long) and hash (Murmur3, int) of any number of atomic values, never null.
+    **{name: (functools.partial(digest, name), ("string", "binary")) for name in DIGESTS},
+    "crc32": (crc32, ("string", "binary")),
+    "xxhash64": (xxhash64, None),
+    "hash": (murmur3, None),
 }
 
 
