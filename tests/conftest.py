@@ -154,6 +154,25 @@ def spark_sql(spark):
     spark.conf.set("spark.sql.ansi.enabled", before)
 
 
+def run_under_each(df, queries: Mapping[str, Callable], strategies, **run_options: Any) -> dict[str, dict[str, pa.Table]]:
+    """``sparkqos.run(df, queries, strategy=s, **run_options)`` for each of ``strategies`` (by
+    name), with the transforms compiled and ``df`` read once: the steps of ``sparkqos.run``
+    (compile, read the input, the strategy sized to the default budget, the executor over a fresh
+    copy of the compiled plan), so that a test comparing every strategy with one answer of Spark's
+    asks Spark for that answer once."""
+    from sparkqos.executor.options import ExecutorOptions
+    from sparkqos.runtime.config import StrategyConfig
+    from sparkqos.spark.transforms import compile_transforms, input_tables, run_compiled
+
+    batch_rows, units_between = run_options.pop("batch_rows", 256), run_options.pop("units_between", 3)
+    compiled = compile_transforms(df, queries, **run_options)
+    tables = input_tables(compiled, df)
+    options = ExecutorOptions.of(None)
+    budget_s = options.budget_s or 1.0
+    schedulers = {name: StrategyConfig(name).make(compiled.plan, budget_s) for name in strategies}
+    return {name: run_compiled(compiled, tables, s, batch_rows, units_between, options) for name, s in schedulers.items()}
+
+
 # -- replayed streams ------------------------------------------------------------------------------
 
 
