@@ -103,7 +103,7 @@ def test_recorded_reports_stream_like_spark_streams_them(spark_sql, tmp_path):
     queries = vessel_transforms(spark_sql)  # recorded timestamps: the replay keeps them
 
     def stream():
-        return replay(spark_sql, path, seconds_per_trigger=600)  # 8 micro-batches
+        return replay(spark_sql, path, seconds_per_trigger=1200)  # 4 micro-batches
 
     sink = stream_to_end(stream(), queries, tmp_path / "sparkqos", classes=VESSEL_QUERY_CLASSES, priorities=VESSEL_PRIORITIES)
     lags = ("speeding", "turning")
