@@ -92,6 +92,7 @@ def test_sensor_transforms_equal_spark(readings):
     assert isinstance(got["fire"], pa.Table)
 
 
+@pytest.mark.slow  # the main job's four queries streamed by sparkqos and by Spark: the longest stream test
 def test_main_job_queries_stream_like_spark_streams_them(spark, tmp_path):
     """Issue 14: the main job's four transforms served by sparkqos.stream over a replayed trace
     give, after finish(), the rows Spark's own streaming run of the same transforms gives. Spark's

@@ -84,6 +84,7 @@ def test_recorded_reports_give_sparks_rows(spark_sql, tmp_path):
     assert set(counts) == set(VESSEL_QUERY_CLASSES) and counts["archive"] == 6000, counts
 
 
+@pytest.mark.slow  # the vessel job's queries streamed by sparkqos and by Spark over 4,000 recorded reports
 @pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
 def test_recorded_reports_stream_like_spark_streams_them(spark_sql, tmp_path):
     """Issue 16: the vessel job's six transforms served by ``sparkqos.stream`` over the replayed
