@@ -38,15 +38,31 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 SPARK_PYTHON = str(ROOT / "sparkqos" / "spark" / "spark-python")
 os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
 
-#: Test files whose tests wait on processes of their own (a notebook kernel, a Spark Connect
-#: server, a fresh virtualenv), longest first: they run first, so that with ``-n 2`` (pytest-xdist)
-#: they overlap the rest of the suite instead of ending it.
+#: Test files, longest first (their wall time on one xdist worker, measured over the whole suite).
+#: Handed out in this order, whole, to whichever worker is free, the longest start first and the
+#: short ones fill the gaps, so that with ``-n 2`` both workers end at about the same time. The
+#: slow set's (-m slow) come first: in it, the Spark Connect unit (below) is as long as the rest.
 FIRST = (
-    "test_readme.py",
-    "test_notebooks.py",
     "test_connect.py",
     "test_connect_transforms.py",
+    "test_readme.py",
+    "test_notebooks.py",
     "test_wheel.py",
+    "test_transforms.py",
+    "test_runner.py",
+    "test_transforms_joins.py",
+    "test_transforms_keyed.py",
+    "test_spark_part.py",
+    "test_operators.py",
+    "test_executor.py",
+    "test_contract.py",
+    "test_transforms_examples.py",
+    "test_session_window.py",
+    "test_vessels.py",
+    "test_sharded.py",
+    "test_sources.py",
+    "test_adaptive.py",
+    "test_transforms_stateful.py",
     "test_experiments.py",
 )
 
@@ -84,7 +100,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that takes the ``spark`` fixture ``spark`` (``-m "not spark"`` is the quick
-    subset), and order the files of :data:`FIRST` first (whole files, in their own order)."""
+    subset), and order the files of :data:`FIRST` first (whole files, in its order)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
@@ -136,6 +152,25 @@ def spark_sql(spark):
     spark.conf.set("spark.sql.ansi.enabled", "false")
     yield spark
     spark.conf.set("spark.sql.ansi.enabled", before)
+
+
+def run_under_each(df, queries: Mapping[str, Callable], strategies, **run_options: Any) -> dict[str, dict[str, pa.Table]]:
+    """``sparkqos.run(df, queries, strategy=s, **run_options)`` for each of ``strategies`` (by
+    name), with the transforms compiled and ``df`` read once: the steps of ``sparkqos.run``
+    (compile, read the input, the strategy sized to the default budget, the executor over a fresh
+    copy of the compiled plan), so that a test comparing every strategy with one answer of Spark's
+    asks Spark for that answer once."""
+    from sparkqos.executor.options import ExecutorOptions
+    from sparkqos.runtime.config import StrategyConfig
+    from sparkqos.spark.transforms import compile_transforms, input_tables, run_compiled
+
+    batch_rows, units_between = run_options.pop("batch_rows", 256), run_options.pop("units_between", 3)
+    compiled = compile_transforms(df, queries, **run_options)
+    tables = input_tables(compiled, df)
+    options = ExecutorOptions.of(None)
+    budget_s = options.budget_s or 1.0
+    schedulers = {name: StrategyConfig(name).make(compiled.plan, budget_s) for name in strategies}
+    return {name: run_compiled(compiled, tables, s, batch_rows, units_between, options) for name, s in schedulers.items()}
 
 
 # -- replayed streams ------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def main(trace: str, out: str, mode: str) -> None:
             spark.readStream.format("sparkqos.replay")
             .option("path", trace)
             .option("speed", "max")
-            .option("maxSecondsPerTrigger", "1")
+            .option("maxSecondsPerTrigger", "2")
             .load()
         )
         return sparkqos.stream(
@@ -48,7 +48,7 @@ def main(trace: str, out: str, mode: str) -> None:
 
     stopped_at = archived_at_stop = seen = None
     if mode == "restart":
-        first = handle(0.5)  # 30 triggers of 1 s of trace, one every 0.5 s: stopped well before the end
+        first = handle(0.5)  # 15 triggers of 2 s of trace, one every 0.5 s: stopped well before the end
         first.start()
         metrics = base / "output" / "metrics"
         by = time.time() + 120

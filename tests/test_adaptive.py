@@ -453,6 +453,7 @@ def six_settings():
     }
 
 
+@pytest.mark.slow  # the six settings over ten seeds: the suite's longest simulation
 @pytest.mark.parametrize("plan_name", ["filters", "join"])
 def test_thesis_6_3_to_6_5_adaptive_matches_the_best_single_strategy(six_settings, plan_name):
     """Thesis §6.3–6.5: weights delay/rate 100-0, 70-30, 50-50, 30-70, 0-100 and equal thirds on
@@ -465,6 +466,7 @@ def test_thesis_6_3_to_6_5_adaptive_matches_the_best_single_strategy(six_setting
     assert all(scores[label]["adaptive"] >= 0.9 * best[label] for label in scores)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plan_name", ["filters", "join"])
 def test_thesis_6_3_to_6_5_scores_are_one_formula_for_all_contenders(six_settings, plan_name):
     """The table the report quotes: six settings × (four strategies + adaptive), every score in

@@ -114,6 +114,7 @@ def test_the_batch_function_pickles_to_configuration_only(spark, trace, tmp_path
     assert fn.loop is handle.loop  # classic: the driver feeds the handle's own loop
 
 
+@pytest.mark.slow  # a Spark Connect server and its job in a process of their own
 def test_connect_run_stopped_and_restarted_gives_the_classic_rows(trace, classic, tmp_path):
     summary = run_connect_job("connect_job.py", str(trace), str(tmp_path), "restart", cwd=tmp_path, timeout=600)
     # Stopped mid-stream: part of the trace was archived, and the restarted run had batches of

@@ -33,6 +33,7 @@ from tests.test_transforms import canonical
 from tests.test_transforms_native import last_per_key
 
 pytestmark = pytest.mark.spark  # a Spark Connect server in a process of its own
+# The tests that read the job's results are slow (-m slow): the job is a process of its own.
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,7 @@ def job(tmp_path_factory) -> tuple[Path, dict]:
     return out, run_connect_job("connect_transforms_job.py", str(out), cwd=out, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(transforms()))
 def test_connect_run_gives_sparks_rows(job, name):
     out, _ = job
@@ -53,6 +55,7 @@ def test_connect_run_gives_sparks_rows(job, name):
     assert canonical(got) == canonical(want), name
 
 
+@pytest.mark.slow
 def test_connect_compiles_the_plan_classic_compiles(job, spark):
     """Read from the client's plan or from the analyzed plan: one mapping, one compiled plan."""
     out, _ = job
@@ -72,6 +75,7 @@ def test_compiled_aggregates_and_udfs_pickle(spark):
     assert describe(pickle.loads(pickle.dumps(compiled))) == describe(compiled)
 
 
+@pytest.mark.slow
 def test_connect_unsupported_transforms_are_named(job):
     _, summary = job
     errors = summary["errors"]
@@ -87,6 +91,7 @@ def test_connect_unsupported_transforms_are_named(job):
     assert "query 'window'" in errors["window"] and "window function 'row_number'" in errors["window"], errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SPARK_PARTS)
 def test_connect_spark_evaluated_parts_give_sparks_rows(job, name):
     """SQL strings, a pandas UDF, a Python UDF, JSON and regex functions under Connect: Spark
@@ -98,6 +103,7 @@ def test_connect_spark_evaluated_parts_give_sparks_rows(job, name):
     assert canonical(got) == canonical(want), name
 
 
+@pytest.mark.slow
 def test_connect_stream_gives_the_static_rows(job):
     out, _ = job
     streamed = read_parquet_sink(out / "out" / "outputs")

@@ -10,7 +10,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-pytestmark = pytest.mark.spark  # each test starts a kernel with a Spark session of its own
+# each test starts a kernel with a Spark session of its own
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -126,6 +126,8 @@ def test_slo_fragment_gives_targets_and_ages_a_run_takes():
     assert per_query("shed", config.shed, given["classes"]) == {"archive": 30.0}
 
 
+@pytest.mark.slow  # the user's script in a process of its own: a JVM and a stream of its own
+@pytest.mark.spark
 def test_own_script_runs_with_the_venv_python_and_no_pyspark_python(tmp_path):
     """Each query has rows within the first seconds, no two queries' rows are the same, and the
     finite run gives what the snippet's comment says."""

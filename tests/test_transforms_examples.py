@@ -92,6 +92,7 @@ def test_sensor_transforms_equal_spark(readings):
     assert isinstance(got["fire"], pa.Table)
 
 
+@pytest.mark.slow  # the main job's four queries streamed by sparkqos and by Spark: the longest stream test
 def test_main_job_queries_stream_like_spark_streams_them(spark, tmp_path):
     """The main job's four transforms served by sparkqos.stream over a replayed trace
     give, after finish(), the rows Spark's own streaming run of the same transforms gives. Spark's
@@ -103,7 +104,7 @@ def test_main_job_queries_stream_like_spark_streams_them(spark, tmp_path):
     queries = sensor_transforms(model_size=256)
 
     def stream():
-        return replay(spark, path, seconds_per_trigger=5)
+        return replay(spark, path, seconds_per_trigger=10)  # 4 micro-batches, each closing a 10 s window
 
     sink = stream_to_end(
         stream(), queries, tmp_path / "sparkqos", classes=SENSOR_QUERY_CLASSES, priorities=SENSOR_CLASSES, strategy="cqc"

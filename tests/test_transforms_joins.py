@@ -29,7 +29,7 @@ from sparkqos.executor.operators import IntervalJoin, StaticJoin
 from sparkqos.spark.static_tables import MAX_ROWS_CONF
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
-from tests.conftest import replay, stream_to_end
+from tests.conftest import replay, run_under_each, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -103,25 +103,27 @@ def strict_join(d):
 STREAM_JOINS = {"range": range_join, "between": between_join, "strict": strict_join}
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 @given(data=stream_rows, lookup=static_rows)
 @EXAMPLES
-def test_static_joins_equal_spark(spark_sql, strategy, data, lookup):
+def test_static_joins_equal_spark_under_every_strategy(spark_sql, data, lookup):
     df = make_df(spark_sql, data)
     queries = static_queries(make_static(spark_sql, lookup))
-    got = sparkqos.run(df, queries, strategy=strategy, batch_rows=4, units_between=2)
+    runs = run_under_each(df, queries, STRATEGIES, batch_rows=4, units_between=2)
     for name, transform in queries.items():
-        assert_same(got[name], transform(df).toArrow(), name)
+        want = transform(df).toArrow()
+        for strategy, got in runs.items():
+            assert_same(got[name], want, f"{name} under {strategy}")
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 @given(data=stream_rows)
 @EXAMPLES
-def test_stream_stream_joins_equal_spark(spark_sql, strategy, data):
+def test_stream_stream_joins_equal_spark_under_every_strategy(spark_sql, data):
     df = make_df(spark_sql, data)
-    got = sparkqos.run(df, STREAM_JOINS, strategy=strategy, batch_rows=4, units_between=2)
+    runs = run_under_each(df, STREAM_JOINS, STRATEGIES, batch_rows=4, units_between=2)
     for name, transform in STREAM_JOINS.items():
-        assert_same(got[name], transform(df).toArrow(), name)
+        want = transform(df).toArrow()
+        for strategy, got in runs.items():
+            assert_same(got[name], want, f"{name} under {strategy}")
 
 
 def test_join_plans_are_one_operator_per_spark_operator(spark_sql):

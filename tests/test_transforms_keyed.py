@@ -35,7 +35,7 @@ from sparkqos.executor.operators import Deduplicate, KeyedLag, Lag
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
-from tests.conftest import replay, spark_streams, stream_to_end
+from tests.conftest import replay, run_under_each, spark_streams, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -120,14 +120,15 @@ def by_expression(df):
 LAGS = {"speed": speed, "deeper": deeper, "replaced": replaced, "one_partition": one_partition, "by_expression": by_expression}
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 @given(data=track)
 @EXAMPLES
-def test_lag_equals_spark(spark_sql, strategy, data):
+def test_lag_equals_spark_under_every_strategy(spark_sql, data):
     df = frame(spark_sql, track_table(data))
-    got = sparkqos.run(df, LAGS, strategy=strategy, batch_rows=4, units_between=2)
+    runs = run_under_each(df, LAGS, STRATEGIES, batch_rows=4, units_between=2)
     for name, transform in LAGS.items():
-        assert_same(got[name], transform(df).toArrow(), name)
+        want = transform(df).toArrow()
+        for strategy, got in runs.items():
+            assert_same(got[name], want, f"{name} under {strategy}")
 
 
 def test_lag_plan(spark):
@@ -212,14 +213,15 @@ DEDUPS = {"by_sensor_and_time": by_sensor_and_time, "whole_rows": whole_rows}
 STATIC_DEDUPS = DEDUPS | {"then_filtered": then_filtered, "distinct": lambda d: d.select("k", "lat").distinct()}
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 @given(data=readings)
 @EXAMPLES
-def test_drop_duplicates_equals_spark(spark_sql, strategy, data):
+def test_drop_duplicates_equals_spark_under_every_strategy(spark_sql, data):
     df = frame(spark_sql, reading_table(data))
-    got = sparkqos.run(df, STATIC_DEDUPS, strategy=strategy, batch_rows=4, units_between=2)
+    runs = run_under_each(df, STATIC_DEDUPS, STRATEGIES, batch_rows=4, units_between=2)
     for name, transform in STATIC_DEDUPS.items():
-        assert_same(got[name], transform(df).toArrow(), name)
+        want = transform(df).toArrow()
+        for strategy, got in runs.items():
+            assert_same(got[name], want, f"{name} under {strategy}")
 
 
 # -- streams ------------------------------------------------------------------------------------------

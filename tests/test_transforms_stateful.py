@@ -25,6 +25,7 @@ from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, Wi
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
+from tests.conftest import run_under_each
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -91,14 +92,15 @@ def no_keys(df):
 QUERIES = {"tumbling": tumbling, "sliding": sliding, "reordered": reordered, "no_keys": no_keys}
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
 @given(data=rows)
 @EXAMPLES
-def test_window_aggregates_equal_spark(spark_sql, strategy, data):
+def test_window_aggregates_equal_spark_under_every_strategy(spark_sql, data):
     df = make_df(spark_sql, data)
-    got = sparkqos.run(df, QUERIES, strategy=strategy, batch_rows=7, units_between=2)
+    runs = run_under_each(df, QUERIES, STRATEGIES, batch_rows=7, units_between=2)
     for name, transform in QUERIES.items():
-        assert_same(got[name], transform(df).toArrow(), name)
+        want = transform(df).toArrow()
+        for strategy, got in runs.items():
+            assert_same(got[name], want, f"{name} under {strategy}")
 
 
 def test_aggregate_plan_is_one_operator(spark):

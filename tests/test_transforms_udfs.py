@@ -36,7 +36,7 @@ from sparkqos.errors import UdfError, UnsupportedTransform
 from sparkqos.executor.loop import Executor
 from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
-from tests.conftest import replay, stream_to_end
+from tests.conftest import replay, run_under_each, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 EXAMPLES = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -149,8 +149,7 @@ def assert_same(got: pa.Table, want: pa.Table, name: str) -> None:
 def test_udfs_equal_spark_under_every_strategy(spark_sql, data):
     df = make_df(spark_sql, data)
     want = {name: transform(df).toArrow() for name, transform in QUERIES.items()}
-    for strategy in STRATEGIES:
-        got = sparkqos.run(df, QUERIES, strategy=strategy, batch_rows=3, units_between=2)
+    for strategy, got in run_under_each(df, QUERIES, STRATEGIES, batch_rows=3, units_between=2).items():
         for name in QUERIES:
             assert_same(got[name], want[name], f"{name} under {strategy}")
 

@@ -84,6 +84,7 @@ def test_recorded_reports_give_sparks_rows(spark_sql, tmp_path):
     assert set(counts) == set(VESSEL_QUERY_CLASSES) and counts["archive"] == 6000, counts
 
 
+@pytest.mark.slow  # the vessel job's queries streamed by sparkqos and by Spark over 4,000 recorded reports
 @pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
 def test_recorded_reports_stream_like_spark_streams_them(spark_sql, tmp_path):
     """The vessel job's six transforms served by ``sparkqos.stream`` over the replayed
@@ -103,7 +104,7 @@ def test_recorded_reports_stream_like_spark_streams_them(spark_sql, tmp_path):
     queries = vessel_transforms(spark_sql)  # recorded timestamps: the replay keeps them
 
     def stream():
-        return replay(spark_sql, path, seconds_per_trigger=600)  # 8 micro-batches
+        return replay(spark_sql, path, seconds_per_trigger=1200)  # 4 micro-batches
 
     sink = stream_to_end(stream(), queries, tmp_path / "sparkqos", classes=VESSEL_QUERY_CLASSES, priorities=VESSEL_PRIORITIES)
     lags = ("speeding", "turning")

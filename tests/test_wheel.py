@@ -94,6 +94,7 @@ def test_wheel_carries_the_package_data(wheel):
     assert launcher.external_attr >> 16 & 0o111, "the launcher must stay executable"
 
 
+@pytest.mark.slow
 @pytest.mark.spark  # a Spark session in the fresh virtualenv
 def test_wheel_runs_a_stream_from_a_fresh_virtualenv(wheel, tmp_path):
     env_dir = tmp_path / "venv"
