@@ -1,8 +1,9 @@
 """Early writes: the one exception to "only a trigger writes".
 
-After a slice, the continuous worker writes what the top class's queries produced as a *part* of
-the batch the next trigger will commit (:meth:`~sparkqos.io.sinks.PartedSink.write_part`), so
-a class-H row waits for the sink's file write, not for the next trigger. That trigger keeps those
+After a slice, the continuous worker writes what the queries of every class above the lowest
+produced as a *part* of the batch the next trigger will commit
+(:meth:`~sparkqos.io.sinks.PartedSink.write_part`), so a class-H or class-C row waits for the
+sink's file write, not for the next trigger. That trigger keeps those
 parts and writes the rest of the batch; a crash before it commits leaves parts that no checkpoint
 covers, and the replayed batch replaces them (its first write, part or whole, removes every file
 of that batch id), as it replaces the files of a batch whose trigger crashed after its sink write.
@@ -49,8 +50,8 @@ class EarlyParts:
 
 
 class EarlyWriter:
-    """Writes the top class's new outputs (``queries``) from the worker's thread, at most every
-    ``every_s`` seconds (at once when a slice found nothing more to run: the worker is about to
+    """Writes the new outputs of ``queries`` (every class above the lowest) from the worker's
+    thread, at most every ``every_s`` seconds (at once when a slice found nothing more to run: the worker is about to
     wait for the next trigger), as parts of the batch after the last one committed.
     ``written(batch_id)`` is called after each part (the crash point ``after_early_write``);
     ``phase_s["earlyWrite"]`` adds up the time spent."""

@@ -172,7 +172,7 @@ class TriggerLoop:
         #: (the parts of queries Spark evaluates in the micro-batch, also added by it), ``ingest``
         #: (checks, dead letters, queueing), ``executor`` (operator work, in the trigger and on the
         #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row); and
-        #: ``earlyWrite``, the continuous worker's early writes of the top class.
+        #: ``earlyWrite``, the continuous worker's early writes of the classes above the lowest.
         self.phase_s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._restored = False
         self.closed = False  # close() was called: a trigger still in flight must not restart the worker
@@ -194,11 +194,14 @@ class TriggerLoop:
             self._start_worker(config)
 
     def _start_worker(self, config: RunConfig) -> None:
-        """The continuous worker, its early writer (with a top class and a sink that takes parts)
-        and the levels a trigger serves first (with class shares on)."""
+        """The continuous worker and its early writer (with a top class and a sink that takes
+        parts): it writes the rows of every class above the lowest as they come, so a class's
+        rows wait for the next trigger's commit only in the lowest class."""
         continuous = config.continuous
         if self.top_class is not None and continuous.early_write_s > 0 and self.sink.supports_parts:
-            queries = tuple(q.name for q in self.compiled.plan.queries.values() if q.klass == self.top_class)
+            plan = self.compiled.plan
+            lowest = min(plan.classes[q.klass] for q in plan.queries.values())
+            queries = tuple(q.name for q in plan.queries.values() if plan.classes[q.klass] > lowest)
             written = lambda batch_id: self._fault("after_early_write", batch_id)  # noqa: E731
             self.early = EarlyWriter(self.executor, self.sink, queries, continuous.early_write_s, self.phase_s, written)
         self.worker = ContinuousWorker(
