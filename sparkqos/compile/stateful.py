@@ -379,17 +379,7 @@ def _aggregates(
         if len(agg_expr.children) > 1:  # a FILTER (WHERE ...) clause
             raise qc.unsupported("an aggregate with a filter clause")
         fn_node = agg_expr.children[0]
-        fn = _AGGREGATES.get(fn_node.cls)
-        if fn is None:
-            if fn_node.cls == "PythonUDAF":
-                raise qc.unsupported(f"a grouped aggregate pandas UDF {fn_node.fields.get('name')!r}")
-            if fn_node.cls in APPROXIMATE:
-                raise qc.unsupported(
-                    f"the approximate aggregate function {APPROXIMATE[fn_node.cls]!r}",
-                    "its result is Spark's sketch of the group, which an exact aggregate would not reproduce",
-                )
-            name = _AGG_NAMES.get(fn_node.cls, fn_node.cls)
-            raise qc.unsupported(f"aggregate function {name!r}")
+        fn = _function(qc, fn_node)
         arg = fn_node.children[0] if fn_node.children else None
         column: str | None
         by = None
@@ -416,6 +406,21 @@ def _aggregates(
         out_attrs.append((_eid(tree), name))
         order.append(name)
     return aggs, out_attrs, order
+
+
+def _function(qc: Any, fn_node: Node) -> str:
+    """The native aggregate function of Spark's ``fn_node``; refused by name where there is none."""
+    fn = _AGGREGATES.get(fn_node.cls)
+    if fn is not None:
+        return fn
+    if fn_node.cls == "PythonUDAF":
+        raise qc.unsupported(f"a grouped aggregate pandas UDF {fn_node.fields.get('name')!r}")
+    if fn_node.cls in APPROXIMATE:
+        raise qc.unsupported(
+            f"the approximate aggregate function {APPROXIMATE[fn_node.cls]!r}",
+            "its result is Spark's sketch of the group, which an exact aggregate would not reproduce",
+        )
+    raise qc.unsupported(f"aggregate function {_AGG_NAMES.get(fn_node.cls, fn_node.cls)!r}")
 
 
 def _argument(qc: Any, arg: Node, base: Rel, names: dict[int, str], extra: list[tuple[str, Any]]) -> str:

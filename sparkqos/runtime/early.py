@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,12 +26,18 @@ from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.loop import EMIT, Executor, RunReport
 from sparkqos.io.sinks import Sink
 
-__all__ = ["EarlyParts", "EarlyWriter", "sink_tables"]
+__all__ = ["EarlyParts", "EarlyWriter", "above_the_lowest", "sink_tables"]
 
 
 def sink_tables(outputs: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
     """Outputs as the sink gets them: without the executor's internal columns."""
     return {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
+
+
+def above_the_lowest(plan: Any) -> tuple[str, ...]:
+    """The queries of ``plan`` whose class stands above the lowest priority: those written early."""
+    lowest = min(plan.classes[q.klass] for q in plan.queries.values())
+    return tuple(q.name for q in plan.queries.values() if plan.classes[q.klass] > lowest)
 
 
 class EarlyParts:

@@ -10,6 +10,7 @@ reads the stream (each query its own copy).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ from sparkqos.errors import SchemaMismatch
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.io.deadletter import RowChecks
+from sparkqos.runtime.decompose import IngestLog
 
 __all__ = ["Ingest", "Ingested", "arrivals", "conform", "epoch_seconds", "ingest"]
 
@@ -104,6 +106,25 @@ class Ingest:
     arrival_col: str | None
     checks: RowChecks
     keep_dead: bool
+
+    def spark_parts(
+        self, parts: dict[str, tuple[pa.Table, float]], started: float, log: IngestLog, batch_start: float
+    ) -> dict[str, tuple[int, float]]:
+        """Queue the rows of the parts Spark evaluated (higher classes first, as they came), noting
+        in ``log`` when; each row's arrival is the input's event time where the part passes that
+        column on. Returns query → (rows, seconds Spark took) for the progress record."""
+        done: dict[str, tuple[int, float]] = {}
+        executor = self.executor
+        for stream, (table, seconds) in parts.items():
+            part = self.compiled.spark_parts[stream]
+            if table.num_rows:
+                carried = dict(part.carried).get(self.arrival_col) if self.arrival_col else None
+                first = executor.next_seq(stream)
+                executor.ingest(stream, table, arrival=arrivals(table, carried, started) if carried else started)
+                log.add(stream, first, executor.next_seq(stream) - first, batch_start, started, time.time())
+            rows, secs = done.get(part.query, (0, 0.0))
+            done[part.query] = (rows + table.num_rows, secs + seconds)
+        return done
 
     def __call__(self, table: pa.Table, batch_id: int, started: float) -> Ingested:
         if not table.num_rows:

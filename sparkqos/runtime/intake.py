@@ -27,14 +27,16 @@ This module does not import pyspark.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from sparkqos.errors import RunnerError, check_number
+from sparkqos.executor.report import RunReport
 from sparkqos.report.console import catch_up_line
 
-__all__ = ["BacklogTracker", "BacklogWarning", "ClassBacklog", "Intake", "catch_up_line", "warn_backlog"]
+__all__ = ["Admission", "BacklogTracker", "BacklogWarning", "ClassBacklog", "Intake", "catch_up_line", "warn_backlog"]
 
 
 class BacklogWarning(UserWarning):
@@ -189,6 +191,68 @@ class ClassBacklog:
                 eta = math.nan
             out[q] = {"behindS": behind, "catchUpEtaS": eta}
         return out
+
+
+class Admission:
+    """Back-pressure before a trigger takes its batch in (``config.intake``): wait while more than
+    ``max_queued_rows`` rows are queued for the top class's queries (all queries without a top
+    class), or more than ``max_spilled_bytes`` lie spilled on disk, and the executor can serve
+    them — for the continuous worker, or serving them here — for at most ``wait_s``. The lower
+    classes' backlog does not hold the batch back: it spills, so the top class is served across
+    the whole backlog. :meth:`warn` issues a :class:`BacklogWarning`, at most every ``warn_every_s``."""
+
+    def __init__(self, config: Any, executor: Any, plan: Any, top_class: str | None):
+        self.intake = config.intake
+        self.name = config.name
+        self.executor = executor
+        self.top_class = top_class
+        #: What the bound counts: the operators of the top class's queries (all without one).
+        self.operators = tuple(op for q in plan.queries.values() if top_class in (None, q.klass) for op in q.operators)
+        self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
+
+    def over(self) -> bool:
+        """The top class's queues or the spilled bytes are over their bounds."""
+        intake, state = self.intake, self.executor.state
+        if intake.max_queued_rows is not None and sum(state.queued(op) for op in self.operators) > intake.max_queued_rows:
+            return True
+        return intake.max_spilled_bytes is not None and state.spilled_bytes > intake.max_spilled_bytes
+
+    def admit(self, worker: Any, budget_s: float) -> tuple[float, RunReport]:
+        """Wait until the batch may come in (see the class); the seconds waited and what was
+        served here. Warns when the wait ran out."""
+        served = RunReport()
+        if not self.over():
+            return 0.0, served
+        intake, t0 = self.intake, time.monotonic()
+        if worker is not None and worker.alive:
+            still = worker.wait_while(self.over, intake.wait_s)
+        else:
+            still = self.over()
+            while still and time.monotonic() - t0 < intake.wait_s:
+                report = self.executor.run(budget_s)
+                served.add(report)
+                still = self.over()
+                if report.idle:
+                    break
+        waited = time.monotonic() - t0
+        if still and waited >= intake.wait_s:
+            state = self.executor.state
+            top = sum(state.queued(op) for op in self.operators)
+            whose = f"for class {self.top_class}" if self.top_class is not None else "in all"
+            self.warn(
+                f"{top:.0f} rows still queued {whose} ({state.spilled_bytes / 1e6:.0f} MB spilled) after waiting "
+                f"{waited:.0f} s for the executor (Intake.max_queued_rows = {intake.max_queued_rows}, "
+                f"max_spilled_bytes = {intake.max_spilled_bytes}); taking the next batch in anyway. Lower the "
+                "source's rate or its per-trigger limit (maxRowsPerTrigger), or give the executor more time."
+            )
+        return waited, served
+
+    def warn(self, message: str) -> None:
+        """A :class:`BacklogWarning`, at most every ``Intake.warn_every_s``."""
+        now = time.monotonic()
+        if now - self._warned_at >= self.intake.warn_every_s:
+            self._warned_at = now
+            warn_backlog(f"sparkqos {self.name!r}: {message}")
 
 
 def warn_backlog(message: str) -> None:

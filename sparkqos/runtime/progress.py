@@ -132,25 +132,7 @@ class ProgressReporter:
         spark_parts = spark_parts or {}
         query_columns = query_columns or {}
         consumed, busy_s, cpu_s = served.rows_consumed, served.seconds, served.cpu_s
-        now = time.time()
-        duration = now - started
-        since = now - self._last_start if self._last_start is not None else duration
-        wall = now - (self._last_report if self._last_report is not None else started)
-        served_in = wall if continuous else duration
-        self._last_start = started
-        self._last_report = now
-        strategy, scores = strategy
-        common = dict(
-            run=self.name,
-            batchId=batch_id,
-            time_s=now,
-            strategy=strategy,
-            scores=scores,
-            durationMs=duration * 1000.0,
-            rowsIn=float(rows_in),
-            inputRowsPerSecond=rows_in / since if since > 0 else math.nan,
-            processedRowsPerSecond=consumed / served_in if served_in > 0 else math.nan,
-        )
+        common, wall = self._common(batch_id, started, rows_in, consumed, continuous, strategy)
         per_query = [
             metrics.row(
                 query=qname,
@@ -185,6 +167,37 @@ class ProgressReporter:
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
+        return self._publish(batch_id, plan_row, per_query)
+
+    def _common(
+        self, batch_id: int, started: float, rows_in: int, consumed: float, continuous: bool, strategy: tuple[str, dict]
+    ) -> tuple[dict[str, Any], float]:
+        """The columns every row of a trigger's record shares, and the wall time since the last
+        record (the first: since the trigger started)."""
+        now = time.time()
+        duration = now - started
+        since = now - self._last_start if self._last_start is not None else duration
+        wall = now - (self._last_report if self._last_report is not None else started)
+        served_in = wall if continuous else duration
+        self._last_start = started
+        self._last_report = now
+        name, scores = strategy
+        common = dict(
+            run=self.name,
+            batchId=batch_id,
+            time_s=now,
+            strategy=name,
+            scores=scores,
+            durationMs=duration * 1000.0,
+            rowsIn=float(rows_in),
+            inputRowsPerSecond=rows_in / since if since > 0 else math.nan,
+            processedRowsPerSecond=consumed / served_in if served_in > 0 else math.nan,
+        )
+        return common, wall
+
+    def _publish(self, batch_id: int, plan_row: dict[str, Any], per_query: list[dict[str, Any]]) -> dict[str, Any]:
+        """Write the trigger's metrics rows, keep its record among the recent ones and hand it to
+        ``on_progress``; the record."""
         if self.output is not None:
             metrics.write_batch(self.output, self.name, batch_id, [*per_query, plan_row])
         progress = record(plan_row, per_query)

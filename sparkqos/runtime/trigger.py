@@ -54,26 +54,24 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from sparkqos.compile.builder import QuerySet
 from sparkqos.errors import RunnerError
-from sparkqos.executor.expressions import ARRIVAL
 from sparkqos.executor.loop import RunReport
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.assembly import DEFAULT_ARRIVAL_COLUMN, assemble, priority_levels, serve_trigger, top_class
+from sparkqos.runtime.commit import Commit, CommitWriter, oldest_queued
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.continuous import ContinuousWorker
-from sparkqos.runtime.decompose import DelayParts, IngestLog, micro_batch_start, seqs_of
-from sparkqos.runtime.early import EarlyParts, EarlyWriter, sink_tables
-from sparkqos.runtime.ingest import arrivals, epoch_seconds
-from sparkqos.runtime.intake import BacklogTracker, ClassBacklog, catch_up_line, warn_backlog
+from sparkqos.runtime.decompose import IngestLog, micro_batch_start
+from sparkqos.runtime.early import EarlyWriter, above_the_lowest
+from sparkqos.runtime.ingest import epoch_seconds
+from sparkqos.runtime.intake import Admission, BacklogTracker, catch_up_line
 from sparkqos.runtime.progress import QueuedSizes, strategy_in_force
-from sparkqos.runtime.segments import Snapshot, queue_parts
+from sparkqos.runtime.segments import queue_parts
 from sparkqos.runtime.service import Service
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "Commit", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
@@ -110,25 +108,6 @@ def decode_state(obj: Any) -> Any:
     return obj
 
 
-@dataclass
-class Commit:
-    """What a trigger commits, taken while the executor is still: the outputs since the last
-    commit, the parts the worker wrote of the batch early (None: none), the queues (a snapshot of
-    their immutable Arrow batches), the state as checkpoint bytes, the queue sizes and the strategy in force for
-    the progress record. Writing it needs nothing live, so the worker goes on meanwhile."""
-
-    outputs: dict[str, pa.Table]
-    early: EarlyParts | None
-    queues: Snapshot
-    state: bytes
-    queued: QueuedSizes
-    strategy: tuple[str, dict[str, float]]
-    #: Per query, the event time of its oldest queued row (NaN: none queued).
-    oldest: dict[str, float]
-    #: Queued bytes in memory and spilled to disk.
-    spilled: tuple[int, int]
-
-
 class TriggerLoop:
     """The work of every trigger of one query set on one stream, on Arrow tables.
 
@@ -154,17 +133,13 @@ class TriggerLoop:
         self.progress = parts.progress
         self.budget_s = config.effective_budget_s
         self.backlog = BacklogTracker(config.intake.catch_up_lag_s)
-        self.class_backlog = ClassBacklog(self.compiled.plan)
         #: What the run promises per query: latency targets, shedding (:mod:`sparkqos.runtime.service`).
         self.service = Service(self.compiled, config, keeps_dead=self.dead_letter is not None)
         #: When each trigger queued which rows (the delay's parts, :mod:`sparkqos.runtime.decompose`).
         self.ingest_log = IngestLog()
+        #: The sink write of a commit, its delays and their parts, and the progress columns per query.
+        self.writer = CommitWriter(self.compiled, self.sink, self.executor, self.ingest_log, self.service, config.on_delays)
         self._returned: float | None = None  # time.time() when the last trigger returned
-        plan = self.compiled.plan
-        self._query_ops = {q: tuple(query.operators) for q, query in plan.queries.items()}
-        #: The stream each query's rows are counted in (its first leaf's), for the delay's parts.
-        self._stream_of = {q: _first_stream(plan, query.operators) for q, query in plan.queries.items()}
-        self._warned_at = -math.inf  # time.monotonic() of the last BacklogWarning
         self.dead_lettered_total = 0
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
@@ -186,10 +161,8 @@ class TriggerLoop:
         self.top_class: str | None = top_class(self.compiled)
         #: The operators a trigger serves at once, a tuple per priority level, highest first.
         self.levels: list[tuple[str, ...]] = priority_levels(self.compiled) if config.strategy.class_shares else []
-        #: The operators of the top class's queries (all operators without a top class): what
-        #: the intake bound counts.
-        plan = self.compiled.plan
-        self.top_operators = tuple(op for q in plan.queries.values() if self.top_class in (None, q.klass) for op in q.operators)
+        #: Back-pressure before a batch is taken in, on the top class's queues (:class:`Admission`).
+        self.admission = Admission(config, self.executor, self.compiled.plan, self.top_class)
         if config.continuous is not None:
             self._start_worker(config)
 
@@ -199,10 +172,8 @@ class TriggerLoop:
         rows wait for the next trigger's commit only in the lowest class."""
         continuous = config.continuous
         if self.top_class is not None and continuous.early_write_s > 0 and self.sink.supports_parts:
-            plan = self.compiled.plan
-            lowest = min(plan.classes[q.klass] for q in plan.queries.values())
-            queries = tuple(q.name for q in plan.queries.values() if plan.classes[q.klass] > lowest)
             written = lambda batch_id: self._fault("after_early_write", batch_id)  # noqa: E731
+            queries = above_the_lowest(self.compiled.plan)
             self.early = EarlyWriter(self.executor, self.sink, queries, continuous.early_write_s, self.phase_s, written)
         self.worker = ContinuousWorker(
             self.executor,
@@ -282,7 +253,7 @@ class TriggerLoop:
             )
         worker = self.worker
         try:
-            admitted = self._admit()
+            admitted = self.admission.admit(self.worker, self.budget_s)
             if worker is None:
                 return self._trigger(table, batch_id, started, admitted, parts or {}, later)
             self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
@@ -306,57 +277,6 @@ class TriggerLoop:
             self._paused = False
             self.worker.resume()
 
-    def _admit(self) -> tuple[float, RunReport]:
-        """Back-pressure (:class:`~sparkqos.runtime.intake.Intake`): before a batch is taken in,
-        wait while more than ``max_queued_rows`` rows are queued for the top class's queries (all
-        queries without a top class), or more than ``max_spilled_bytes`` lie spilled on disk, and
-        the executor can serve them — for the continuous worker, or serving them here — for at
-        most ``wait_s``. Lower classes' backlog does not hold the batch back: it spills, so the
-        top class is served across the whole backlog. Returns the seconds waited and what was
-        served here. Warns when the wait ran out."""
-        intake = self.config.intake
-        served = RunReport()
-        state = self.executor.state
-        ops = self.top_operators
-
-        def over() -> bool:
-            if intake.max_queued_rows is not None and sum(state.queued(op) for op in ops) > intake.max_queued_rows:
-                return True
-            return intake.max_spilled_bytes is not None and state.spilled_bytes > intake.max_spilled_bytes
-
-        if not over():
-            return 0.0, served
-        t0 = time.monotonic()
-
-        if self.worker is not None and self.worker.alive:
-            still = self.worker.wait_while(over, intake.wait_s)
-        else:
-            still = over()
-            while still and time.monotonic() - t0 < intake.wait_s:
-                report = self.executor.run(self.budget_s)
-                served.add(report)
-                still = over()
-                if report.idle:
-                    break
-        waited = time.monotonic() - t0
-        if still and waited >= intake.wait_s:
-            top = sum(state.queued(op) for op in ops)
-            whose = f"for class {self.top_class}" if self.top_class is not None else "in all"
-            self._warn(
-                f"{top:.0f} rows still queued {whose} ({state.spilled_bytes / 1e6:.0f} MB spilled) after waiting "
-                f"{waited:.0f} s for the executor (Intake.max_queued_rows = {intake.max_queued_rows}, "
-                f"max_spilled_bytes = {intake.max_spilled_bytes}); taking the next batch in anyway. Lower the "
-                "source's rate or its per-trigger limit (maxRowsPerTrigger), or give the executor more time."
-            )
-        return waited, served
-
-    def _warn(self, message: str) -> None:
-        """A :class:`~sparkqos.runtime.intake.BacklogWarning`, at most every ``Intake.warn_every_s``."""
-        now = time.monotonic()
-        if now - self._warned_at >= self.config.intake.warn_every_s:
-            self._warned_at = now
-            warn_backlog(f"sparkqos {self.config.name!r}: {message}")
-
     def _trigger(
         self,
         table: pa.Table,
@@ -373,14 +293,14 @@ class TriggerLoop:
         first = self.executor.next_seq(stream)
         came = self.ingest(table, batch_id, started)
         self.ingest_log.add(stream, first, self.executor.next_seq(stream) - first, batch_start, started, time.time())
-        spark_parts = self._ingest_parts(parts, started, batch_start)
+        spark_parts = self.ingest.spark_parts(parts, started, self.ingest_log, batch_start)
         self.service.observe(came.newest if math.isfinite(came.newest) else started)
         shed_dead, shed = self.service.shed(self.executor.state, batch_id)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
         backlog = {**self.backlog.observe(started, came.rows_in, came.newest), "intakeWaitS": waited}
         if math.isinf(backlog["catchUpEtaS"]):
-            self._warn(f"{catch_up_line(backlog)}: the executor does not keep up with the stream")
+            self.admission.warn(f"{catch_up_line(backlog)}: the executor does not keep up with the stream")
         self._fault("after_ingest", batch_id)
         served = self.worker.take_counters() if self.worker is not None else RunReport()
         served.add(admit_report)
@@ -395,7 +315,7 @@ class TriggerLoop:
             lower = later()
             self.phase_s["spark"] += time.perf_counter() - t1
             t1 = time.perf_counter()
-            for query, done in self._ingest_parts(lower, started, batch_start).items():
+            for query, done in self.ingest.spark_parts(lower, started, self.ingest_log, batch_start).items():
                 rows, secs = spark_parts.get(query, (0, 0.0))
                 spark_parts[query] = (rows + done[0], secs + done[1])
             self.phase_s["ingest"] += time.perf_counter() - t1
@@ -406,25 +326,6 @@ class TriggerLoop:
         served.add(report)
         dead = _concat_dead(came.dead, shed_dead)
         return self._commit(batch_id, started, came.rows_in, served, dead, backlog, spark_parts, shed)
-
-    def _ingest_parts(
-        self, parts: dict[str, tuple[pa.Table, float]], started: float, batch_start: float
-    ) -> dict[str, tuple[int, float]]:
-        """Queue the rows of the parts Spark evaluated (higher classes first, as they came); each
-        row's arrival is the input's event time where the part passes that column on. Returns
-        query → (rows, seconds) for the progress record."""
-        done: dict[str, tuple[int, float]] = {}
-        for stream, (table, seconds) in parts.items():
-            part = self.compiled.spark_parts[stream]
-            if table.num_rows:
-                carried = dict(part.carried).get(self.ingest.arrival_col) if self.ingest.arrival_col else None
-                arrival = arrivals(table, carried, started) if carried else started
-                first = self.executor.next_seq(stream)
-                self.executor.ingest(stream, table, arrival=arrival)
-                self.ingest_log.add(stream, first, self.executor.next_seq(stream) - first, batch_start, started, time.time())
-            rows, secs = done.get(part.query, (0, 0.0))
-            done[part.query] = (rows + table.num_rows, secs + seconds)
-        return done
 
     def finish(self, budget_s: float | None = None) -> dict[str, Any]:
         """End of a finite input: stop the continuous worker, drain every queue, flush windows
@@ -506,7 +407,7 @@ class TriggerLoop:
         self._release_worker()
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        rows_out, delays, parts = self._write(batch_id, commit)
+        rows_out, delays, parts = self.writer.write(batch_id, commit)
         t1 = time.perf_counter()
         self.phase_s["sink"] += t1 - t_snap
         self._fault("after_sink", batch_id)
@@ -530,7 +431,7 @@ class TriggerLoop:
             strategy=commit.strategy,
             backlog={**(backlog or {}), "queuedMemoryBytes": float(commit.spilled[0]), "spilledBytes": float(commit.spilled[1])},
             spark_parts=spark_parts,
-            query_columns=self._query_columns(commit, delays, parts, shed),
+            query_columns=self.writer.query_columns(commit, delays, parts, shed),
         )
         self.service.check_capacity(self.executor.state, progress)
         self.phase_s["progress"] += time.perf_counter() - t2
@@ -556,73 +457,9 @@ class TriggerLoop:
             state=self.store.state_bytes(batch_id, state),
             queued=QueuedSizes.of(self.executor.state, self.compiled.plan),
             strategy=strategy_in_force(self.scheduler),
-            oldest={q: self._oldest(ops) for q, ops in self._query_ops.items()},
+            oldest=oldest_queued(self.executor.state, self.compiled.plan),
             spilled=(self.executor.state.memory_bytes, self.executor.state.spilled_bytes),
         )
-
-    def _write(self, batch_id: int, commit: Commit) -> tuple[dict[str, int], dict[str, np.ndarray], DelayParts]:
-        """The sink write of ``commit`` (keeping the worker's early parts of the batch, if any);
-        returns the rows out, the delays per query and where those delays went. Delay is end to
-        end: the moment the row is in its sink minus its event time (for a window, the newest row
-        it covers), whenever the executor produced it; rows the worker wrote early count from
-        their own write."""
-        outputs = commit.outputs
-        if commit.early is not None:
-            self.sink.write(batch_id, sink_tables(outputs), keep_parts=True)
-        else:
-            self.sink.write(batch_id, sink_tables(outputs))
-        written = time.time()
-        delays = {
-            q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
-            for q, t in outputs.items()
-        }
-        rows_out = {q: t.num_rows for q, t in outputs.items()}
-        parts = DelayParts()
-        for q, t in outputs.items():
-            self._add_parts(parts, q, t, written)
-        if commit.early is not None:
-            for q, early in commit.early.delays.items():
-                delays[q] = np.concatenate([*early, delays.get(q, np.empty(0))])
-                rows_out[q] = rows_out.get(q, 0) + commit.early.rows[q]
-            for q, t, at in commit.early.tables:
-                self._add_parts(parts, q, t, at)
-        if self.config.on_delays is not None:
-            self.config.on_delays(batch_id, delays)
-        return rows_out, delays, parts
-
-    def _add_parts(self, parts: DelayParts, query: str, table: pa.Table, written: float) -> None:
-        if table.num_rows:
-            stream = self._stream_of[query]
-            times = self.ingest_log.times(stream, seqs_of(table)) if stream is not None else np.full((table.num_rows, 3), np.nan)
-            parts.add(query, table, written, times, self.service.run_s(self.executor.state, query))
-
-    def _oldest(self, operators: tuple[str, ...]) -> float:
-        """The event time of the oldest row queued at ``operators`` (NaN: none)."""
-        state = self.executor.state
-        times = [t for t in (state.oldest(op) for op in operators) if t is not None]
-        return min(times) if times else math.nan
-
-    def _query_columns(
-        self, commit: Commit, delays: dict[str, np.ndarray], parts: DelayParts, shed: dict[str, int]
-    ) -> dict[str, dict[str, float]]:
-        """Per query, the progress columns beyond the executor's: shed rows, latency target and
-        its violations, the parts of the delay, how far behind and the catch-up ETA."""
-        now = time.time()
-        behind = self.class_backlog.observe(now, commit.queued, commit.oldest)
-        return {
-            q: {
-                "shedRows": float(shed.get(q, 0)),
-                **self.service.slo_columns(q, delays.get(q, np.empty(0))),
-                **parts.means(q),
-                **behind[q],
-            }
-            for q in self.compiled.plan.queries
-        }
-
-
-def _first_stream(plan: Any, operators: Any) -> str | None:
-    streams = set(plan.streams)
-    return next((src for op in operators for src in plan[op].inputs if src in streams), None)
 
 
 def _concat_dead(*tables: pa.Table | None) -> pa.Table | None:
