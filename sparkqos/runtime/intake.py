@@ -65,7 +65,7 @@ class Intake:
 
     max_queued_rows: int | None = 200_000
     wait_s: float = 30.0
-    memory_limit_bytes: int | None = 256 << 20
+    memory_limit_bytes: int | None = 192 << 20
     max_spilled_bytes: int | None = 8 << 30
     catch_up_lag_s: float = 5.0
     warn_every_s: float = 30.0
