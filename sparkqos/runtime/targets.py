@@ -5,8 +5,8 @@ string such as ``"500ms"``, ``"0.5 s"``, ``"2s"`` or ``"1min"``. A query's own e
 class's. A target turns class shares into deadlines (:class:`~sparkqos.schedulers.deadline.EarliestDeadline`:
 a row's deadline is its event time plus its query's target) and is reported per trigger
 (``sloMet``, ``sloViolations``). A shedding age lets a query drop, under sustained overload, the
-rows that fell further behind the stream than that age (:class:`Shedder`); a query without one
-never loses a row.
+rows that fell further behind the stream than that age
+(:class:`~sparkqos.runtime.shedding.Shedder`); a query without one never loses a row.
 
 >>> parse_durations("slo", {"fire": "500 ms", "C": "2s", "N": 30})
 {'fire': 0.5, 'C': 2.0, 'N': 30.0}
