@@ -62,11 +62,15 @@ class IngestLog:
     def __init__(self, keep: int = 20_000):
         self.keep = keep
         self._log: dict[str, deque[tuple[int, int, float, float, float]]] = {}
+        # the log as an array, built at the first lookup after an add (a trigger adds once and
+        # looks up once per query and early part)
+        self._arrays: dict[str, np.ndarray] = {}
 
     def add(self, stream: str, first_seq: int, rows: int, batch_start: float, started: float, queued: float) -> None:
         if rows > 0:
             log = self._log.setdefault(stream, deque(maxlen=self.keep))
             log.append((first_seq, first_seq + rows, batch_start, started, queued))
+            self._arrays.pop(stream, None)
 
     def times(self, stream: str, seqs: np.ndarray) -> np.ndarray:
         """For each sequence number of ``stream``: (micro-batch start, foreachBatch call, queued),
@@ -81,7 +85,9 @@ class IngestLog:
         log = self._log.get(stream)
         if not log or not len(seqs):
             return out
-        entries = np.array(log, dtype=np.float64)
+        entries = self._arrays.get(stream)
+        if entries is None:
+            entries = self._arrays[stream] = np.array(log, dtype=np.float64)
         idx = np.searchsorted(entries[:, 0], seqs, side="right") - 1
         ok = (idx >= 0) & (seqs < entries[np.clip(idx, 0, None), 1])
         out[ok] = entries[idx[ok], 2:5]
