@@ -48,7 +48,7 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
         "early_write_s": Key(
             float,
             None,
-            "least seconds between the worker's early writes of the top class; 0 = triggers only; unset = 0.05",
+            "least seconds between the worker's early writes (classes above the lowest); 0 = triggers only; unset = 0.05",
             low=0,
             optional=True,
         ),

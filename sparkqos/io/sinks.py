@@ -7,8 +7,8 @@ layout is Hive-partitioned, so ``spark.read.parquet(out)`` sees a ``query`` colu
 
 Every sink has ``write(batch_id, outputs)`` with ``outputs`` a mapping from query name to a
 ``pyarrow.Table``. A sink that can also take a batch in parts (a :class:`PartedSink`) has
-``write_part(batch_id, outputs, first)``: the continuous worker writes the top class's rows as
-soon as it has them, as parts of the batch the next trigger commits (``RunConfig.early_write_s``);
+``write_part(batch_id, outputs, first)``: the continuous worker writes the rows of every class
+above the lowest as soon as it has them, as parts of the batch the next trigger commits (``RunConfig.early_write_s``);
 that trigger then calls ``write(batch_id, outputs, keep_parts=True)``, which keeps the parts of
 this attempt and replaces anything else of that batch id. A part with ``first`` set, and a
 ``write`` without ``keep_parts``, first removes every file an earlier attempt left for the batch.

@@ -113,7 +113,7 @@ SLICE_S = 0.05
 #: Default nice value of the continuous worker's thread (``Continuous.nice``).
 WORKER_NICE = 0
 
-#: Default least interval between two early writes of the top class's outputs by the continuous
+#: Default least interval between two early writes (the classes above the lowest) by the continuous
 #: worker (``Continuous.early_write_s``).
 EARLY_WRITE_S = 0.05
 
@@ -460,8 +460,8 @@ class Continuous:
     down (the top class always gets one round, a lower class only while time is left);
     otherwise the strategy in force serves.
 
-    ``early_write_s``: between triggers the worker writes the top class's new outputs as soon as
-    it has them, at most every ``early_write_s`` seconds (0: only triggers write), as parts of the
+    ``early_write_s``: between triggers the worker writes the new outputs of every class above the
+    lowest as soon as it has them, at most every ``early_write_s`` seconds (0: only triggers write), as parts of the
     next batch (:class:`~sparkqos.io.sinks.PartedSink` only; plans without a top class write
     at triggers only).
 

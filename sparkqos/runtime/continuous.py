@@ -48,7 +48,7 @@ class ContinuousWorker:
 
     ``after_slice`` is called on the worker's thread with each slice's :class:`RunReport`, while
     the worker still owns the executor (a :meth:`pause` waits for it): the trigger loop writes the
-    top class's new outputs from there (``RunConfig.early_write_s``). Its errors stop the worker
+    new outputs of the classes above the lowest from there (``RunConfig.early_write_s``). Its errors stop the worker
     like a slice's.
 
     ``on_event`` (crash tests only) is called with ``"slice"`` on the worker's thread after each
