@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkqos import schedulers
 from sparkqos.compile import QuerySet
@@ -26,7 +28,7 @@ from sparkqos.errors import CheckpointCorrupt, SchemaMismatch
 from sparkqos.executor.expressions import INTERNAL, SEQ, col
 from sparkqos.executor.loop import EMIT, Executor
 from sparkqos.executor.queues import BatchQueue
-from sparkqos.io.deadletter import DeadLetterSink, RowChecks, read_dead_letters
+from sparkqos.io.deadletter import DeadLetterSink, RowChecks, _json_value, json_records, read_dead_letters
 from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.runner import QosStream, RunnerError, parse_faults
 from sparkqos.testing import sensor_table
@@ -105,6 +107,34 @@ def test_bad_rows_go_to_dead_letters_and_counts_add_up(tmp_path):
     assert archive.num_rows == processed  # archive keeps every processed row: nothing else was lost
     # the processed rows of the typed batch kept their numbers
     assert set(archive.column("temperature").to_pylist()) >= {float(v) for i, v in enumerate(text) if i >= 23}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_dead_letter_records_are_the_rows_json_text(data):
+    """A dead letter's record, built a column at a time, is exactly ``json.dumps`` of the row's
+    dict with sorted keys: integers, booleans, floats (NaN and infinities as strings), strings
+    with quotes, control and non-ASCII characters, UTC and zone-less timestamps, bytes, lists and
+    nulls in each."""
+    n = data.draw(st.integers(0, 12))
+    kinds = {
+        "i": (st.integers(-(2**63), 2**63 - 1), pa.int64()),
+        "s": (st.text(max_size=6), pa.string()),
+        "f": (st.floats(allow_nan=True, allow_infinity=True), pa.float64()),
+        "g": (st.floats(width=32, allow_nan=True, allow_infinity=True), pa.float32()),
+        "b": (st.booleans(), pa.bool_()),
+        "t": (st.integers(-(10**16), 2 * 10**14), pa.timestamp("us", tz="UTC")),
+        "n": (st.integers(-(10**11), 10**11), pa.timestamp("ms")),
+        "x": (st.binary(max_size=4), pa.binary()),
+        "l": (st.lists(st.integers(0, 9), max_size=2), pa.list_(pa.int64())),
+    }
+    names = data.draw(st.lists(st.sampled_from(sorted(kinds)), unique=True, max_size=len(kinds)))
+    table = pa.table(
+        {k: pa.array(data.draw(st.lists(st.none() | kinds[k][0], min_size=n, max_size=n)), kinds[k][1]) for k in names}
+        or {"i": pa.array([None] * n, pa.int64())}
+    )
+    expected = [json.dumps({k: _json_value(v) for k, v in r.items()}, sort_keys=True) for r in table.to_pylist()]
+    assert json_records(table).to_pylist() == expected
 
 
 def test_dead_letters_are_replaced_on_replay(tmp_path):

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from sparkqos.atomic import write_atomic
 from sparkqos.errors import SinkError, check_number
 
-__all__ = ["DEAD_LETTER_SCHEMA", "DeadLetterSink", "RowChecks", "dead_letters", "read_dead_letters"]
+__all__ = ["DEAD_LETTER_SCHEMA", "DeadLetterSink", "RowChecks", "dead_letters", "json_records", "read_dead_letters"]
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -175,6 +175,73 @@ class RowChecks:
         return dead_letters(table.take(pa.array(rows)), batch_id, rows, [reason[i] for i in rows], [column[i] for i in rows])
 
 
+def json_records(records: pa.Table) -> pa.Array:
+    """Each row of ``records`` as one JSON object, keys sorted: the text ``json.dumps`` gives for
+    the row's dict (values as :func:`_json_value` makes them), built a column at a time.
+
+    Shedding dead-letters every row it drops, up to a whole burst's worth in one trigger, so the
+    text is assembled by Arrow: integers and booleans are cast, strings encoded once per distinct
+    value, floats by their ``repr``; other types (timestamps, bytes, nested) go value by value."""
+    names = records.column_names
+    if len(set(names)) != len(names):  # a dict keeps the last of equal keys
+        return pa.array(
+            [json.dumps({k: _json_value(v) for k, v in r.items()}, sort_keys=True) for r in records.to_pylist()],
+            pa.string(),
+        )
+    if not names:
+        return pa.array(["{}"] * records.num_rows, pa.string())
+    pieces: list[Any] = []
+    for i, name in enumerate(sorted(names)):
+        pieces.append(("{" if i == 0 else ", ") + json.dumps(name) + ": ")
+        pieces.append(
+            _json_texts(records.column(name).combine_chunks() if records.num_rows else pa.array([], records.column(name).type))
+        )
+    pieces.append("}")
+    return pc.binary_join_element_wise(*pieces, "")
+
+
+def _json_texts(col: pa.Array) -> pa.Array:
+    """``json.dumps(_json_value(v))`` of each value of ``col``, as a string array without nulls."""
+    t = col.type
+    if pa.types.is_integer(t):
+        text = pc.cast(col, pa.string())
+    elif pa.types.is_boolean(t):
+        text = pc.if_else(col, "true", "false")
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        distinct = pc.unique(col.drop_null()) if col.null_count else pc.unique(col)
+        encoded = pa.array([json.dumps(v) for v in distinct.to_pylist()], pa.string())
+        text = pc.take(encoded, pc.index_in(col, distinct))
+    elif pa.types.is_floating(t):
+        values = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64).tolist()
+        text = pa.array([repr(v) if math.isfinite(v) else f'"{v!r}"' for v in values], pa.string())
+    elif pa.types.is_timestamp(t) and t.unit in _PER_SECOND and t.tz in _UTC:
+        text = _utc_texts(col)
+    else:
+        text = pa.array([json.dumps(_json_value(v)) for v in col.to_pylist()], pa.string())
+    text = text.cast(pa.string())
+    return pc.if_else(col.is_null(), "null", text) if col.null_count else text
+
+
+#: Timestamp units :func:`_utc_texts` writes, and the time zones it writes as ``+00:00``.
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000}
+_UTC = (None, "UTC", "Etc/UTC", "GMT", "Z", "+00:00")
+
+
+def _utc_texts(col: pa.Array) -> pa.Array:
+    """``json.dumps(str(v))`` of a UTC (or zone-less) timestamp column: ``"YYYY-MM-DD HH:MM:SS"``,
+    then ``.ffffff`` when there are microseconds, then ``+00:00`` when it has a zone."""
+    t = col.type
+    per_s = _PER_SECOND[t.unit]
+    ticks = col.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    frac = ticks % per_s  # floor: 1969-12-31 23:59:59.999999 is -1 us
+    whole = pa.array((ticks - frac) // per_s, pa.int64()).cast(pa.timestamp("s"))
+    text = pc.strftime(whole, "%Y-%m-%d %H:%M:%S")
+    micros = pa.array(frac * (1_000_000 // per_s), pa.int64())
+    shown = pc.binary_join_element_wise(".", pc.utf8_lpad(micros.cast(pa.string()), 6, "0"), "")
+    text = pc.binary_join_element_wise(text, pc.if_else(pc.equal(micros, 0), "", shown), "")
+    return pc.binary_join_element_wise('"', text, "" if t.tz is None else "+00:00", '"', "")
+
+
 def dead_letters(records: pa.Table, batch_id: int, rows: np.ndarray, reason: list[str], column: list[str | None]) -> pa.Table:
     """Dead-letter rows of ``records`` (the original rows, kept as JSON), one per row, with their
     ``rows`` numbers, ``reason`` and ``column``."""
@@ -184,10 +251,7 @@ def dead_letters(records: pa.Table, batch_id: int, rows: np.ndarray, reason: lis
             "row": pa.array(rows, pa.int64()),
             "reason": pa.array(reason, pa.string()),
             "column": pa.array(column, pa.string()),
-            "record": pa.array(
-                [json.dumps({k: _json_value(v) for k, v in r.items()}, sort_keys=True) for r in records.to_pylist()],
-                pa.string(),
-            ),
+            "record": json_records(records),
         },
         schema=DEAD_LETTER_SCHEMA,
     )
