@@ -463,3 +463,25 @@ def test_a_progress_record_has_sparks_keys_then_ours_and_the_metrics_rows_it_was
         0.2,
         5.0,
     )
+
+
+def test_the_typed_progress_row_is_the_metrics_tables_row():
+    """:class:`ProgressRow` has a field per metrics column, in the table's order, with the defaults
+    the table gives a column left out, and is frozen: a published record cannot change under its
+    readers."""
+    import dataclasses
+    import json
+
+    from sparkqos.report import metrics
+    from sparkqos.runtime.progress import COLUMNS, Progress, ProgressRow
+
+    assert list(COLUMNS) == metrics.SCHEMA.names
+    assert json.dumps(ProgressRow().as_row()) == json.dumps(metrics.row())
+    row = ProgressRow(run="r", batchId=3, query="q", rowsOut=2.0, scores='{"a": 1.0}')
+    assert ProgressRow.of(row.as_row()) == row and ProgressRow.of({"run": "r", "scores": {"a": 1.0}}).scores == '{"a": 1.0}'
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.rowsOut = 3.0
+    progress = Progress(ProgressRow(query="*", rowsIn=5.0, deadLetteredRows=1.0), (row,))
+    assert progress.rows() == [row.as_row(), progress.plan.as_row()]
+    record = progress.to_json()
+    assert (record["numInputRows"], record["processedRows"], record["queries"]) == (5, 4, [row.as_row()])
