@@ -559,6 +559,7 @@ def test_an_idle_worker_waits_for_a_resume_and_pauses_at_once():
         units.queued = 3  # the trigger queues rows while it owns the executor
         worker.resume()
         assert wait_for(lambda: units.queued == 0)
+        worker.pause()  # the counters are the trigger's to take once the worker is paused
         assert worker.take_counters().rows_consumed == 8
     finally:
         worker.close()
@@ -600,12 +601,13 @@ def test_close_ends_the_thread_and_a_later_resume_starts_another():
     worker = ContinuousWorker(units, slice_s=1.0, name="sparkqos-continuous-units")
     worker.close()  # never started: nothing to do
     worker.resume()
-    first = worker._thread
+    [first] = continuous_threads()
     worker.close()  # urgent: the slice in flight stops after its current unit
     assert not first.is_alive() and not units.inside
     worker.pause()  # a closed worker is paused already
     worker.resume()
-    assert worker.alive and worker._thread is not first
+    [second] = continuous_threads()
+    assert worker.alive and second is not first
     worker.close()
     worker.close()
-    assert not worker.alive
+    assert not worker.alive and continuous_threads() == []
