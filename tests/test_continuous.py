@@ -24,10 +24,11 @@ import pyarrow as pa
 import pytest
 
 from sparkqos.errors import ArgumentError, RunnerError
-from sparkqos.executor.loop import Executor
+from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.io.sinks import MemorySink, ParquetSink, read_parquet_sink
 from sparkqos.runtime.assembly import classes_by_priority, top_class
 from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, Continuous, RunConfig
+from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.workloads.sensors import sensor_queries
 
@@ -496,3 +497,117 @@ def test_the_worker_serves_while_the_trigger_writes_its_sink_and_checkpoint(tmp_
     loop.finish()
     assert sum(during) > 0  # rows served by the worker while triggers wrote their sink
     assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == per_trigger
+
+
+class Units:
+    """A stand-in executor: each queued unit takes 2 ms, and a run checks ``stop`` between units,
+    as the executor does. ``inside`` is True while a run is in flight."""
+
+    def __init__(self, queued: int = 0, fail: bool = False):
+        self.queued = queued
+        self.fail = fail
+        self.inside = False
+        self.runs = 0
+
+    def run(self, budget_s: float, stop: threading.Event | None = None) -> RunReport:
+        self.inside = True
+        self.runs += 1
+        try:
+            if self.fail:
+                raise Crash("slice")
+            report, start = RunReport(), time.monotonic()
+            while self.queued and not (stop is not None and stop.is_set()) and time.monotonic() - start < budget_s:
+                time.sleep(0.002)
+                self.queued -= 1
+                report.units += 1
+                report.rows_consumed += 1
+            report.idle = self.queued == 0
+            return report
+        finally:
+            self.inside = False
+
+
+def test_a_pause_returns_once_the_slice_in_flight_has_stopped_and_nothing_runs_until_resume():
+    units = Units(queued=10_000)
+    worker = ContinuousWorker(units, slice_s=1.0, name="sparkqos-continuous-units")
+    try:
+        worker.resume()
+        assert wait_for(lambda: units.queued < 10_000)
+        worker.pause()  # urgent: the one-second slice stops after its current unit
+        assert not units.inside
+        left, runs = units.queued, units.runs
+        time.sleep(0.05)
+        assert (units.queued, units.runs) == (left, runs)  # paused: the worker touches nothing
+        assert worker.take_counters().rows_consumed == 10_000 - left
+        worker.resume()
+        assert wait_for(lambda: units.queued < left)
+    finally:
+        worker.close()
+    assert not worker.alive and not units.inside
+
+
+def test_an_idle_worker_waits_for_a_resume_and_pauses_at_once():
+    units = Units(queued=5)
+    worker = ContinuousWorker(units, slice_s=0.05, name="sparkqos-continuous-units")
+    try:
+        worker.resume()
+        assert wait_for(lambda: units.queued == 0 and worker.slices >= 1)
+        runs = units.runs
+        time.sleep(0.05)
+        assert units.runs == runs  # nothing can run: it waits for a letter instead of spinning
+        worker.pause()
+        units.queued = 3  # the trigger queues rows while it owns the executor
+        worker.resume()
+        assert wait_for(lambda: units.queued == 0)
+        worker.pause()  # the counters are the trigger's to take once the worker is paused
+        assert worker.take_counters().rows_consumed == 8
+    finally:
+        worker.close()
+
+
+def test_a_failed_slice_is_raised_by_the_next_pause_and_a_resume_starts_a_new_thread():
+    units = Units(queued=5, fail=True)
+    worker = ContinuousWorker(units, slice_s=0.05, name="sparkqos-continuous-units")
+    worker.resume()
+    assert wait_for(lambda: not worker.alive)
+    with pytest.raises(Crash, match="slice"):
+        worker.pause()
+    worker.pause()  # raised once
+    units.fail = False
+    worker.resume()
+    assert worker.alive and wait_for(lambda: units.queued == 0)
+    worker.close()
+    assert not worker.alive
+
+
+def test_wait_while_ends_when_the_condition_ends_or_nothing_can_run():
+    units = Units(queued=50)
+    worker = ContinuousWorker(units, slice_s=0.01, name="sparkqos-continuous-units")
+    try:
+        assert worker.wait_while(lambda: True, 5.0)  # no thread: nothing to wait for
+        worker.resume()
+        assert not worker.wait_while(lambda: units.queued > 25, 10.0)
+        assert units.queued <= 25
+        started = time.monotonic()
+        assert worker.wait_while(lambda: True, 10.0)  # runs out of work: answered, still busy
+        assert time.monotonic() - started < 5.0 and units.queued == 0
+        assert worker.wait_while(lambda: True, 0.05)  # idle: at once
+    finally:
+        worker.close()
+
+
+def test_close_ends_the_thread_and_a_later_resume_starts_another():
+    units = Units(queued=10_000)
+    worker = ContinuousWorker(units, slice_s=1.0, name="sparkqos-continuous-units")
+    worker.close()  # never started: nothing to do
+    worker.resume()
+    [first] = continuous_threads()
+    worker.close()  # urgent: the slice in flight stops after its current unit
+    assert not first.is_alive() and not units.inside
+    worker.pause()  # a closed worker is paused already
+    worker.resume()
+    [second] = continuous_threads()
+    assert worker.alive and second is not first
+    worker.close()
+    worker.close()
+    assert not worker.alive and continuous_threads() == []

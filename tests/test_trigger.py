@@ -356,3 +356,132 @@ def test_a_batch_reported_again_replaces_its_record(tmp_path):
     )
     assert loop.progress.recent == [first[0], again] and loop.progress.last is again
     assert [p["batchId"] for p in read_progress(tmp_path / "out", "sparkqos")] == [0, 1]
+
+
+def test_a_progress_record_has_sparks_keys_then_ours_and_the_metrics_rows_it_was_built_from(tmp_path, monkeypatch):
+    """A record on fixed inputs and a fixed clock: Spark's progress keys and ours, in one order
+    and with their types; each query's row exactly the metrics table's; the plan row of the table
+    the numbers the top-level keys show; the record handed to ``on_progress`` the one returned
+    and kept (the sharded lane adds its ``shards`` to it)."""
+    import itertools
+    import math
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from sparkqos.executor.report import RunReport
+    from sparkqos.report import metrics
+    from sparkqos.runtime import progress as progress_module
+    from sparkqos.runtime.progress import ProgressReporter, QueuedSizes
+
+    t0 = 1_700_000_000.0
+    clock = itertools.count(t0, 0.25)
+    monkeypatch.setattr(progress_module, "time", SimpleNamespace(time=lambda: next(clock)))
+    plan = sensor_queries(work_us=0.0, window_s=5.0).build().plan
+    seen = []
+    reporter = ProgressReporter("run1", plan, output=tmp_path, on_progress=seen.append)
+    names = plan.names
+    state = QueuedSizes({op: float(i) for i, op in enumerate(names)}, {op: 100.0 * i for i, op in enumerate(names)})
+    rows_out = {"fire": 1, "anomaly": 2, "zone_stats": 0, "archive": 1}
+    delays = {"fire": np.array([0.5]), "anomaly": np.array([0.25, 1.0]), "zone_stats": np.empty(0), "archive": np.array([2.0])}
+    first = reporter.report(
+        0, t0 - 1.0, rows_in=100, dead_rows=0, served=RunReport(rows_consumed=90, seconds=0.5, cpu_s=0.25),
+        rows_out=rows_out, delays=delays, state=state, strategy=("chain", {}),
+    )  # fmt: skip
+    backlog = {
+        "backlogS": 1.5,
+        "backlogRows": 10.0,
+        "catchUpEtaS": math.inf,
+        "intakeWaitS": 0.0,
+        "queuedMemoryBytes": 5.0,
+        "spilledBytes": 0.0,
+    }
+    second = reporter.report(
+        1, t0 - 0.5, rows_in=101, dead_rows=1, served=RunReport(rows_consumed=91, seconds=0.1, cpu_s=0.05),
+        rows_out=rows_out, delays=delays, state=state, strategy=("adaptive", {"fifo": 0.25, "chain": 0.75}),
+        continuous=True, backlog=backlog, spark_parts={"fire": (7, 0.5)},
+        query_columns={"fire": {"shedRows": 0.0, "sloTargetS": 0.5, "sloViolations": 1.0, "sloMet": 0.0},
+                       "archive": {"shedRows": 3.0, "behindS": 0.25}},
+    )  # fmt: skip
+    assert seen == [first, second] and seen[1] is second and reporter.recent == seen and reporter.last is second
+
+    def plain(record):  # NaN compared as a string
+        return {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in record.items() if k != "queries"}
+
+    assert plain(first) == {
+        "id": "run1", "batchId": 0, "timestamp": t0, "numInputRows": 100, "numOutputRows": 4, "processedRows": 100,
+        "deadLetteredRows": 0, "inputRowsPerSecond": 100.0, "processedRowsPerSecond": 90.0,
+        "durationMs": {"triggerExecution": 1000.0}, "queuedRows": 28.0, "queuedBytes": 2800.0,
+        "delayMsMean": 937.5, "delayMsP50": 500.0, "delayMsP99": 2000.0, "delayMsMax": 2000.0,
+        "strategy": "chain", "scores": {}, "executorRows": 90, "executorBusyS": 0.5, "executorBusyFraction": 0.5,
+        "executorCpuS": 0.25, "executorCores": 0.25, "backlogS": "nan", "backlogRows": "nan", "catchUpEtaS": "nan",
+        "intakeWaitS": "nan", "sparkRows": "nan", "sparkS": "nan", "shedRows": 0, "sloMet": "nan", "sloViolations": 0,
+        "queuedMemoryBytes": "nan", "spilledBytes": "nan",
+    }  # fmt: skip
+    assert plain(second) == {
+        **plain(first), "batchId": 1, "timestamp": t0 + 0.25, "numInputRows": 101, "processedRows": 100,
+        "deadLetteredRows": 1, "inputRowsPerSecond": 80.8, "processedRowsPerSecond": 364.0,
+        "durationMs": {"triggerExecution": 750.0}, "strategy": "adaptive", "scores": {"chain": 0.75, "fifo": 0.25},
+        "executorRows": 91, "executorBusyS": 0.1, "executorBusyFraction": 0.4, "executorCpuS": 0.05, "executorCores": 0.2,
+        "backlogS": 1.5, "backlogRows": 10.0, "catchUpEtaS": math.inf, "intakeWaitS": 0.0, "sparkRows": 7.0, "sparkS": 0.5,
+        "shedRows": 3, "sloMet": 0.0, "sloViolations": 1, "queuedMemoryBytes": 5.0, "spilledBytes": 0.0,
+    }  # fmt: skip
+    assert list(second) == [*plain(second), "queries"]
+    assert [type(v).__name__ for v in second.values()] == (
+        "str int float int int int int float float dict float float float float float float str dict int "
+        "float float float float float float float float float float int float int float float list"
+    ).split()
+    # each query's row: every metrics column, in the table's order, with the trigger's shared columns
+    fire, anomaly, zone_stats, archive = second["queries"]
+    assert all(list(q) == metrics.SCHEMA.names for q in second["queries"])
+    shared = {"run": "run1", "batchId": 1, "time_s": t0 + 0.25, "strategy": "adaptive", "scores": '{"chain": 0.75, "fifo": 0.25}'}
+    assert all({k: q[k] for k in shared} == shared for q in second["queries"])
+    assert {k: fire[k] for k in ("query", "klass", "rowsIn", "rowsOut", "queuedRows", "queuedBytes", "durationMs")} == {
+        "query": "fire", "klass": "H", "rowsIn": 101.0, "rowsOut": 1.0, "queuedRows": 1.0, "queuedBytes": 100.0,
+        "durationMs": 750.0,
+    }  # fmt: skip
+    assert (fire["delayMean_s"], fire["sparkRows"], fire["sparkS"], fire["sloTargetS"], fire["sloMet"]) == (
+        0.5,
+        7.0,
+        0.5,
+        0.5,
+        0.0,
+    )
+    assert (anomaly["delayMax_s"], anomaly["rowsOut"]) == (1.0, 2.0) and math.isnan(zone_stats["delayMean_s"])
+    assert (archive["shedRows"], archive["behindS"]) == (3.0, 0.25) and math.isnan(anomaly["shedRows"])
+    assert all(math.isnan(q[c]) for q in second["queries"] for c in ("deadLetteredRows", "executorRows", "backlogS"))
+    # the metrics table holds the query rows and the plan row the top-level keys were read from
+    table = [r for r in metrics.read(tmp_path, run="run1").to_pylist() if r["batchId"] == 1]
+    plan_row = plain(next(r for r in table if r["query"] == metrics.PLAN_ROW))
+    assert [plain(r) for r in table if r["query"] != metrics.PLAN_ROW] == [plain(q) for q in second["queries"]]
+    assert {k: plan_row[k] for k in ("rowsIn", "rowsOut", "deadLetteredRows", "shedRows", "sloMet", "sloViolations")} == {
+        "rowsIn": 101.0, "rowsOut": 4.0, "deadLetteredRows": 1.0, "shedRows": 3.0, "sloMet": 0.0, "sloViolations": 1.0,
+    }  # fmt: skip
+    assert (plan_row["klass"], plan_row["delayP99_s"], plan_row["executorCores"], plan_row["queuedMemoryBytes"]) == (
+        "*",
+        2.0,
+        0.2,
+        5.0,
+    )
+
+
+def test_the_typed_progress_row_is_the_metrics_tables_row():
+    """:class:`ProgressRow` has a field per metrics column, in the table's order, with the defaults
+    the table gives a column left out, and is frozen: a published record cannot change under its
+    readers."""
+    import dataclasses
+    import json
+
+    from sparkqos.report import metrics
+    from sparkqos.runtime.progress import COLUMNS, Progress, ProgressRow
+
+    assert list(COLUMNS) == metrics.SCHEMA.names
+    assert json.dumps(ProgressRow().as_row()) == json.dumps(metrics.row())
+    row = ProgressRow(run="r", batchId=3, query="q", rowsOut=2.0, scores='{"a": 1.0}')
+    assert ProgressRow.of(row.as_row()) == row and ProgressRow.of({"run": "r", "scores": {"a": 1.0}}).scores == '{"a": 1.0}'
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.rowsOut = 3.0
+    progress = Progress(ProgressRow(query="*", rowsIn=5.0, deadLetteredRows=1.0), (row,))
+    assert progress.rows() == [row.as_row(), progress.plan.as_row()]
+    record = progress.to_json()
+    assert (record["numInputRows"], record["processedRows"], record["queries"]) == (5, 4, [row.as_row()])

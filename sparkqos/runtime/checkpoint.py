@@ -20,6 +20,7 @@ and tools without a JVM.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -37,13 +38,41 @@ from sparkqos.atomic import write_atomic
 from sparkqos.errors import CheckpointCorrupt, CheckpointError, check_number
 from sparkqos.runtime.segments import SegmentStore, Snapshot
 
-__all__ = ["Checkpoint", "CheckpointStore", "checkpoint_bytes", "read_checkpoint_bytes"]
+__all__ = ["Checkpoint", "CheckpointStore", "checkpoint_bytes", "decode_state", "encode_state", "read_checkpoint_bytes"]
 
 MAGIC = b"SQCKPT01"
 END = b"SQCKEND1"
 _FOOTER = struct.Struct("<Q32s8s")  # manifest length, manifest sha256, end marker
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^(\d{20})\.ckpt$")
+
+
+def encode_state(obj: Any) -> Any:
+    """JSON-able copy of executor state: bytes become ``{"b64": ...}``.
+
+    >>> encode_state({"q": b"\\x00\\x01", "n": [1, b"a"]})
+    {'q': {'b64': 'AAE='}, 'n': [1, {'b64': 'YQ=='}]}
+    >>> decode_state(encode_state({"q": b"\\x00\\x01"}))
+    {'q': b'\\x00\\x01'}
+    """
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return {"b64": base64.b64encode(bytes(obj)).decode("ascii")}
+    if isinstance(obj, dict):
+        return {k: encode_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [encode_state(v) for v in obj]
+    return obj
+
+
+def decode_state(obj: Any) -> Any:
+    """The executor state :func:`encode_state` encoded."""
+    if isinstance(obj, dict):
+        if set(obj) == {"b64"}:
+            return base64.b64decode(obj["b64"])
+        return {k: decode_state(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [decode_state(v) for v in obj]
+    return obj
 
 
 @dataclass

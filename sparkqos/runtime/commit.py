@@ -24,12 +24,15 @@ from sparkqos.executor.expressions import ARRIVAL
 from sparkqos.executor.loop import Executor
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.io.sinks import Sink
+from sparkqos.model.plan import Plan
+from sparkqos.runtime.checkpoint import CheckpointStore, encode_state
 from sparkqos.runtime.decompose import DelayParts, IngestLog, seqs_of
-from sparkqos.runtime.early import EarlyParts, sink_tables
+from sparkqos.runtime.early import EarlyParts, EarlyWriter, sink_tables
 from sparkqos.runtime.intake import ClassBacklog
-from sparkqos.runtime.progress import QueuedSizes
-from sparkqos.runtime.segments import Snapshot
+from sparkqos.runtime.progress import QueuedSizes, strategy_in_force
+from sparkqos.runtime.segments import Snapshot, queue_parts
 from sparkqos.runtime.service import Service
+from sparkqos.schedulers.base import Scheduler
 
 __all__ = ["Commit", "CommitWriter", "oldest_queued"]
 
@@ -52,6 +55,40 @@ class Commit:
     oldest: dict[str, float]
     #: Queued bytes in memory and spilled to disk.
     spilled: tuple[int, int]
+
+    @classmethod
+    def take(
+        cls,
+        batch_id: int,
+        executor: Executor,
+        store: CheckpointStore,
+        early: EarlyWriter | None,
+        scheduler: Scheduler,
+        plan: Plan,
+        state: dict[str, Any],
+    ) -> Commit:
+        """What batch ``batch_id`` commits, taken while the caller alone holds ``executor``:
+        ``state`` is the loop's part of the checkpoint's JSON, beside the executor's state and the
+        queues' segment layout."""
+        # the queues by reference to their segments: only batches new since the last checkpoint
+        # are written (runtime/segments.py), spilled ones are linked, not read back
+        queues = store.segments.snapshot(queue_parts(executor.state))
+        state = {
+            "executor": encode_state(executor.to_state(queues=False)),
+            "batch_id": batch_id,
+            **state,
+            "segments": queues.layout,
+        }
+        return cls(
+            outputs=executor.take_outputs(),
+            early=early.commit(batch_id) if early is not None else None,
+            queues=queues,
+            state=store.state_bytes(batch_id, state),
+            queued=QueuedSizes.of(executor.state, plan),
+            strategy=strategy_in_force(scheduler),
+            oldest=oldest_queued(executor.state, plan),
+            spilled=(executor.state.memory_bytes, executor.state.spilled_bytes),
+        )
 
 
 def oldest_queued(state: Any, plan: Any) -> dict[str, float]:

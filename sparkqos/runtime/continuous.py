@@ -4,17 +4,20 @@ Without it the executor works only inside ``foreachBatch``, for a budget shorter
 and idles while Spark does its own per-trigger work: the trigger's cadence, not the strategy,
 decides delay. With ``RunConfig(continuous=True)`` the
 :class:`~sparkqos.runtime.trigger.TriggerLoop` hands the executor to a :class:`ContinuousWorker`,
-which runs ``executor.run(slice_s)`` again and again on its own thread, waits on a condition when
-nothing can run, and is woken when a trigger queues new rows. pyarrow kernels release the GIL, so
+which runs ``executor.run(slice_s)`` again and again on its own thread, waits for a letter when
+nothing can run, and goes on when a trigger queues new rows. pyarrow kernels release the GIL, so
 the work overlaps what Spark does between triggers.
 
-Ownership of the executor is handed over explicitly, never shared: the worker touches it only
-between :meth:`~ContinuousWorker.resume` and :meth:`~ContinuousWorker.pause`; ``pause`` sets an
-event the running slice checks between units (never inside an operator run) and waits until the
-slice has returned, so from then on the trigger's thread owns the executor alone — it takes the
-outputs, ingests, checkpoints — and ``resume`` hands it back. One lock (the condition's) guards the
-worker's flags and counters; the executor's own locks (cluster threads) sit below it and are only
-taken inside a slice.
+The worker's thread owns the executor and its own state (serving or not, since when), as a task
+thread does in Flink's mailbox model: other threads never set its flags, they put letters in its
+:class:`~sparkqos.runtime.mailbox.Mailbox` — pause, resume, close, or "tell me when this no longer
+holds" — and the thread reads them between two slices, never inside one. A pause or a close is
+urgent: the slice in flight returns after its current unit (never inside an operator run).
+:meth:`~ContinuousWorker.pause` returns once the thread has read the letter (or was waiting for
+letters, doing nothing, so that it reads it before any work): from then on the trigger's thread
+owns the executor alone — it takes the outputs, ingests, checkpoints — and
+:meth:`~ContinuousWorker.resume` hands it back. The executor's own locks (cluster threads) are
+taken only inside a slice.
 
 This module does not import pyspark.
 """
@@ -22,6 +25,7 @@ This module does not import pyspark.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import threading
 import time
@@ -29,8 +33,18 @@ from collections.abc import Callable
 
 from sparkqos.errors import check_number
 from sparkqos.executor.loop import Executor, RunReport
+from sparkqos.runtime.mailbox import Delivery, Letter, Mailbox
 
 __all__ = ["ContinuousWorker"]
+
+
+class _Ask(enum.Enum):
+    """What a letter to the worker asks (:class:`~sparkqos.runtime.mailbox.Letter`'s ``kind``)."""
+
+    PAUSE = "pause"  # stop serving; answered once the worker holds no executor work
+    RESUME = "resume"  # serve again (and the orphan clock starts over)
+    CLOSE = "close"  # end the thread
+    WATCH = "watch"  # answered once arg() is false after a slice, or the worker stops serving
 
 
 class ContinuousWorker:
@@ -69,7 +83,6 @@ class ContinuousWorker:
         check_number("slice_s", slice_s, low=0, low_open=True)
         check_number("orphan_s", orphan_s, low=0, low_open=True)
         self.orphan_s = float(orphan_s)
-        self._resumed_at = time.monotonic()
         self.executor = executor
         self.slice_s = float(slice_s)
         self.name = name
@@ -78,14 +91,10 @@ class ContinuousWorker:
         self.on_event = on_event
         self.after_slice = after_slice
         self.nice = nice
-        self._cond = threading.Condition()
-        self._stop_slice = threading.Event()  # checked by the running slice between units
-        self._paused = True
-        self._running = False  # a slice is in flight (the worker owns the executor)
-        self._work = False  # there may be something to run (cleared when a slice finds nothing)
-        self._closing = False
-        self._exiting = False  # the thread has decided to end (it may still be alive a moment)
-        self._error: BaseException | None = None
+        self._counters = threading.Lock()  # served and slices: added by the thread, taken by a trigger
+        self._error: BaseException | None = None  # set by the thread as it ends, taken by pause()
+        self._lock = threading.Lock()  # which thread and mailbox are the current ones
+        self._mailbox: Mailbox | None = None  # None or closed: no thread reads it
         self._thread: threading.Thread | None = None
 
     @property
@@ -93,76 +102,114 @@ class ContinuousWorker:
         """The thread is running (paused or not)."""
         return self._thread is not None and self._thread.is_alive()
 
-    # -- the trigger's side ------------------------------------------------------------------------
+    # -- the trigger's side: letters ---------------------------------------------------------------
     def pause(self) -> None:
         """Stop at the next safe point and stay stopped: on return the caller owns the executor.
         Re-raises the error a slice failed with, if any."""
         if self.on_event is not None:
             self.on_event("pause")
-        with self._cond:
-            self._paused = True
-            self._stop_slice.set()
-            while self._running:
-                self._cond.wait()
-            error, self._error = self._error, None
+        letter = Letter(_Ask.PAUSE)
+        # PARKED: the thread was waiting for letters and reads them all before it works again
+        if self._post(letter, urgent=True) is Delivery.QUEUED:
+            letter.answered.wait()
+        error, self._error = self._error, None
         if error is not None:
             raise error
 
     def resume(self) -> None:
         """Hand the executor back (starting the thread at the first call, or after :meth:`close`):
         it serves until nothing can run, then waits for the next resume."""
-        with self._cond:
-            if self._thread is None or not self._thread.is_alive() or self._exiting:
-                self._closing = False
-                self._exiting = False
-                self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        letter = Letter(_Ask.RESUME)
+        with self._lock:
+            if self._mailbox is None or self._mailbox.put(letter) is Delivery.CLOSED:
+                self._mailbox = Mailbox()
+                self._mailbox.put(letter)
+                self._thread = threading.Thread(target=self._main, args=(self._mailbox,), name=self.name, daemon=True)
                 self._thread.start()
-            self._paused = False
-            self._stop_slice.clear()
-            self._work = True
-            self._resumed_at = time.monotonic()
-            self._cond.notify_all()
 
     def wait_while(self, busy: Callable[[], bool], timeout_s: float) -> bool:
         """Wait, at most ``timeout_s``, while ``busy()`` holds and the worker has work it can run
-        (checked after each slice); True if ``busy()`` still holds at the end."""
-        by = time.monotonic() + timeout_s
-        with self._cond:
-            while busy() and self._work and not self._paused and self._error is None:
-                left = by - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(min(left, 1.0))
+        (the worker checks after each slice); True if ``busy()`` still holds at the end."""
+        if not busy():
+            return False
+        letter = Letter(_Ask.WATCH, (busy, time.monotonic() + timeout_s))
+        if self._post(letter) is not Delivery.CLOSED:
+            letter.answered.wait(timeout_s)
         return busy()
 
     def take_counters(self) -> RunReport:
         """What the slices did since the last call (units, operator runs, rows consumed, busy and
         CPU seconds), and reset it."""
-        with self._cond:
+        with self._counters:
             out, self.served = self.served, RunReport()
             return out
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop the thread after its slice in flight and join it; the worker is left paused
         (a later :meth:`resume` starts a new thread)."""
-        with self._cond:
-            self._closing = True
-            self._paused = True
-            self._stop_slice.set()
-            self._cond.notify_all()
+        with self._lock:
             thread = self._thread
+            if self._mailbox is not None:
+                self._mailbox.put(Letter(_Ask.CLOSE), urgent=True)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
-        with self._cond:
+        with self._lock:
             if self._thread is thread and (thread is None or not thread.is_alive()):
                 self._thread = None
 
-    # -- the worker's side -------------------------------------------------------------------------
-    def _orphaned(self) -> bool:
-        """No trigger has resumed the worker for ``orphan_s``: the stream is gone (call with the lock)."""
-        return time.monotonic() - self._resumed_at > self.orphan_s
+    def _post(self, letter: Letter, urgent: bool = False) -> Delivery:
+        with self._lock:
+            return Delivery.CLOSED if self._mailbox is None else self._mailbox.put(letter, urgent)
 
-    def _main(self) -> None:
+    # -- the worker's side: its thread -------------------------------------------------------------
+    def _main(self, mailbox: Mailbox) -> None:
+        """Read every letter, then serve one slice if serving, and again; wait for a letter when
+        not serving. The thread ends on a close, an error, or no resume for ``orphan_s``."""
+        self._lower_priority()
+        serving = False  # the thread starts with a resume in its mailbox
+        resumed_at = time.monotonic()
+        watching: list[Letter] = []
+        try:
+            while True:
+                letter = mailbox.take(0.0 if serving else min(self.orphan_s, 5.0))
+                if letter is None:
+                    if time.monotonic() - resumed_at > self.orphan_s and mailbox.close(only_if_empty=True):
+                        return  # the stream is gone: the next resume() starts a new thread
+                    if serving:
+                        serving = not self._slice(mailbox).idle  # idle: nothing can run until a trigger queues more
+                        watching = [w for w in watching if not _released(w, serving)]
+                    continue
+                # a letter touches no executor state: after a pause another thread may own it
+                if letter.kind is _Ask.CLOSE:
+                    return
+                if letter.kind is _Ask.WATCH:
+                    watching.append(letter)
+                else:
+                    serving = letter.kind is _Ask.RESUME
+                    resumed_at = time.monotonic() if serving else resumed_at
+                    letter.answer()
+                if not serving:
+                    watching = [w for w in watching if not _released(w, serving)]
+        except BaseException as exc:  # noqa: BLE001 - handed to the trigger's thread by pause()
+            self._error = exc
+        finally:
+            mailbox.close()
+            for w in watching:
+                w.answer()
+
+    def _slice(self, mailbox: Mailbox) -> RunReport:
+        """One slice: until ``slice_s`` is spent, nothing can run, or an urgent letter comes."""
+        report = self.executor.run(self.slice_s, stop=mailbox.has_mail)
+        if self.on_event is not None and report.rows_consumed:
+            self.on_event("slice")
+        if self.after_slice is not None:
+            self.after_slice(report)
+        with self._counters:
+            self.served.add(report)
+            self.slices += 1
+        return report
+
+    def _lower_priority(self) -> None:
         if self.nice and hasattr(os, "setpriority"):
             # this thread only (Linux: a thread's id is a process id for setpriority); raising
             # one's own nice value needs no privilege
@@ -170,34 +217,18 @@ class ContinuousWorker:
                 os.setpriority(
                     os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
                 )
-        cond = self._cond
-        while True:
-            with cond:
-                while not self._closing and (self._paused or not self._work) and not self._orphaned():
-                    cond.wait(min(self.orphan_s, 5.0))
-                if self._closing or self._orphaned():
-                    self._paused = True  # as after close(): the next resume() starts a new thread
-                    self._exiting = True
-                    return
-                self._running = True
-            try:
-                report = self.executor.run(self.slice_s, stop=self._stop_slice)
-                if self.on_event is not None and report.rows_consumed:
-                    self.on_event("slice")
-                if self.after_slice is not None:
-                    self.after_slice(report)
-            except BaseException as exc:  # noqa: BLE001 - handed to the trigger's thread by pause()
-                with cond:
-                    self._error = exc
-                    self._running = False
-                    self._closing = True
-                    self._exiting = True
-                    cond.notify_all()
-                return
-            with cond:
-                self._running = False
-                self.served.add(report)
-                self.slices += 1
-                if report.idle:
-                    self._work = False  # nothing can run until a trigger queues more
-                cond.notify_all()
+
+
+def _released(watch: Letter, serving: bool) -> bool:
+    """Answer a waiting :meth:`ContinuousWorker.wait_while` when the worker stopped serving, its
+    time is up or its condition no longer holds (checked after a slice, while the worker owns the
+    executor; a condition that raises is answered too: the waiter calls it again in its own
+    thread and gets the error there)."""
+    busy, by = watch.arg
+    try:
+        done = not serving or time.monotonic() >= by or not busy()
+    except Exception:  # noqa: BLE001
+        done = True
+    if done:
+        watch.answer()
+    return done

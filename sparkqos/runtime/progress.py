@@ -22,6 +22,12 @@ A trigger's record has one shape, built in one place (:meth:`ProgressReporter.re
 
 The metrics table gets the ``queries`` rows plus the plan row (``query = "*"``) the top-level keys
 are read from, so what a callback sees and what the report plots are the same numbers.
+
+Inside, the record is typed: the reporter builds a frozen :class:`Progress` (the plan's
+:class:`ProgressRow` and one per query, a field per metrics column), and it becomes dicts only
+where it leaves the runtime — :meth:`Progress.to_json` for the record above (``lastProgress``,
+``recentProgress``, ``on_progress``, what a trigger returns), :meth:`ProgressRow.as_row` for the
+metrics table and the record's ``queries``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +49,7 @@ from sparkqos.report import metrics
 from sparkqos.report.console import NO_STRATEGY_YET
 from sparkqos.schedulers.base import Scheduler
 
-__all__ = ["NO_STRATEGY_YET", "ProgressReporter", "read_progress", "record", "strategy_in_force"]
+__all__ = ["NO_STRATEGY_YET", "Progress", "ProgressReporter", "ProgressRow", "read_progress", "record", "strategy_in_force"]
 
 #: Progress records kept in memory (``recentProgress``), like Spark's default.
 KEEP = 100
@@ -79,6 +86,137 @@ class QueuedSizes:
 
     def queued_bytes(self, op: str) -> float:
         return self._bytes[op]
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressRow:
+    """One row of a trigger's progress: one query's numbers, or the whole plan's (``query`` is
+    ``"*"``). A field per column of the metrics table, in its order (:data:`sparkqos.report.metrics.SCHEMA`
+    says what each holds); NaN where a number was not measured, ``scores`` as JSON."""
+
+    run: str = ""
+    batchId: int = 0
+    time_s: float = math.nan
+    query: str = ""
+    klass: str = ""
+    rowsIn: float = math.nan
+    rowsOut: float = math.nan
+    queuedRows: float = math.nan
+    queuedBytes: float = math.nan
+    delayMean_s: float = math.nan
+    delayP50_s: float = math.nan
+    delayP99_s: float = math.nan
+    delayMax_s: float = math.nan
+    strategy: str = ""
+    scores: str = "{}"
+    durationMs: float = math.nan
+    inputRowsPerSecond: float = math.nan
+    processedRowsPerSecond: float = math.nan
+    deadLetteredRows: float = math.nan
+    executorRows: float = math.nan
+    executorBusyS: float = math.nan
+    executorBusyFraction: float = math.nan
+    executorCpuS: float = math.nan
+    executorCores: float = math.nan
+    backlogS: float = math.nan
+    backlogRows: float = math.nan
+    catchUpEtaS: float = math.nan
+    intakeWaitS: float = math.nan
+    sparkRows: float = math.nan
+    sparkS: float = math.nan
+    shedRows: float = math.nan
+    sloTargetS: float = math.nan
+    sloViolations: float = math.nan
+    sloMet: float = math.nan
+    delayPartWait_s: float = math.nan
+    delayPartSpark_s: float = math.nan
+    delayPartTrigger_s: float = math.nan
+    delayPartQueue_s: float = math.nan
+    delayPartRun_s: float = math.nan
+    delayPartSink_s: float = math.nan
+    behindS: float = math.nan
+    queuedMemoryBytes: float = math.nan
+    spilledBytes: float = math.nan
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> ProgressRow:
+        """The row a metrics-table row (a dict, as read back) holds; columns it lacks take their
+        defaults, as :func:`sparkqos.report.metrics.row` gives them."""
+        return cls(**metrics.row(**{k: row[k] for k in COLUMNS if k in row}))
+
+    def as_row(self) -> dict[str, Any]:
+        """The row as the metrics table stores it, and as the record's ``queries`` hold it."""
+        return {name: getattr(self, name) for name in COLUMNS}
+
+
+#: The metrics columns, in the table's order: :class:`ProgressRow`'s fields.
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ProgressRow))
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A trigger's progress: the plan's row, from which the record's top-level numbers are read,
+    and one row per query. :meth:`to_json` is the record (see the module), :meth:`rows` the
+    metrics table's rows."""
+
+    plan: ProgressRow
+    queries: tuple[ProgressRow, ...]
+
+    @classmethod
+    def of(cls, plan_row: Mapping[str, Any], per_query: Iterable[Mapping[str, Any]]) -> Progress:
+        """The progress of a trigger's metrics-table rows: its plan row and one per query."""
+        return cls(ProgressRow.of(plan_row), tuple(ProgressRow.of(r) for r in per_query))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The metrics table's rows: the queries', then the plan's."""
+        return [*(q.as_row() for q in self.queries), self.plan.as_row()]
+
+    def to_json(self) -> dict[str, Any]:
+        """The progress record: Spark's ``StreamingQueryProgress`` keys, ours, and ``queries``."""
+        p = self.plan
+        rows_in, dead = _count(p.rowsIn), _count(p.deadLetteredRows)
+        return {
+            "id": p.run,
+            "batchId": int(p.batchId),
+            "timestamp": p.time_s,
+            "numInputRows": rows_in,
+            "numOutputRows": _count(p.rowsOut),
+            "processedRows": rows_in - dead,
+            "deadLetteredRows": dead,
+            "inputRowsPerSecond": p.inputRowsPerSecond,
+            "processedRowsPerSecond": p.processedRowsPerSecond,
+            "durationMs": {"triggerExecution": p.durationMs},
+            "queuedRows": p.queuedRows,
+            "queuedBytes": p.queuedBytes,
+            "delayMsMean": p.delayMean_s * 1000.0,
+            "delayMsP50": p.delayP50_s * 1000.0,
+            "delayMsP99": p.delayP99_s * 1000.0,
+            "delayMsMax": p.delayMax_s * 1000.0,
+            "strategy": p.strategy,
+            "scores": json.loads(p.scores),
+            "executorRows": _count(p.executorRows),
+            "executorBusyS": p.executorBusyS,
+            "executorBusyFraction": p.executorBusyFraction,
+            "executorCpuS": p.executorCpuS,
+            "executorCores": p.executorCores,
+            "backlogS": p.backlogS,
+            "backlogRows": p.backlogRows,
+            "catchUpEtaS": p.catchUpEtaS,
+            "intakeWaitS": p.intakeWaitS,
+            "sparkRows": p.sparkRows,
+            "sparkS": p.sparkS,
+            "shedRows": _count(p.shedRows),
+            "sloMet": p.sloMet,
+            "sloViolations": _count(p.sloViolations),
+            "queuedMemoryBytes": p.queuedMemoryBytes,
+            "spilledBytes": p.spilledBytes,
+            "queries": [q.as_row() for q in self.queries],
+        }
+
+
+def _count(v: float | None) -> int:
+    """A count of the plan row as the record gives it: an int, 0 when not measured."""
+    return 0 if v is None or math.isnan(v) else int(v)
 
 
 class ProgressReporter:
@@ -133,8 +271,8 @@ class ProgressReporter:
         query_columns = query_columns or {}
         consumed, busy_s, cpu_s = served.rows_consumed, served.seconds, served.cpu_s
         common, wall = self._common(batch_id, started, rows_in, consumed, continuous, strategy)
-        per_query = [
-            metrics.row(
+        per_query = tuple(
+            ProgressRow(
                 query=qname,
                 klass=query.klass,
                 rowsOut=float(rows_out[qname]),
@@ -146,10 +284,10 @@ class ProgressReporter:
                 **common,
             )
             for qname, query in self.plan.queries.items()
-        ]
+        )
         all_delays = [d for d in delays.values() if d.size]
         total_out = int(sum(rows_out.values()))
-        plan_row = metrics.row(
+        plan_row = ProgressRow(
             query=metrics.PLAN_ROW,
             klass=metrics.PLAN_ROW,
             rowsOut=float(total_out),
@@ -167,7 +305,7 @@ class ProgressReporter:
             **metrics.delay_summary(np.concatenate(all_delays) if all_delays else []),
             **common,
         )
-        return self._publish(batch_id, plan_row, per_query)
+        return self._publish(batch_id, Progress(plan_row, per_query))
 
     def _common(
         self, batch_id: int, started: float, rows_in: int, consumed: float, continuous: bool, strategy: tuple[str, dict]
@@ -187,7 +325,7 @@ class ProgressReporter:
             batchId=batch_id,
             time_s=now,
             strategy=name,
-            scores=scores,
+            scores=scores if isinstance(scores, str) else json.dumps(scores, sort_keys=True),
             durationMs=duration * 1000.0,
             rowsIn=float(rows_in),
             inputRowsPerSecond=rows_in / since if since > 0 else math.nan,
@@ -195,12 +333,12 @@ class ProgressReporter:
         )
         return common, wall
 
-    def _publish(self, batch_id: int, plan_row: dict[str, Any], per_query: list[dict[str, Any]]) -> dict[str, Any]:
+    def _publish(self, batch_id: int, typed: Progress) -> dict[str, Any]:
         """Write the trigger's metrics rows, keep its record among the recent ones and hand it to
         ``on_progress``; the record."""
         if self.output is not None:
-            metrics.write_batch(self.output, self.name, batch_id, [*per_query, plan_row])
-        progress = record(plan_row, per_query)
+            metrics.write_batch(self.output, self.name, batch_id, typed.rows())
+        progress = typed.to_json()
         # a batch run again (stopped after its report but before Spark committed it) replaces its
         # record, as it replaces its metrics file and its outputs
         self.recent[:] = [p for p in self.recent if p["batchId"] != batch_id]
@@ -211,12 +349,12 @@ class ProgressReporter:
         return progress
 
 
-def _service_columns(per_query: list[dict[str, Any]]) -> dict[str, float]:
+def _service_columns(per_query: tuple[ProgressRow, ...]) -> dict[str, float]:
     """The plan row's shed rows (summed), latency targets met (1 when every query with a target
     and rows met it, 0 when one missed, NaN without) and violations (summed)."""
-    shed = [r["shedRows"] for r in per_query if not math.isnan(r["shedRows"])]
-    met = [r["sloMet"] for r in per_query if not math.isnan(r["sloMet"])]
-    late = [r["sloViolations"] for r in per_query if not math.isnan(r["sloViolations"])]
+    shed = [r.shedRows for r in per_query if not math.isnan(r.shedRows)]
+    met = [r.sloMet for r in per_query if not math.isnan(r.sloMet)]
+    late = [r.sloViolations for r in per_query if not math.isnan(r.sloViolations)]
     return {
         "shedRows": float(sum(shed)) if shed else math.nan,
         "sloMet": float(min(met)) if met else math.nan,
@@ -230,53 +368,10 @@ def _spark_columns(parts: list[tuple[int, float]]) -> dict[str, float]:
     return {"sparkRows": float(sum(r for r, _ in parts)), "sparkS": float(sum(s for _, s in parts))}
 
 
-def record(plan_row: Mapping[str, Any], per_query: list[dict[str, Any]]) -> dict[str, Any]:
+def record(plan_row: Mapping[str, Any], per_query: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """A trigger's progress record from its metrics rows: the plan row (``query = "*"``) and one
     row per query — so a record rebuilt from the metrics table equals the one reported live."""
-
-    def count(name: str) -> int:
-        v = plan_row.get(name)
-        return 0 if v is None or math.isnan(v) else int(v)
-
-    scores = plan_row["scores"]
-    rows_in, dead = count("rowsIn"), count("deadLetteredRows")
-    return {
-        "id": plan_row["run"],
-        "batchId": int(plan_row["batchId"]),
-        "timestamp": plan_row["time_s"],
-        "numInputRows": rows_in,
-        "numOutputRows": count("rowsOut"),
-        "processedRows": rows_in - dead,
-        "deadLetteredRows": dead,
-        "inputRowsPerSecond": plan_row["inputRowsPerSecond"],
-        "processedRowsPerSecond": plan_row["processedRowsPerSecond"],
-        "durationMs": {"triggerExecution": plan_row["durationMs"]},
-        "queuedRows": plan_row["queuedRows"],
-        "queuedBytes": plan_row["queuedBytes"],
-        "delayMsMean": plan_row["delayMean_s"] * 1000.0,
-        "delayMsP50": plan_row["delayP50_s"] * 1000.0,
-        "delayMsP99": plan_row["delayP99_s"] * 1000.0,
-        "delayMsMax": plan_row["delayMax_s"] * 1000.0,
-        "strategy": plan_row["strategy"],
-        "scores": json.loads(scores) if isinstance(scores, str) else dict(scores),
-        "executorRows": count("executorRows"),
-        "executorBusyS": plan_row["executorBusyS"],
-        "executorBusyFraction": plan_row["executorBusyFraction"],
-        "executorCpuS": plan_row["executorCpuS"],
-        "executorCores": plan_row["executorCores"],
-        "backlogS": plan_row["backlogS"],
-        "backlogRows": plan_row["backlogRows"],
-        "catchUpEtaS": plan_row["catchUpEtaS"],
-        "intakeWaitS": plan_row["intakeWaitS"],
-        "sparkRows": plan_row.get("sparkRows", math.nan),
-        "sparkS": plan_row.get("sparkS", math.nan),
-        "shedRows": count("shedRows"),
-        "sloMet": plan_row.get("sloMet", math.nan),
-        "sloViolations": count("sloViolations"),
-        "queuedMemoryBytes": plan_row.get("queuedMemoryBytes", math.nan),
-        "spilledBytes": plan_row.get("spilledBytes", math.nan),
-        "queries": per_query,
-    }
+    return Progress.of(plan_row, per_query).to_json()
 
 
 def read_progress(output: str | Path, name: str) -> list[dict[str, Any]]:

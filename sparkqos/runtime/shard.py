@@ -39,11 +39,10 @@ from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.io.deadletter import RowChecks
 from sparkqos.runtime.assembly import priority_levels, serve_trigger, stream_of
-from sparkqos.runtime.checkpoint import checkpoint_bytes, read_checkpoint_bytes
+from sparkqos.runtime.checkpoint import checkpoint_bytes, decode_state, encode_state, read_checkpoint_bytes
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.ingest import ingest
 from sparkqos.runtime.progress import strategy_in_force
-from sparkqos.runtime.trigger import decode_state, encode_state
 
 __all__ = ["ShardStep", "ShardWork", "shard_seed"]
 

@@ -47,7 +47,6 @@ This module does not import pyspark: :class:`~sparkqos.spark.runner.QosStream` f
 
 from __future__ import annotations
 
-import base64
 import math
 import os
 import signal
@@ -63,49 +62,21 @@ from sparkqos.errors import RunnerError
 from sparkqos.executor.loop import RunReport
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.runtime.assembly import DEFAULT_ARRIVAL_COLUMN, assemble, priority_levels, serve_trigger, top_class
-from sparkqos.runtime.commit import Commit, CommitWriter, oldest_queued
+from sparkqos.runtime.checkpoint import decode_state, encode_state
+from sparkqos.runtime.commit import Commit, CommitWriter
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.decompose import IngestLog, micro_batch_start
 from sparkqos.runtime.early import EarlyWriter, above_the_lowest
 from sparkqos.runtime.ingest import epoch_seconds
 from sparkqos.runtime.intake import Admission, BacklogTracker, catch_up_line
-from sparkqos.runtime.progress import QueuedSizes, strategy_in_force
-from sparkqos.runtime.segments import queue_parts
+from sparkqos.runtime.lifecycle import Life, Lifecycle
 from sparkqos.runtime.service import Service
 
 __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "Commit", "TriggerLoop", "decode_state", "encode_state", "epoch_seconds"]
 
 #: The parts of a trigger timed in :attr:`TriggerLoop.phase_s`.
 PHASES = ("toArrow", "spark", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
-
-
-def encode_state(obj: Any) -> Any:
-    """JSON-able copy of executor state: bytes become ``{"b64": ...}``.
-
-    >>> encode_state({"q": b"\\x00\\x01", "n": [1, b"a"]})
-    {'q': {'b64': 'AAE='}, 'n': [1, {'b64': 'YQ=='}]}
-    >>> decode_state(encode_state({"q": b"\\x00\\x01"}))
-    {'q': b'\\x00\\x01'}
-    """
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        return {"b64": base64.b64encode(bytes(obj)).decode("ascii")}
-    if isinstance(obj, dict):
-        return {k: encode_state(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [encode_state(v) for v in obj]
-    return obj
-
-
-def decode_state(obj: Any) -> Any:
-    """The executor state :func:`encode_state` encoded."""
-    if isinstance(obj, dict):
-        if set(obj) == {"b64"}:
-            return base64.b64decode(obj["b64"])
-        return {k: decode_state(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [decode_state(v) for v in obj]
-    return obj
 
 
 class TriggerLoop:
@@ -149,13 +120,8 @@ class TriggerLoop:
         #: continuous worker), ``sink``, ``checkpoint`` and ``progress`` (the metrics row); and
         #: ``earlyWrite``, the continuous worker's early writes of the classes above the lowest.
         self.phase_s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
-        self._restored = False
-        self.closed = False  # close() was called: a trigger still in flight must not restart the worker
-        #: A trigger (or finish) raised: this loop's memory may be ahead of its checkpoint (rows
-        #: ingested, operators run, state moved), so it must not take the replayed batch again.
-        #: :meth:`QosStream.start` builds a fresh loop from the checkpoint instead.
-        self.failed = False
-        self._paused = False  # a trigger holds the executor and has not handed it back yet
+        #: Where the loop is in its life: restored, in a trigger, closed, failed (:mod:`~sparkqos.runtime.lifecycle`).
+        self.life = Lifecycle()
         self.worker: ContinuousWorker | None = None
         self.early: EarlyWriter | None = None
         self.top_class: str | None = top_class(self.compiled)
@@ -191,12 +157,24 @@ class TriggerLoop:
     @property
     def restored(self) -> bool:
         """:meth:`restore` has run: the executor holds the checkpoint's state (or started empty)."""
-        return self._restored
+        return self.life.state not in (Life.NEW, Life.NEW_CLOSED)
+
+    @property
+    def closed(self) -> bool:
+        """:meth:`close` was called (and no :meth:`reopen` since): no trigger restarts the worker."""
+        return self.life.state in (Life.CLOSED, Life.NEW_CLOSED)
+
+    @property
+    def failed(self) -> bool:
+        """A trigger (or finish) raised: the memory may be ahead of the checkpoint (rows ingested,
+        operators run, state moved), so the loop refuses the replayed batch; :meth:`QosStream.start`
+        builds a fresh loop from the checkpoint instead."""
+        return self.life.state is Life.FAILED
 
     def restore(self) -> int:
         """Load the newest checkpoint (if any) into the executor; returns its batch id or -1.
         A torn or corrupt checkpoint raises CheckpointCorrupt instead of starting empty."""
-        if self._restored:
+        if self.restored:
             return self.last_batch
         ckpt = self.store.load_latest()
         if ckpt is not None:
@@ -207,7 +185,7 @@ class TriggerLoop:
                 self.early.parts_batch = ckpt.batch_id + 1
             self.dead_lettered_total = int(ckpt.state.get("dead_lettered_total", 0))
             self.service.stream_time = float(ckpt.state.get("stream_time", -math.inf))
-        self._restored = True
+        self.life.step("restore")
         return self.last_batch
 
     # -- the trigger -----------------------------------------------------------------------------
@@ -254,28 +232,24 @@ class TriggerLoop:
         worker = self.worker
         try:
             admitted = self.admission.admit(self.worker, self.budget_s)
-            if worker is None:
-                return self._trigger(table, batch_id, started, admitted, parts or {}, later)
-            self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
-            self._paused = True
-            worker.pause()  # from here until resume() this thread alone touches the executor
-            progress = self._trigger(table, batch_id, started, admitted, parts or {}, later)
+            self.life.step("trigger")
+            if worker is not None:
+                self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
+                worker.pause()  # from here until resume() this thread alone touches the executor
+            return self._trigger(table, batch_id, started, admitted, parts or {}, later)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
             # restores the checkpoint into a fresh loop and replays the batch).
-            self.failed = True
+            self.life.step("fail")
             if worker is not None:
-                self._paused = False
                 worker.close()
             raise
-        self._release_worker()  # a trigger that committed nothing (replayed) still hands it back
-        return progress
+        finally:
+            self._release_worker()  # once per trigger, however it ended
 
     def _release_worker(self) -> None:
         """Hand the executor back to the continuous worker (once per trigger; not after close())."""
-        if self.worker is not None and self._paused and not self.closed:
-            self._paused = False
-            self.worker.resume()
+        self.life.step("hand back", then=self.worker.resume if self.worker is not None else None)
 
     def _trigger(
         self,
@@ -339,16 +313,15 @@ class TriggerLoop:
         self.restore()
         served = RunReport()
         try:
-            if self.worker is not None:
+            if self.worker is not None:  # and the commit below hands nothing back: no trigger took it
                 self.worker.pause()
                 self.worker.close()
-                self._paused = False  # the commit below must not hand the executor back
                 served = self.worker.take_counters()
             started = time.time()
             served.add(self.executor.finish(budget_s))
             return self._commit(self.last_batch + 1, started, 0, served, None)
         except BaseException:
-            self.failed = True
+            self.life.step("fail")
             raise
 
     def close(self) -> None:
@@ -356,13 +329,13 @@ class TriggerLoop:
         produced since the last trigger is not written: a restart redoes it from the checkpoint.
         A trigger still running when the stream is stopped ends without handing the executor
         back to the worker; :meth:`reopen` (a new start) allows it again."""
-        self.closed = True
+        self.life.step("close")
         if self.worker is not None:
             self.worker.close()
 
     def reopen(self) -> None:
         """After :meth:`close`: triggers hand the executor to the worker again."""
-        self.closed = False
+        self.life.step("reopen")
 
     def _fault(self, point: str, batch_id: int) -> None:
         if batch_id in self.config.faults.get(point, ()):
@@ -402,7 +375,8 @@ class TriggerLoop:
         # shed rows are dead letters of rows taken in earlier: not part of this batch's input
         dead_rows = (0 if dead is None else dead.num_rows) - sum(shed.values())
         t0 = time.perf_counter()
-        commit = self._take(batch_id, dead_rows)
+        state = {"dead_lettered_total": self.dead_lettered_total + dead_rows, "stream_time": self.service.stream_time}
+        commit = Commit.take(batch_id, self.executor, self.store, self.early, self.scheduler, self.compiled.plan, state)
         t_snap = time.perf_counter()
         self._release_worker()
         if self.dead_letter is not None:
@@ -437,29 +411,6 @@ class TriggerLoop:
         self.phase_s["progress"] += time.perf_counter() - t2
         self._fault("after_progress", batch_id)
         return progress
-
-    def _take(self, batch_id: int, dead_rows: int) -> Commit:
-        """What batch ``batch_id`` commits, taken while this thread alone holds the executor."""
-        # the queues by reference to their segments: only batches new since the last checkpoint
-        # are written (runtime/segments.py), spilled ones are linked, not read back
-        queues = self.store.segments.snapshot(queue_parts(self.executor.state))
-        state = {
-            "executor": encode_state(self.executor.to_state(queues=False)),
-            "batch_id": batch_id,
-            "dead_lettered_total": self.dead_lettered_total + dead_rows,
-            "stream_time": self.service.stream_time,
-            "segments": queues.layout,
-        }
-        return Commit(
-            outputs=self.executor.take_outputs(),
-            early=self.early.commit(batch_id) if self.early is not None else None,
-            queues=queues,
-            state=self.store.state_bytes(batch_id, state),
-            queued=QueuedSizes.of(self.executor.state, self.compiled.plan),
-            strategy=strategy_in_force(self.scheduler),
-            oldest=oldest_queued(self.executor.state, self.compiled.plan),
-            spilled=(self.executor.state.memory_bytes, self.executor.state.spilled_bytes),
-        )
 
 
 def _concat_dead(*tables: pa.Table | None) -> pa.Table | None:
