@@ -79,6 +79,13 @@ __all__ = ["DEFAULT_ARRIVAL_COLUMN", "PHASES", "Commit", "TriggerLoop", "decode_
 PHASES = ("toArrow", "spark", "ingest", "executor", "sink", "checkpoint", "progress", "earlyWrite")
 
 
+#: What :meth:`TriggerLoop.process` may be given instead of a table: a function reading the
+#: micro-batch, giving its table, its Spark-evaluated parts and the reader of the later parts.
+Read = Callable[
+    [], tuple[pa.Table, "dict[str, tuple[pa.Table, float]] | None", "Callable[[], dict[str, tuple[pa.Table, float]]] | None"]
+]
+
+
 class TriggerLoop:
     """The work of every trigger of one query set on one stream, on Arrow tables.
 
@@ -197,7 +204,7 @@ class TriggerLoop:
 
     def process(
         self,
-        table: pa.Table,
+        table: pa.Table | Read,
         batch_id: int,
         parts: dict[str, tuple[pa.Table, float]] | None = None,
         later: Callable[[], dict[str, tuple[pa.Table, float]]] | None = None,
@@ -206,7 +213,14 @@ class TriggerLoop:
         checkpointed (replayed after a crash). ``parts``: for each stream fed by a part of a query
         Spark evaluated in this micro-batch, its rows and the seconds Spark took. ``later`` (with
         :attr:`defers_lower_parts`): evaluates the parts of the lower classes, called once the top
-        class's rows of this batch are served and written, so they never wait for them."""
+        class's rows of this batch are served and written, so they never wait for them.
+
+        ``table`` may instead be a :data:`Read` giving the three (Spark's micro-batch, read by
+        the foreachBatch function): it is called only for a batch not yet checkpointed, and, when
+        the trigger has an interval, after the continuous worker has paused. The read brings the
+        top class's next rows, and a worker serving lower classes meanwhile would take the
+        interpreter and a core from it; an available-now run wants throughput, so there the
+        worker runs on while the batch is read."""
         started = time.time()
         try:
             return self._process(table, batch_id, parts, later, started)
@@ -231,11 +245,15 @@ class TriggerLoop:
             )
         worker = self.worker
         try:
+            if callable(table) and self.config.interval_s is None:
+                table, parts, later = table()
             admitted = self.admission.admit(self.worker, self.budget_s)
             self.life.step("trigger")
             if worker is not None:
                 self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
                 worker.pause()  # from here until resume() this thread alone touches the executor
+            if callable(table):
+                table, parts, later = table()
             return self._trigger(table, batch_id, started, admitted, parts or {}, later)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart

@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from sparkqos.errors import StoppedInTrigger
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.report.console import service_words
@@ -84,26 +86,31 @@ class BatchFunction:
     def _trigger(self, batch_df, batch_id: int) -> None:
         loop = self.loop
         compiled = self.compiled
-        parts: dict[str, Any] = {}
-        later = None
-        if compiled.spark_parts and batch_id > loop.restore():
-            # the parts of queries Spark evaluates, higher classes first, before the input's own
-            # rows are read (a batch already checkpointed is not evaluated again); with early
-            # writes, the lower classes' parts only once the top class's rows are written
-            now, rest = _split_parts(compiled, loop.top_class if loop.defers_lower_parts else None)
+
+        def read() -> tuple[pa.Table, dict[str, Any], Any]:
+            parts: dict[str, Any] = {}
+            later = None
+            if compiled.spark_parts:
+                # the parts of queries Spark evaluates, higher classes first, before the input's
+                # own rows are read; with early writes, the lower classes' parts only once the top
+                # class's rows are written
+                now, rest = _split_parts(compiled, loop.top_class if loop.defers_lower_parts else None)
+                t0 = time.perf_counter()
+                parts = _evaluate(compiled, now, batch_df)
+                loop.phase_s["spark"] += time.perf_counter() - t0
+                if rest:
+                    later = lambda: _evaluate(compiled, rest, batch_df)  # noqa: E731
+            describe_jobs(batch_df.sparkSession, self.config.name, batch_id, loop.progress.last)
             t0 = time.perf_counter()
-            parts = _evaluate(compiled, now, batch_df)
-            loop.phase_s["spark"] += time.perf_counter() - t0
-            if rest:
-                later = lambda: _evaluate(compiled, rest, batch_df)  # noqa: E731
-        describe_jobs(batch_df.sparkSession, self.config.name, batch_id, loop.progress.last)
-        t0 = time.perf_counter()
-        if reads_input(compiled):
-            table = batch_df.toArrow()  # Spark reads the source here
-        else:
-            table = compiled.sources[loop.ingest.stream].empty_table()
-        loop.phase_s["toArrow"] += time.perf_counter() - t0
-        loop.process(table, batch_id, parts, later)
+            if reads_input(compiled):
+                table = batch_df.toArrow()  # Spark reads the source here
+            else:
+                table = compiled.sources[loop.ingest.stream].empty_table()
+            loop.phase_s["toArrow"] += time.perf_counter() - t0
+            return table, parts, later
+
+        # a batch already checkpointed (replayed after a crash) is not read again
+        loop.process(read, batch_id)
 
 
 def _split_parts(compiled: CompiledPlan, top: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
