@@ -240,10 +240,11 @@ def make_stream(
     by_priority = sorted(priorities, key=lambda k: -priorities[k])  # the summary's and the report's order
     monitor = ClassMonitor(klass_of, watch=watch, classes=by_priority, print_fn=None if args.quiet else print)
     output, checkpoint = folders
+    options = stream_options(cfg, args, checkpoint, output, monitor)
+    for key in ("slo", "shed"):
+        options[key] = for_running_classes(name, key, options[key], priorities, klass_of)
     try:
-        handle = stream(
-            df, queries, classes=klass_of, priorities=priorities, **stream_options(cfg, args, checkpoint, output, monitor)
-        )
+        handle = stream(df, queries, classes=klass_of, priorities=priorities, **options)
     except NotShardable as exc:  # a query the sharded lane cannot run: say which and how to leave it out
         print(
             f"{name}: configuration error: job.shards > 0 runs the sharded lane, and {exc}; "
@@ -252,6 +253,22 @@ def make_stream(
         )
         return 2
     return handle, monitor
+
+
+def for_running_classes(name: str, key: str, targets: dict, priorities: dict, klass_of: dict) -> dict:
+    """``scheduler.slo`` or ``scheduler.shed`` without the job's classes that no query of
+    ``queries.run`` is of (the default targets name every class; a run of some queries has
+    nothing to target there), saying which were left out. Any other name goes on to ``stream``,
+    which refuses one that is neither a query nor a class of the plan.
+
+    >>> for_running_classes("job", "slo", {"H": "1s", "C": "2s", "fire": "1s"}, {"H": 3, "C": 2}, {"fire": "H"})
+    job: scheduler.slo for class C left out: no query of queries.run is of it
+    {'H': '1s', 'fire': '1s'}
+    """
+    idle = sorted(k for k in targets if k in priorities and k not in klass_of.values() and k not in klass_of)
+    if idle:
+        print(f"{name}: scheduler.{key} for class {', '.join(idle)} left out: no query of queries.run is of it")
+    return {k: v for k, v in targets.items() if k not in idle}
 
 
 def _delta_sink(output: Path) -> Any:

@@ -187,3 +187,16 @@ def test_the_parts_of_a_delay_add_up_to_it_and_targets_are_reported(tmp_path):
 
     page = render(tmp_path / "o", classes=["H", "C", "N"])
     assert (page.parent / "delay_parts.png").stat().st_size > 0 and "delay_parts.png" in page.read_text()
+
+
+def test_a_job_running_some_queries_keeps_only_the_targets_of_their_classes(capsys):
+    """The main job's default targets name classes H and C; run with ``queries.run = ["fire"]``
+    (class H alone) the job leaves C's target out and says so, where ``stream`` would refuse a
+    class the plan does not have. A name that is no class of the job still reaches ``stream``."""
+    from jobs._jobkit import for_running_classes
+
+    kept = for_running_classes(
+        "sensor_monitor", "slo", {"H": "500ms", "C": "1s", "X": "1s"}, {"H": 3, "C": 2, "N": 1}, {"fire": "H"}
+    )
+    assert kept == {"H": "500ms", "X": "1s"}
+    assert "scheduler.slo for class C left out" in capsys.readouterr().out
