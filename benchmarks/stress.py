@@ -21,6 +21,8 @@ table (per trigger and query):
   second over the executor's busy fraction) for ``--duration`` seconds, with
   ``scheduler.shed = {N = SHED}``; then ``job.finish`` drains what is left, so the rows the
   archive query (class N, one output row per input row) is missing are exactly the rows it shed.
+  The line ends with the rows per second Spark's micro-batches took in (from the first micro-batch
+  to the last): below the input rate, the rest waited in the source, where no class goes first.
 
 The class order holds in a scenario when mean and p99 delay are H < C < N (resume: H catches up
 no later than C, C no later than N). Figures depend on the machine: compare runs side by side.
@@ -185,13 +187,14 @@ def main(argv: list[str] | None = None) -> int:
             plan = [r for r in rows if r["query"] == "*"]
             arch = [r for r in rows if r["query"] == "archive"]
             rows_in = sum(r["rowsIn"] for r in plan if r["rowsIn"] == r["rowsIn"])
+            span = max(1e-9, plan[-1]["time_s"] - plan[0]["time_s"]) if plan else math.nan
             written = sum(r["rowsOut"] for r in arch)
             shed = sum(r["shedRows"] for r in arch if r["shedRows"] == r["shedRows"])
             ok = ordered({k: v for k, v in s.items() if k in ("H", "C")} | {"N": {"mean": math.inf, "p99": math.inf}})
             print(
                 f"stress burst: H p99 {s.get('H', {}).get('p99', math.nan):.0f} ms during {args.duration:g} s at 2x capacity "
                 f"({rate:.0f} rows/s), shed {shed:.0f} rows (archive missing {rows_in - written:.0f}); "
-                f"H/C/N p99 {fmt(s, 'p99')} ms",
+                f"H/C/N p99 {fmt(s, 'p99')} ms; Spark's micro-batches took in {rows_in / span:.0f} rows/s",
                 flush=True,
             )
         held += ok
