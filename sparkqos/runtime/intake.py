@@ -36,7 +36,16 @@ from sparkqos.errors import RunnerError, check_number
 from sparkqos.executor.report import RunReport
 from sparkqos.report.console import catch_up_line
 
-__all__ = ["Admission", "BacklogTracker", "BacklogWarning", "ClassBacklog", "Intake", "catch_up_line", "warn_backlog"]
+__all__ = [
+    "Admission",
+    "BacklogTracker",
+    "BacklogWarning",
+    "ClassBacklog",
+    "Intake",
+    "behind_cause",
+    "catch_up_line",
+    "warn_backlog",
+]
 
 
 class BacklogWarning(UserWarning):
@@ -253,6 +262,23 @@ class Admission:
         if now - self._warned_at >= self.intake.warn_every_s:
             self._warned_at = now
             warn_backlog(f"sparkqos {self.name!r}: {message}")
+
+
+def behind_cause(waited_s: float) -> str:
+    """Why a stream falls behind, from what the intake waited for the executor this trigger.
+
+    >>> behind_cause(1.5)
+    'the executor does not keep up with the stream (the intake waited 1.5 s for it)'
+    >>> behind_cause(0.0).split(":")[0]
+    "Spark's micro-batches do not keep up with the stream"
+    """
+    if waited_s > 0:
+        return f"the executor does not keep up with the stream (the intake waited {waited_s:.1f} s for it)"
+    return (
+        "Spark's micro-batches do not keep up with the stream: the executor did not hold the intake back, so the "
+        "rows wait in the source, where no class goes first (reading the source and handing the batch over, "
+        "toArrow, and the trigger's own work take longer than the stream time they bring in)"
+    )
 
 
 def warn_backlog(message: str) -> None:

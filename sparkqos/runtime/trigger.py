@@ -69,7 +69,7 @@ from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.decompose import IngestLog, micro_batch_start
 from sparkqos.runtime.early import EarlyWriter, above_the_lowest
 from sparkqos.runtime.ingest import epoch_seconds
-from sparkqos.runtime.intake import Admission, BacklogTracker, catch_up_line
+from sparkqos.runtime.intake import Admission, BacklogTracker, behind_cause, catch_up_line
 from sparkqos.runtime.lifecycle import Life, Lifecycle
 from sparkqos.runtime.service import Service
 
@@ -292,7 +292,7 @@ class TriggerLoop:
         waited, admit_report = admitted
         backlog = {**self.backlog.observe(started, came.rows_in, came.newest), "intakeWaitS": waited}
         if math.isinf(backlog["catchUpEtaS"]):
-            self.admission.warn(f"{catch_up_line(backlog)}: the executor does not keep up with the stream")
+            self.admission.warn(f"{catch_up_line(backlog)}: {behind_cause(waited)}")
         self._fault("after_ingest", batch_id)
         served = self.worker.take_counters() if self.worker is not None else RunReport()
         served.add(admit_report)
