@@ -88,6 +88,15 @@ def range_join(d):
     return a.join(b, cond, "inner")
 
 
+def renamed_join(d):
+    """The watermark set first, then the event-time column renamed by a select on each side:
+    Spark carries the watermark through the alias."""
+    marked = d.withWatermark("ts", "5 seconds")
+    a = marked.select("k", "s", F.col("ts").alias("t"))
+    b = marked.where(F.col("d").isNull() | (F.col("d") > 0)).select(F.col("k").alias("k2"), F.col("ts").alias("t2"))
+    return a.join(b, (a.k == b.k2) & (b.t2 >= a.t - F.expr("INTERVAL 2 SECONDS")) & (b.t2 <= a.t + F.expr("INTERVAL 1 SECONDS")))
+
+
 def between_join(d):
     a, b = _branches(d)
     return a.join(b, F.expr("s = s2 AND k = k2 AND ts2 BETWEEN ts - INTERVAL 1 SECOND AND ts + INTERVAL 500 MILLISECONDS"))
@@ -189,7 +198,12 @@ def trace(tmp_path_factory):
 
 def test_stream_equals_spark_on_the_static_data(spark_sql, trace, tmp_path):
     lookup = make_static(spark_sql, [(0, "zero", 0.0), (1, "one", 1.0), (1, "uno", math.nan), (None, "none", None), (4, "", 4.0)])
-    queries = {"enrich": static_queries(lookup)["left_using"], "range": range_join, "strict": strict_join}
+    queries = {
+        "enrich": static_queries(lookup)["left_using"],
+        "range": range_join,
+        "strict": strict_join,
+        "renamed": renamed_join,
+    }
     sink = stream_to_end(
         replay(spark_sql, trace, seconds_per_trigger=1),
         queries,
@@ -204,6 +218,15 @@ def test_stream_equals_spark_on_the_static_data(spark_sql, trace, tmp_path):
         got = sink.table(name)
         assert got.num_rows > 0, name
         assert rows_of(got.cast(want.schema)) == rows_of(want), name
+
+
+def test_a_watermark_reaches_the_join_through_a_renaming_select(spark_sql, trace):
+    """``withWatermark("ts")`` then ``select(col("ts").alias("t"))``: the join's state is
+    bounded by the watermark on ``t``, as in Spark (the stream's run is checked against Spark in
+    test_stream_equals_spark_on_the_static_data)."""
+    compiled = compile_transforms(replay(spark_sql, trace, seconds_per_trigger=1), {"renamed": renamed_join})
+    (join,) = [op for op in compiled.operators.values() if isinstance(op, IntervalJoin)]
+    assert (join.times, join.delays_us) == (("t", "t2"), (5_000_000, 5_000_000))
 
 
 def test_interval_join_state_is_evicted_and_survives_a_checkpoint(spark_sql, trace):

@@ -97,6 +97,36 @@ class Source:
     ids: list[int]
 
 
+def watermarks_through_aliases(watermarks: dict[int, float], plan: Sequence[dict[str, Any]]) -> dict[int, float]:
+    """``watermarks`` (delay in seconds by the event-time column's expression id) with every alias
+    of a watermarked column in ``plan`` (Spark's analyzed plan as JSON) added under the alias's
+    id: Spark carries the watermark through ``select(col("ts").alias("t"))``, so an operator above
+    reads it on ``t``.
+
+    >>> attr = {"class": "x.AttributeReference", "num-children": 0, "name": "ts", "exprId": {"id": 3}}
+    >>> alias = {"class": "x.Alias", "num-children": 1, "child": 0, "name": "t", "exprId": {"id": 9}}
+    >>> watermarks_through_aliases({3: 2.0}, [{"class": "x.Project", "projectList": [[alias, attr]]}])
+    {3: 2.0, 9: 2.0}
+    """
+    out = dict(watermarks)
+    aliases = [
+        (e[0]["exprId"]["id"], e[1]["exprId"]["id"])
+        for node in plan
+        for e in node.get("projectList") or ()
+        if len(e) == 2
+        and short_class(e[0].get("class", "")) == "Alias"
+        and short_class(e[1].get("class", "")) == "AttributeReference"
+    ]
+    grew = bool(out)
+    while grew:  # an alias of an alias: until nothing is added
+        grew = False
+        for alias, of in aliases:
+            if of in out and alias not in out:
+                out[alias] = out[of]
+                grew = True
+    return out
+
+
 def parse_plan(nodes: Sequence[dict[str, Any]], source: Sequence[dict[str, Any]], source_ids: Sequence[int]) -> Node:
     """The plan tree of ``nodes``, with every copy of ``source`` replaced by a ``__source__`` node."""
     n = len(source)

@@ -30,7 +30,7 @@ import pyspark.sql.connect.proto as proto
 from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 from pyspark.sql.connect.plan import CachedRelation
 
-from sparkqos.compile.nodes import UNMAPPED
+from sparkqos.compile.nodes import UNMAPPED, watermarks_through_aliases
 from sparkqos.compile.spark_plan import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
 from sparkqos.spark.connect_functions import FUNCTIONS, check, literal_node
@@ -524,7 +524,7 @@ def connect_plans(
     for name, result in results.items():
         tr = _Translator(name, df, source_id, n, time_zone)
         plans[name] = tr.relation(result._plan.plan(client))[0]
-        contexts[name] = {"watermarks": tr.watermarks}
+        contexts[name] = {"watermarks": watermarks_through_aliases(tr.watermarks, plans[name])}
         if tr.udfs:
             check_worker_settings(name, result)
             contexts[name]["udfs"] = tr.udfs

@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sparkqos.compile.nodes import watermarks_through_aliases
 from sparkqos.compile.spark_part import check_placement
 from sparkqos.compile.spark_plan import DEFAULT_STREAM, compile_plans
 from sparkqos.errors import ArgumentError, RunnerError, UnsupportedTransform, check_number
@@ -119,7 +120,10 @@ def _plan_facts(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dic
             # Spark's own conversion of the delay (EventTimeWatermark.getDelayMs): a month is 31 days
             watermarks[int(node.eventTime().exprId().id())] = ((months * 31 + days) * 86_400_000_000 + micros) / 1e6
         nodes.extend(items(node.children()))
-    facts["watermarks"] = watermarks
+    # Spark carries a watermark through an alias of its column (select(col("ts").alias("t")))
+    facts["watermarks"] = watermarks_through_aliases(
+        watermarks, plan_json if plan_json is not None else json.loads(jvm_plan.toJSON())
+    )
     return facts
 
 
