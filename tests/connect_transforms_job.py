@@ -202,7 +202,22 @@ def stateful():
 
 
 #: Transforms whose row-wise part Spark evaluates: SQL strings, UDFs, JSON and regex.
-SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_regex")
+SPARK_PARTS = ("sql_where", "pandas_udf", "py_udf", "json_regex", "log", "lag_regex", "map_in_pandas", "map_in_arrow")
+
+
+def upper_s(frames):
+    """``mapInPandas``: the rows with a positive ``i``, ``s`` upper-cased."""
+    for pdf in frames:
+        pdf = pdf[pdf["i"] > 0]
+        yield pdf.assign(s=pdf["s"].str.upper())[["i", "s"]]
+
+
+def doubled(batches):
+    """``mapInArrow``: ``d`` doubled."""
+    import pyarrow.compute as pc
+
+    for b in batches:
+        yield pa.record_batch({"d2": pc.multiply(b.column("d"), 2.0)})
 
 
 def spark_parts():
@@ -231,6 +246,9 @@ def spark_parts():
         "lag_regex": lambda df: df.withColumn(
             "p", F.lag(F.regexp_replace("s", "a", "#")).over(Window.partitionBy("f").orderBy("ts"))
         ),
+        # a Python function over each partition's rows: Spark runs it in the micro-batch
+        "map_in_pandas": lambda df: df.mapInPandas(upper_s, "i long, s string").where(F.col("s") != "B"),
+        "map_in_arrow": lambda df: df.mapInArrow(doubled, "d2 double"),
     }
     assert tuple(parts) == SPARK_PARTS
     return parts

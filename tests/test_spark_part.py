@@ -63,6 +63,21 @@ def fragile(s):
     return [s]
 
 
+def tagged(frames):
+    """``mapInPandas``: each partition's rows with ``s`` upper-cased, those without an id dropped."""
+    for pdf in frames:
+        pdf = pdf[pdf["id"].notna()]
+        yield pdf.assign(s=pdf["s"].str.upper())[["id", "s", "ts"]]
+
+
+def halved(batches):
+    """``mapInArrow``: each batch's ``d`` halved, with its id."""
+    import pyarrow.compute as pc
+
+    for b in batches:
+        yield pa.record_batch({"id": b.column("id"), "half": pc.divide(b.column("d"), 2.0)})
+
+
 QUERIES = {
     "json": lambda d: (
         d.select("id", F.from_json("value", JSON).alias("j"), "ts")
@@ -87,6 +102,8 @@ QUERIES = {
     "udf": lambda d: d.select("id", F.explode_outer(pieces("s")).alias("p")),
     "sql": lambda d: d.where("id > 1").selectExpr("id", "initcap(s) AS s2", "d * 2 AS d2"),
     "native_above": lambda d: d.select("id", F.translate("s", "-", "+").alias("h")).where(F.col("id") > 1).select("h"),
+    "map_in_pandas": lambda d: d.mapInPandas(tagged, "id int, s string, ts timestamp").where(F.col("s") != "Q"),
+    "map_in_arrow": lambda d: d.where(F.col("id") > 1).mapInArrow(halved, "id int, half double"),
 }
 #: A window aggregate over a part Spark evaluates (JSON parse + regex + filter).
 WINDOW = {
@@ -216,12 +233,21 @@ def _trace(tmp_path: Path, rows=ROWS) -> Path:
 
 def test_streamed_parts_equal_spark_and_show_in_progress(spark, tmp_path):
     plain = {"plain": lambda d: d.where("id > 1").select("id", "s")}  # native only
-    queries = {"json": QUERIES["json"], "explode": QUERIES["explode"], **plain, **WINDOW}
+    # a window aggregate, run natively, over the rows of a mapInPandas Spark runs in the micro-batch
+    mapped = {
+        "mapped": lambda d: (
+            d.mapInPandas(tagged, "id int, s string, ts timestamp")
+            .withWatermark("ts", "1 second")
+            .groupBy(F.window("ts", "2 seconds"))
+            .agg(F.count("*").alias("rows"), F.max("s").alias("top"))
+        )
+    }
+    queries = {"json": QUERIES["json"], "explode": QUERIES["explode"], **plain, **WINDOW, **mapped}
     sink = MemorySink()
     handle = sparkqos.stream(
         replay(spark, _trace(tmp_path), seconds_per_trigger=2),
         queries,
-        classes={"json": "H", "explode": "N", "plain": "N", "window": "N"},
+        classes={"json": "H", "explode": "N", "plain": "N", "window": "N", "mapped": "N"},
         priorities={"H": 3, "N": 1},
         strategy="chain",
         trigger_s="available_now",

@@ -34,7 +34,21 @@ PLACEMENTS = ("auto", "native", "spark")
 #: Class of the node that stands for a part Spark evaluates.
 SPARK_PART = "__spark_part__"
 #: Plan nodes that keep rows one by one (or multiply them) without state.
-ROW_WISE = {"Project", "Filter", "Generate", "SubqueryAlias", "Repartition", "RepartitionByExpression", "EventTimeWatermark"}
+ROW_WISE = {
+    "Project",
+    "Filter",
+    "Generate",
+    "SubqueryAlias",
+    "Repartition",
+    "RepartitionByExpression",
+    "EventTimeWatermark",
+    "MapInPandas",
+    "MapInArrow",
+}
+#: Row-wise nodes only Spark runs: a Python function over each partition's batches of rows
+#: (``mapInPandas``, ``mapInArrow``), stateless, so Spark runs it on each micro-batch as a
+#: streaming query would. Their output columns are new: none carries an input column on.
+MAP_IN = {"MapInPandas": "mapInPandas", "MapInArrow": "mapInArrow"}
 #: Expression fields of the row-wise nodes.
 _EXPRESSION_FIELDS = ("condition", "projectList", "generator")
 
@@ -130,6 +144,9 @@ def spark_functions(chain: list[Node], native: set[str], names: dict[str, str]) 
     """The functions of ``chain`` without a native mapping, as users write them (UDFs by name)."""
     found: list[str] = []
     for node in reversed(chain):
+        if node.cls in MAP_IN:
+            fn = (node.fields.get("functionExpr") or [{}])[0].get("name")
+            found.append(f"{MAP_IN[node.cls]}({fn})" if fn else MAP_IN[node.cls])
         for e in _expressions(node):
             if e.cls in native and e.cls != "PythonUDF":  # a UDF is named: it is what may raise
                 continue
@@ -149,6 +166,8 @@ def output_attrs(node: Node, source: list[tuple[int | None, str]]) -> list[tuple
             top = parse_expr(item)
             out.append((top.fields["exprId"]["id"], top.fields["name"]))
         return out
+    if node.cls in MAP_IN:
+        return [(a[0]["exprId"]["id"], a[0]["name"]) for a in node.fields["output"]]
     below = output_attrs(node.children[0], source)
     if node.cls == "Generate":
         dropped = set(node.fields.get("unrequiredChildIndex") or [])

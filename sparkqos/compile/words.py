@@ -45,6 +45,8 @@ STEP_WORDS = {
     "Repartition": "repartition",
     "RepartitionByExpression": "repartition",
     "EventTimeWatermark": "withWatermark",
+    "MapInPandas": "mapInPandas",
+    "MapInArrow": "mapInArrow",
 }
 
 

@@ -88,6 +88,10 @@ _RELATIONS = {
 }
 
 
+#: Spark's eval type of a ``mapInArrow`` function (PythonEvalType.SQL_MAP_ARROW_ITER_UDF).
+_MAP_ARROW_ITER = 207
+
+
 def _field_index(t: Any, name: str) -> int | None:
     """The position of field ``name`` in the struct type ``t`` (its JSON object), None if none."""
     names = [f["name"] for f in t.get("fields", [])] if isinstance(t, dict) else []
@@ -173,6 +177,19 @@ class _Translator:
             return self.rename(rel, kind, body)
         if kind == "set_op":
             return self.set_op(body)
+        if kind == "map_partitions":
+            # mapInPandas / mapInArrow: its output columns as classic's plan gives them (new ones),
+            # so that the part Spark evaluates ends above it (sparkqos.compile.spark_part)
+            nodes, _ = self.relation(body.input)
+            out = [(self.fresh(), f.name, _type_name(f.dataType)) for f in self.schema(rel).fields]
+            arrow = body.func.python_udf.eval_type == _MAP_ARROW_ITER
+            node = {
+                "class": f"{_PKG}.plans.logical.{'MapInArrow' if arrow else 'MapInPandas'}",
+                "num-children": 1,
+                "functionExpr": [{"class": f"{_PKG}.expressions.PythonUDF", "name": body.func.function_name}],
+                "output": [[_attr(a)] for a in out],
+            }
+            return [node, *nodes], out
         if kind in ("subquery_alias", "repartition", "repartition_by_expression"):
             nodes, attrs = self.relation(body.input)
             return [{"class": _camel(kind), "num-children": 1}, *nodes], attrs
