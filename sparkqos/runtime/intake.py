@@ -87,6 +87,10 @@ class Intake:
             check_number(name, getattr(self, name), low=0, error=RunnerError)
 
 
+#: The progress fields of :meth:`BacklogTracker.observe`.
+BEHIND = ("backlogS", "backlogRows", "catchUpEtaS")
+
+
 class BacklogTracker:
     """How far behind the stream is, trigger after trigger (module docstring).
 

@@ -69,7 +69,7 @@ from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.decompose import IngestLog, micro_batch_start
 from sparkqos.runtime.early import EarlyWriter, above_the_lowest
 from sparkqos.runtime.ingest import epoch_seconds
-from sparkqos.runtime.intake import Admission, BacklogTracker, behind_cause, catch_up_line
+from sparkqos.runtime.intake import BEHIND, Admission, BacklogTracker, behind_cause, catch_up_line
 from sparkqos.runtime.lifecycle import Life, Lifecycle
 from sparkqos.runtime.service import Service
 
@@ -290,7 +290,11 @@ class TriggerLoop:
         shed_dead, shed = self.service.shed(self.executor.state, batch_id)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
-        backlog = {**self.backlog.observe(started, came.rows_in, came.newest), "intakeWaitS": waited}
+        # an available-now run reads what is there and ends: how far behind it is says nothing
+        # (a backfill of old rows would read as years behind)
+        timed = self.config.interval_s is not None
+        behind = self.backlog.observe(started, came.rows_in, came.newest) if timed else dict.fromkeys(BEHIND, math.nan)
+        backlog = {**behind, "intakeWaitS": waited}
         if math.isinf(backlog["catchUpEtaS"]):
             self.admission.warn(f"{catch_up_line(backlog)}: {behind_cause(waited)}")
         self._fault("after_ingest", batch_id)
