@@ -280,3 +280,88 @@ def test_report_shows_the_claims_table_without_metrics(tmp_path):
     (tmp_path / "claims.json").write_text(__import__("json").dumps({"note": "generated", "rows": [row]}))
     page = render(tmp_path, title="claims").read_text()
     assert "The papers' claims" in page and "CQC §5: A: cqc &lt; hr" in page and "7.0 [6.1–8.0], held 3/3" in page
+
+
+#: A sitecustomize that makes pytest and hypothesis unimportable in every Python started with it
+#: on its path, as in the virtualenv spark-submit.sh builds (the package, its plot and data extras).
+WITHOUT_TEST_TOOLS = """
+import importlib.abc
+import sys
+
+
+class NoTestTools(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("pytest", "_pytest", "hypothesis"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoTestTools())
+"""
+
+
+def test_claims_checks_the_papers_tables_and_theorems_without_pytest(tmp_path):
+    """The claims command's checks of the papers' worked tables and theorems run on the library's
+    code in a Python (and any Python it starts) where pytest and hypothesis cannot be imported, and
+    hold: thesis Table 1.1, Jiang Table 2, Chain Th. 4.2, Jiang Th. 1 and 3 (a fifth of each
+    theorem's random sample, to keep the test short)."""
+    import json
+    import subprocess
+
+    (tmp_path / "sitecustomize.py").write_text(WITHOUT_TEST_TOOLS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    script = (
+        "import json, sys\n"
+        "try:\n"
+        "    import pytest\n"
+        "except ModuleNotFoundError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise SystemExit('pytest is importable')\n"
+        f"sys.path.insert(0, {str(ROOT / 'jobs' / 'experiments')!r})\n"
+        "import _common as C\n"
+        "import claims\n"
+        "claims.paper_checks(fraction=0.2)\n"
+        "print(json.dumps(claims.build_rows(claims.simulator_records(C.RECORDED))))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [(r["section"], r["paper"], r["simulator"], r["verdict"]) for r in rows] == [
+        ("Raindrop §1.2", "Table 1.1", "held", "held"),
+        ("Jiang Table 2", "Table 2", "held", "held"),
+        ("Chain Th. 4.2", "Theorem 4.2", "held", "held"),
+        ("Jiang Th. 1", "Theorem 1", "held", "held"),
+        ("Jiang Th. 3", "Theorem 3", "held", "held"),
+    ], run.stdout
+    assert "holds on all 30 random workloads" in rows[2]["reason"], rows[2]
+
+
+def test_claims_says_not_run_and_why_for_a_check_or_run_that_could_not_run():
+    """A check that raises, and an experiment whose run fails, are ``not run: <why>`` in the
+    table, never ``not held``; a claim whose repetitions partly ran counts only those that did."""
+    claims = _load(ROOT / "jobs" / "experiments" / "claims.py", "claims_not_run")
+    since = len(C.RECORDED)
+
+    def missing() -> tuple[bool, str]:
+        raise FileNotFoundError("conf/workloads/thesis_table_1_1.toml")
+
+    claims.paper_check("Raindrop §1.2", "Table 1.1 comes out exactly", "Table 1.1", missing)
+    claims.paper_check("Jiang Th. 1", "pc's latency is least", "Theorem 1", lambda: (True, "holds on all 2"))
+    sys.modules["failing_experiment"] = type(sys)("failing_experiment")
+    sys.modules["failing_experiment"].main = lambda argv: 1 / 0
+    try:
+        claims.run_spark("failing_experiment", [])
+    finally:
+        del sys.modules["failing_experiment"]
+    table, spark = C.RECORDED[since : since + 2], C.RECORDED[since + 2]
+    rows = claims.build_rows(claims.simulator_records(table) + [("COS §5", "bursty", spark)])
+    assert [(r["section"], r["simulator"], r["bursty"], r["verdict"]) for r in rows] == [
+        ("Raindrop §1.2", "not run", "not run", "not run: FileNotFoundError: conf/workloads/thesis_table_1_1.toml"),
+        ("Jiang Th. 1", "held", "not run", "held"),
+        ("COS §5", "—", "not run", "not run: failed: ZeroDivisionError: division by zero"),
+    ]
+    held = C.Verdict("c", "HELD", "ratio 0.9", 0.9)
+    skipped = C.Verdict("c", "NOT RUN", "failed: timeout")
+    assert claims.cell([held, skipped, held]) == "0.90 [0.90–0.90], held 2/2, 1 not run"
+    assert claims.majority([skipped, held]) == "HELD" and claims.majority([skipped]) == "NOT RUN"

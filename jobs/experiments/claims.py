@@ -8,15 +8,18 @@ Nothing is measured here that an experiment module does not measure itself: each
 runs an experiment's own ``main`` (path_latency, chain_memory, classes, cos, adaptive in this
 folder) ``--reps`` times per trace (seeds 7, 8, 9, …), and each simulator cell comes from the
 simulator jobs (jobs/*_sim.py) judged by the same verdict functions as the Spark runs, or from the
-test that proves a theorem on random plans (tests/). The verdicts every run records
-(``_common.RECORDED``) become one row per claim:
+library's checks of the papers' worked tables and theorems (``sparkqos.testing.papers``, the code
+the tests assert on, run here without pytest; a theorem on a seeded sample of random plans). The
+verdicts every run records (``_common.RECORDED``) become one row per claim:
 
 * a cell is the median [min–max] of the number the verdict rests on (a ratio, e.g. hr/cqc's
   class-H delay for CQC, pc's latency over the best other strategy's for Jiang §5) and how many
   repetitions held;
 * a trace's verdict is the majority of its repetitions (a tie or an inconclusive majority is
   inconclusive); the claim's verdict is held when both traces hold it, not held when both do not,
-  inconclusive otherwise; a claim the simulator alone checks takes the simulator's verdict.
+  inconclusive otherwise; a claim the simulator alone checks takes the simulator's verdict;
+* a check that could not run (it raised) and an experiment run that failed say ``not run: <why>``,
+  never a verdict on the claim; repetitions that did not run are left out of the majority.
 
 It writes ``claims.md`` and ``claims.json`` under ``--out``, a claims section in the HTML report
 (``python -m sparkqos report OUT``), and, with ``--docs``, the table into docs/experiments.md between
@@ -39,7 +42,6 @@ import importlib
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -54,6 +56,8 @@ import _common as C  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ("bursty", "vessels")
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+#: The status of a check or an experiment run that could not run: its row says why.
+NOT_RUN = "NOT RUN"
 #: The page whose table ``--docs`` rewrites.
 DOCS = ROOT / "docs" / "experiments.md"
 
@@ -68,15 +72,76 @@ SPARK = {
 
 
 # -- the simulator column ------------------------------------------------------------------------
-def _pytest(section: str, claim: str, paper: str, target: str) -> None:
-    """A theorem proved by a test on random plans: its pass/fail is the verdict."""
+#: The workload files of the papers' worked tables.
+WORKLOADS = ROOT / "conf" / "workloads"
+
+
+def paper_check(section: str, claim: str, paper: str, check: Callable[[], tuple[bool, str]]) -> None:
+    """A table or theorem checked by the library (sparkqos.testing.papers, the code the tests
+    assert on): ``check`` returns (held, detail). A check that raises did not run, and its verdict
+    says so with the reason, never that the claim does not hold."""
     began = time.perf_counter()
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target], cwd=ROOT, capture_output=True, text=True
+    try:
+        held, detail = check()
+    except Exception as exc:  # noqa: BLE001 - the table says the check did not run, and why
+        traceback.print_exc()
+        detail = f"{type(exc).__name__}: {exc}"
+        C.verdict_line(f"{section}: {claim}", False, detail, paper=paper, status="NOT RUN")
+        print(f"  simulator: {section}: not run: {detail}", flush=True)
+        return
+    C.verdict_line(f"{section}: {claim}", held, detail, paper=paper)
+    print(f"  simulator: {section}: {'held' if held else 'NOT HELD'}: {detail} ({time.perf_counter() - began:.1f} s)", flush=True)
+
+
+def _tables(check: Callable[[Path, str], list[str]], strategies: tuple[str, ...], what: str) -> tuple[bool, str]:
+    differences = [d for s in strategies for d in check(WORKLOADS, s)]
+    if differences:
+        return False, f"{len(differences)} difference(s) from the paper, first: {differences[0]}"
+    return True, what
+
+
+def _theorem(result) -> tuple[bool, str]:
+    return result.held, result.detail
+
+
+def paper_checks(fraction: float = 1.0) -> None:
+    """The papers' worked tables and theorems, checked by the library's own code without pytest;
+    ``fraction`` of each theorem's random sample (all of it unless a quick test asks for less)."""
+    from sparkqos.testing import papers
+
+    def share(n: int) -> int:
+        return max(1, round(n * fraction))
+
+    paper_check(
+        "Raindrop §1.2",
+        "Table 1.1 (FIFO and MTIQ queue sizes and throughput) comes out exactly",
+        "Table 1.1",
+        lambda: _tables(papers.thesis_table_1_1, ("fifo", "mtiq"), "FIFO (slotted) and MTIQ queue sizes and throughput, t = 0-5"),
     )
-    last = (run.stdout.strip().splitlines() or ["no output"])[-1]
-    C.verdict_line(f"{section}: {claim}", run.returncode == 0, f"{target.split('::')[-1]}: {last}", paper=paper)
-    print(f"  simulator: {target} -> {last} ({time.perf_counter() - began:.0f} s)", flush=True)
+    paper_check(
+        "Jiang Table 2",
+        "FIFO's and Chain's queue size, tuple latency and throughput come out exactly",
+        "Table 2",
+        lambda: _tables(papers.jiang_table_2, ("fifo", "chain"), "FIFO and Chain queue size, latency and throughput, t = 1-10"),
+    )
+    paper_check(
+        "Chain Th. 4.2",
+        "chain's peak memory ≤ every other strategy's peak + n",
+        "Theorem 4.2",
+        lambda: _theorem(papers.chain_theorem_4_2(samples=share(150))),
+    )
+    paper_check(
+        "Jiang Th. 1",
+        "pc's total tuple latency ≤ any other order of serving the paths",
+        "Theorem 1",
+        lambda: _theorem(papers.jiang_theorem_1(samples=share(40))),
+    )
+    paper_check(
+        "Jiang Th. 3",
+        "segment's memory ≤ chain's at every instant (time units; segments on chain's envelope)",
+        "Theorem 3",
+        lambda: _theorem(papers.jiang_theorem_3(samples=share(200))),
+    )
 
 
 def _bursty(plan, load: float, until: float, seed: int) -> dict[str, list[tuple[float, float]]]:
@@ -110,12 +175,7 @@ def simulate(quick: bool) -> None:
     import path_latency
 
     until = 600.0 if quick else 2000.0
-    _pytest(
-        "Raindrop §1.2",
-        "Table 1.1 (FIFO and MTIQ queue sizes and throughput) comes out exactly",
-        "Table 1.1",
-        "tests/test_paper_tables.py",
-    )
+    paper_checks()
     rows = adaptive_sim.table_1_3(until, [1, 2, 3], 0.9, adaptive_sim.PERIOD, 0.0, **adaptive_sim.SELECTOR)
     share = statistics.mean(r[3] for r in rows)
     C.verdict_line(
@@ -138,28 +198,10 @@ def simulate(quick: bool) -> None:
             measure=sc["adaptive"] - avg,
             paper="adaptive near the best single (Tables 6.3-6.5)",
         )
-    _pytest(
-        "Chain Th. 4.2",
-        "chain's peak memory ≤ every other strategy's peak + n",
-        "Theorem 4.2",
-        "tests/test_properties.py::test_chain_theorem_4_2_peak_memory",
-    )
     for name, queries in chain_memory.CHAINS.items():
         plan = C.chain_plan(queries)
         _, mem = _means(plan, ("chain", "fifo", "greedy", "rr"), _bursty(plan, 0.9, until, 7))
         chain_memory.memory_verdict(name, mem, list(mem.values()))
-    _pytest(
-        "Jiang Th. 1",
-        "pc's total tuple latency ≤ any other order of serving the paths",
-        "Theorem 1",
-        "tests/test_path_strategies.py::test_jiang_theorem_1_pc_minimises_total_tuple_latency",
-    )
-    _pytest(
-        "Jiang Th. 3",
-        "segment's memory ≤ chain's at every instant (time units; segments on chain's envelope)",
-        "Theorem 3",
-        "tests/test_path_strategies.py::test_jiang_theorem_3_segment_memory_at_most_chains_at_every_instant",
-    )
     plan = path_latency.scheduling_plan()
     lat, mem = _means(plan, ("pc", "simplified_segment", "chain", "threshold"), _bursty(plan, 0.9, until, 7))
     path_latency.claim_verdicts(lat, mem)
@@ -182,6 +224,33 @@ def simulate(quick: bool) -> None:
         )
 
 
+def simulator_section(v: C.Verdict) -> str:
+    """The paper section a simulator verdict belongs to (its claim's head, or the experiment's)."""
+    head = v.claim.split(":", 1)[0]
+    if head.startswith(("Raindrop", "Chain Th", "Jiang Th", "Jiang Table")):
+        return head
+    if "/" in head and "adaptive" in v.claim:
+        return "Raindrop §6"
+    if "chain has the least" in v.claim:
+        return "Chain §6"
+    if "cqc" in v.claim:
+        return "CQC §5"
+    if "cos" in v.claim:
+        return "COS §5"
+    return "Jiang §5"
+
+
+def simulator_records(verdicts: list[C.Verdict]) -> list[tuple[str, str, C.Verdict]]:
+    """(section, ``simulator``, verdict) records of the simulator's verdicts, the section taken
+    off the claim it heads."""
+    records = []
+    for v in verdicts:
+        section = simulator_section(v)
+        claim = v.claim.split(": ", 1)[1] if v.claim.startswith(section + ":") else v.claim
+        records.append((section, "simulator", C.Verdict(claim, v.status, v.detail, v.measure, v.paper)))
+    return records
+
+
 # -- the Spark columns ---------------------------------------------------------------------------
 def run_spark(name: str, argv: list[str]) -> None:
     """One experiment's ``main``; a failure is recorded as its verdict rather than ending the table."""
@@ -190,7 +259,7 @@ def run_spark(name: str, argv: list[str]) -> None:
         module.main(argv)
     except Exception as exc:  # noqa: BLE001 - the table says which run failed and why
         traceback.print_exc()
-        C.verdict_line(f"{name} run", False, f"failed: {type(exc).__name__}: {exc}", status="INCONCLUSIVE")
+        C.verdict_line(f"{name} run", False, f"failed: {type(exc).__name__}: {exc}", status="NOT RUN")
 
 
 # -- the table -----------------------------------------------------------------------------------
@@ -201,24 +270,31 @@ def _fmt(x: float) -> str:
 
 
 def cell(verdicts: list[C.Verdict]) -> str:
-    """``median [min–max], held k/n`` of the verdicts' measures (or their statuses alone)."""
-    if not verdicts:
+    """``median [min–max], held k/n`` of the verdicts' measures (or their statuses alone), over
+    the repetitions that ran (and how many did not)."""
+    ran = [v for v in verdicts if v.status != NOT_RUN]
+    if not ran:
         return "not run"
-    held = sum(v.status == "HELD" for v in verdicts)
-    ms = [v.measure for v in verdicts if v.measure is not None and not math.isnan(v.measure)]
-    tally = f"held {held}/{len(verdicts)}"
+    held = sum(v.status == "HELD" for v in ran)
+    ms = [v.measure for v in ran if v.measure is not None and not math.isnan(v.measure)]
+    tally = f"held {held}/{len(ran)}" + (f", {len(verdicts) - len(ran)} not run" if len(ran) < len(verdicts) else "")
     if not ms:
-        return tally if len(verdicts) > 1 else verdicts[0].status.lower()
+        return tally if len(verdicts) > 1 else ran[0].status.lower()
     if len(ms) == 1:
         return f"{_fmt(ms[0])}, {tally}"
     return f"{_fmt(statistics.median(ms))} [{_fmt(min(ms))}–{_fmt(max(ms))}], {tally}"
 
 
 def majority(verdicts: list[C.Verdict]) -> str | None:
+    """The majority status of the repetitions that ran; ``NOT RUN`` when none did, ``None``
+    when there are none."""
     if not verdicts:
         return None
+    ran = [v for v in verdicts if v.status != NOT_RUN]
+    if not ran:
+        return NOT_RUN
     for status in ("HELD", "NOT HELD"):
-        if sum(v.status == status for v in verdicts) * 2 > len(verdicts):
+        if sum(v.status == status for v in ran) * 2 > len(ran):
             return status
     return "INCONCLUSIVE"
 
@@ -245,9 +321,9 @@ def build_rows(records: list[tuple[str, str, C.Verdict]]) -> list[dict[str, str]
         got = by[key]
         sim = got.get("simulator", [])
         traces = {t: majority(got.get(t, [])) for t in TRACES}
-        ran = [s for s in traces.values() if s is not None]
+        ran = [s for s in traces.values() if s not in (None, NOT_RUN)]
         if not ran:
-            status = majority(sim) or "INCONCLUSIVE"
+            status = majority(sim) or (NOT_RUN if any(traces.values()) else "INCONCLUSIVE")
         elif all(s == "HELD" for s in ran) and len(ran) == len(TRACES):
             status = "HELD"
         elif all(s == "NOT HELD" for s in ran) and len(ran) == len(TRACES):
@@ -255,6 +331,9 @@ def build_rows(records: list[tuple[str, str, C.Verdict]]) -> list[dict[str, str]
         else:
             status = "INCONCLUSIVE"
         reason = "; ".join(f"{t}: {median_detail(got[t])}" for t in TRACES if got.get(t)) or median_detail(sim)
+        verdict = status.lower()
+        if status == NOT_RUN:  # why it did not run, never a verdict on the claim
+            verdict += ": " + next(v.detail for vs in got.values() for v in vs if v.status == NOT_RUN)
         paper = next((v.paper for vs in got.values() for v in vs if v.paper), "")
         rows.append(
             {
@@ -263,7 +342,7 @@ def build_rows(records: list[tuple[str, str, C.Verdict]]) -> list[dict[str, str]
                 "paper": paper,
                 "simulator": cell(sim) if sim else "—",
                 **{t: cell(got.get(t, [])) for t in TRACES},
-                "verdict": status.lower(),
+                "verdict": verdict,
                 "reason": reason,
             }
         )
@@ -300,6 +379,17 @@ def write_table(path: Path, text: str) -> None:
     head, rest = page.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     path.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+
+
+def write_files(out: Path, rows: list[dict[str, str]], note: str, docs: bool = False) -> str:
+    """``claims.md`` and ``claims.json`` (note, rows) under ``out``, and with ``docs`` the table
+    into docs/experiments.md; returns the markdown."""
+    text = markdown(rows, note)
+    (out / "claims.md").write_text(text)
+    (out / "claims.json").write_text(json.dumps({"note": note, "rows": rows}, indent=1))
+    if docs:
+        write_table(DOCS, text)
+    return text
 
 
 def command_args(args: argparse.Namespace, ap: argparse.ArgumentParser) -> str:
@@ -343,24 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     since = len(C.RECORDED)
     simulate(args.quick)
 
-    def sim_section(v: C.Verdict) -> str:
-        head = v.claim.split(":", 1)[0]
-        if head.startswith(("Raindrop", "Chain Th", "Jiang Th")):
-            return head
-        if "/" in head and "adaptive" in v.claim:
-            return "Raindrop §6"
-        if "chain has the least" in v.claim:
-            return "Chain §6"
-        if "cqc" in v.claim:
-            return "CQC §5"
-        if "cos" in v.claim:
-            return "COS §5"
-        return "Jiang §5"
-
-    for v in C.RECORDED[since:]:
-        section = sim_section(v)
-        claim = v.claim.split(": ", 1)[1] if v.claim.startswith(section + ":") else v.claim
-        records.append((section, "simulator", C.Verdict(claim, v.status, v.detail, v.measure, v.paper)))
+    records += simulator_records(C.RECORDED[since:])
     planned = (
         [] if args.no_spark else [(n, t, r) for n in args.only.split(",") for t in args.traces.split(",") for r in range(reps)]
     )
@@ -379,11 +452,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Spark: {spark_note}. Cells: median [min–max] of the number each verdict rests on (its measured reason "
             "names it; the simulator's delays are in time units × 1000 where they say ms), repetitions that held."
         )
-        text = markdown(rows, note)
-        (out / "claims.md").write_text(text)
-        (out / "claims.json").write_text(json.dumps({"note": note, "rows": rows}, indent=1))
-        if args.docs:
-            write_table(DOCS, text)
+        text = write_files(out, rows, note, docs=args.docs)
         if final:
             from sparkqos.report import render
 

@@ -329,6 +329,8 @@ def _claims_html(output_dir: Path) -> list[str]:
     for r in doc["rows"]:
         r = {**r, "claim": f"{r['section']}: {r['claim']}"}
         color = {"held": "#e6f4e6", "not held": "#fbe3e3"}.get(r["verdict"], "#fff6d6")
+        if r["verdict"].startswith("not run"):  # a check that did not run: no verdict on its claim
+            color = "#eeeeee"
         cells = "".join(f"<td>{html.escape(str(r[k]))}</td>" for k in keys)
         rows.append(f"<tr style='background:{color}'>{cells}</tr>")
     return [
