@@ -2,7 +2,7 @@
 """Every claim of the five papers that sparkqos reproduces, in one table: in the simulator, on
 Spark with the bursty trace and on Spark with the recorded vessel trace, with a verdict.
 
-    ./spark-submit.sh jobs/experiments/claims.py [--quick] [--reps 3] [--only path_latency,cos] [--no-spark]
+    ./spark-submit.sh jobs/experiments/claims.py [--quick] [--reps 3] [--only path_latency,cos] [--no-spark] [--one-core]
 
 Nothing is measured here that an experiment module does not measure itself: each Spark column
 runs an experiment's own ``main`` (path_latency, chain_memory, classes, cos, adaptive in this
@@ -23,7 +23,14 @@ verdicts every run records (``_common.RECORDED``) become one row per claim:
 
 It writes ``claims.md`` and ``claims.json`` under ``--out``, a claims section in the HTML report
 (``python -m sparkqos report OUT``), and, with ``--docs``, the table into docs/experiments.md between
-the markers ``<!-- claims:begin -->`` and ``<!-- claims:end -->``.
+the markers ``<!-- claims:begin -->`` and ``<!-- claims:end -->``. The note above the table says
+where it ran: the cores (all, and those this process may use), the CPU, a speed figure measured at
+the start (best and median of five numpy sorts of the same 10⁶ doubles, one thread), the load
+average before and after, and the CPUs the Spark experiments ran on; ``claims.json`` has the same
+under ``machine``. ``--one-core`` runs every Spark experiment on CPU 0 only: before the first one
+it pins this driver and, under spark-submit, Spark's JVM (all threads of each) with
+``taskset -a -p -c 0``, and the Python workers Spark starts afterwards inherit the mask; without
+taskset on PATH it stops before running anything, saying so.
 
 ``--quick`` (what the table in docs/experiments.md comes from unless it says otherwise): one repetition per
 trace, 6-second traces (the experiments' defaults are 12-30 s), and fewer plans and strategies:
@@ -41,11 +48,16 @@ import argparse
 import importlib
 import json
 import math
+import os
+import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -262,6 +274,114 @@ def run_spark(name: str, argv: list[str]) -> None:
         C.verdict_line(f"{name} run", False, f"failed: {type(exc).__name__}: {exc}", status="NOT RUN")
 
 
+# -- where it ran --------------------------------------------------------------------------------
+#: The CPU speed figure: numpy sorting the same 10⁶ random doubles (one thread) this many times.
+SPEED_ROWS, SPEED_REPEATS = 1_000_000, 5
+ONE_CORE_NEEDS_TASKSET = (
+    "--one-core runs every Spark experiment under `taskset -c 0`, but taskset is not on PATH "
+    "(it comes with util-linux: apt-get install util-linux); install it or run without --one-core"
+)
+
+
+def cpu_speed_ms() -> tuple[float, float]:
+    """Best and median time (ms) of :data:`SPEED_REPEATS` numpy sorts of the same
+    :data:`SPEED_ROWS` random doubles: the best says how fast one core is, the median how much of
+    it this process got."""
+    import numpy as np
+
+    data = np.random.default_rng(0).random(SPEED_ROWS)
+    times = []
+    for _ in range(SPEED_REPEATS):
+        began = time.perf_counter()
+        np.sort(data)
+        times.append((time.perf_counter() - began) * 1000)
+    return min(times), statistics.median(times)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def spark_jvm_pid() -> int | None:
+    """The JVM that spark-submit started this driver from (the nearest ancestor running
+    ``org.apache.spark.deploy.SparkSubmit``), or ``None`` when Python came first: then pyspark
+    starts the JVM as this process's child, which inherits its CPU mask."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            if b"org.apache.spark.deploy.SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def pin_to_cpu_0() -> str:
+    """Pin this driver and, under spark-submit, Spark's JVM — every thread of each, with
+    ``taskset -a -p -c 0`` — to CPU 0, so that every Spark experiment runs on one core: the JVM's
+    threads and the Python workers it starts later inherit the mask. Says what it pinned."""
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise SystemExit(ONE_CORE_NEEDS_TASKSET)
+    pinned = []
+    for label, pid in (("this driver", os.getpid()), ("Spark's JVM", spark_jvm_pid())):
+        if pid is None:
+            continue
+        run = subprocess.run([taskset, "-a", "-p", "-c", "0", str(pid)], capture_output=True, text=True)
+        if run.returncode != 0 or os.sched_getaffinity(pid) != {0}:
+            raise SystemExit(f"--one-core: taskset -a -p -c 0 {pid} ({label}) did not pin it to CPU 0: {run.stderr.strip()}")
+        pinned.append(label)
+    return f"CPU 0 only (--one-core: taskset -a -p -c 0 on {' and '.join(pinned)})"
+
+
+@dataclass
+class Machine:
+    """Where the table ran: the cores (all, and those this process may use), the CPU, the speed
+    figure (:func:`cpu_speed_ms`) and the load average (1, 5, 15 min) at the start and at the last
+    write, and the CPUs the Spark experiments ran on."""
+
+    cores: int
+    usable_cores: int
+    cpu: str
+    sort_ms_best: float
+    sort_ms_median: float
+    load_before: tuple[float, float, float]
+    spark_cpus: str = ""
+    load_after: tuple[float, float, float] | None = None
+
+    @classmethod
+    def measure(cls) -> Machine:
+        """The figures at the start; the Spark experiments' CPUs: all this process may use."""
+        best, median = cpu_speed_ms()
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return cls(os.cpu_count() or 1, usable, cpu_model(), best, median, os.getloadavg(), f"all {usable} usable cores")
+
+    def text(self, final: bool) -> str:
+        """One paragraph for the table's note.
+
+        >>> m = Machine(2, 2, "Xeon", 61.2, 70.4, (1.5, 1.25, 1.0), "all 2 cores", (2.0, 1.5, 1.25))
+        >>> print(m.text(final=True))  # doctest: +NORMALIZE_WHITESPACE
+        Ran on 2 cores (2 usable), Xeon. CPU speed at the start: numpy sort of 10⁶ doubles best 61 ms,
+        median 70 ms of 5. Load average (1, 5, 15 min): 1.50 1.25 1.00 before, 2.00 1.50 1.25 after.
+        Spark experiments: all 2 cores.
+        """
+        load = " ".join(f"{x:.2f}" for x in self.load_before) + " before"
+        if self.load_after is not None:
+            load += ", " + " ".join(f"{x:.2f}" for x in self.load_after) + (" after" if final else " at this writing")
+        return (
+            f"Ran on {self.cores} cores ({self.usable_cores} usable), {self.cpu}. CPU speed at the start: numpy sort of "
+            f"10⁶ doubles best {self.sort_ms_best:.0f} ms, median {self.sort_ms_median:.0f} ms of {SPEED_REPEATS}. "
+            f"Load average (1, 5, 15 min): {load}. Spark experiments: {self.spark_cpus}."
+        )
+
+
 # -- the table -----------------------------------------------------------------------------------
 def _fmt(x: float) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -381,12 +501,12 @@ def write_table(path: Path, text: str) -> None:
     path.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
 
 
-def write_files(out: Path, rows: list[dict[str, str]], note: str, docs: bool = False) -> str:
-    """``claims.md`` and ``claims.json`` (note, rows) under ``out``, and with ``docs`` the table
-    into docs/experiments.md; returns the markdown."""
+def write_files(out: Path, rows: list[dict[str, str]], note: str, machine: Machine, docs: bool = False) -> str:
+    """``claims.md`` and ``claims.json`` (note, machine, rows) under ``out``, and with ``docs`` the
+    table into docs/experiments.md; returns the markdown."""
     text = markdown(rows, note)
     (out / "claims.md").write_text(text)
-    (out / "claims.json").write_text(json.dumps({"note": note, "rows": rows}, indent=1))
+    (out / "claims.json").write_text(json.dumps({"note": note, "machine": asdict(machine), "rows": rows}, indent=1))
     if docs:
         write_table(DOCS, text)
     return text
@@ -397,8 +517,8 @@ def command_args(args: argparse.Namespace, ap: argparse.ArgumentParser) -> str:
     from): those given that differ from the parser's defaults, without --out and --docs.
 
     >>> ap = argparse.ArgumentParser(); _ = ap.add_argument("--only", default="a,b")
-    >>> command_args(argparse.Namespace(quick=True, reps=3, only="a,b", traces=None, no_spark=False), ap)
-    ' --quick --reps 3'
+    >>> command_args(argparse.Namespace(quick=True, reps=3, only="a,b", traces=None, no_spark=False, one_core=True), ap)
+    ' --quick --reps 3 --one-core'
     """
     parts = [" --quick"] if args.quick else []
     if args.reps is not None:
@@ -406,6 +526,8 @@ def command_args(args: argparse.Namespace, ap: argparse.ArgumentParser) -> str:
     parts += [f" --{name} {getattr(args, name)}" for name in ("only", "traces") if getattr(args, name) != ap.get_default(name)]
     if args.no_spark:
         parts.append(" --no-spark")
+    if args.one_core:
+        parts.append(" --one-core")
     return "".join(parts)
 
 
@@ -416,13 +538,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SPARK), help="experiments to run on Spark")
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--no-spark", action="store_true", help="the simulator column only")
+    ap.add_argument(
+        "--one-core", action="store_true", help="run every Spark experiment on CPU 0 only (taskset -c 0; needs taskset)"
+    )
     ap.add_argument("--out", default=str(ROOT / "output" / "experiments" / "claims"))
     ap.add_argument("--docs", action="store_true", help="write the table into docs/experiments.md between its markers")
     args = ap.parse_args(argv)
     reps = args.reps or (1 if args.quick else 3)
+    if args.one_core and not args.no_spark and shutil.which("taskset") is None:
+        raise SystemExit(ONE_CORE_NEEDS_TASKSET)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     began = time.time()
+    machine = Machine.measure()
+    if args.no_spark:
+        machine.spark_cpus = "none (--no-spark)"
+    print(machine.text(final=False), flush=True)
     records: list[tuple[str, str, C.Verdict]] = []
 
     def collect(section_of: Callable[[C.Verdict], str], source: str, since: int) -> None:
@@ -446,13 +577,15 @@ def main(argv: list[str] | None = None) -> int:
             spark_note = "not run (--no-spark)"
         else:
             spark_note = f"{reps} repetition(s) per trace, {len(done)} of {len(planned)} experiment runs done"
+        machine.load_after = os.getloadavg()
         note = (
             f"Generated by `./spark-submit.sh jobs/experiments/claims.py{command_args(args, ap)}` on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} after {(time.time() - began) / 60:.0f} min; "
             f"Spark: {spark_note}. Cells: median [min–max] of the number each verdict rests on (its measured reason "
             "names it; the simulator's delays are in time units × 1000 where they say ms), repetitions that held."
+            f"\n\n{machine.text(final)}"
         )
-        text = write_files(out, rows, note, docs=args.docs)
+        text = write_files(out, rows, note, machine, docs=args.docs)
         if final:
             from sparkqos.report import render
 
@@ -461,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
 
     write()
     if not args.no_spark:
+        if args.one_core:
+            machine.spark_cpus = pin_to_cpu_0()
+            print(f"Spark experiments: {machine.spark_cpus}", flush=True)
         for name in args.only.split(","):
             section, full, quick = SPARK[name]
             for trace in args.traces.split(","):

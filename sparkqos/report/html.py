@@ -318,7 +318,8 @@ def _delay_parts_figure(plt, table: pd.DataFrame, order: list[str], path: Path) 
 
 
 def _claims_html(output_dir: Path) -> list[str]:
-    """The claims table of jobs/experiments/claims.py (``claims.json``), when the folder has one."""
+    """The claims table of jobs/experiments/claims.py (``claims.json``), when the folder has one,
+    under its note's paragraphs (the command it came from, the machine it ran on)."""
     path = output_dir / "claims.json"
     if not path.is_file():
         return []
@@ -335,7 +336,7 @@ def _claims_html(output_dir: Path) -> list[str]:
         rows.append(f"<tr style='background:{color}'>{cells}</tr>")
     return [
         "<h2>The papers' claims</h2>",
-        f"<p>{html.escape(doc.get('note', ''))}</p>",
+        *(f"<p>{html.escape(paragraph)}</p>" for paragraph in doc.get("note", "").split("\n\n")),
         "<table class='claims'><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>",
         *rows,
         "</table>",
