@@ -28,6 +28,7 @@ import _common as C  # noqa: E402
 def _load(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # as an import does: dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -280,3 +281,129 @@ def test_report_shows_the_claims_table_without_metrics(tmp_path):
     (tmp_path / "claims.json").write_text(__import__("json").dumps({"note": "generated", "rows": [row]}))
     page = render(tmp_path, title="claims").read_text()
     assert "The papers' claims" in page and "CQC §5: A: cqc &lt; hr" in page and "7.0 [6.1–8.0], held 3/3" in page
+
+
+#: A sitecustomize that makes pytest and hypothesis unimportable in every Python started with it
+#: on its path, as in the virtualenv spark-submit.sh builds (the package, its plot and data extras).
+WITHOUT_TEST_TOOLS = """
+import importlib.abc
+import sys
+
+
+class NoTestTools(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("pytest", "_pytest", "hypothesis"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoTestTools())
+"""
+
+
+def test_claims_checks_the_papers_tables_and_theorems_without_pytest(tmp_path):
+    """The claims command's checks of the papers' worked tables and theorems run on the library's
+    code in a Python (and any Python it starts) where pytest and hypothesis cannot be imported, and
+    hold: thesis Table 1.1, Jiang Table 2, Chain Th. 4.2, Jiang Th. 1 and 3 (a fifth of each
+    theorem's random sample, to keep the test short)."""
+    import json
+    import subprocess
+
+    (tmp_path / "sitecustomize.py").write_text(WITHOUT_TEST_TOOLS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    script = (
+        "import json, sys\n"
+        "try:\n"
+        "    import pytest\n"
+        "except ModuleNotFoundError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise SystemExit('pytest is importable')\n"
+        f"sys.path.insert(0, {str(ROOT / 'jobs' / 'experiments')!r})\n"
+        "import _common as C\n"
+        "import claims\n"
+        "claims.paper_checks(fraction=0.2)\n"
+        "print(json.dumps(claims.build_rows(claims.simulator_records(C.RECORDED))))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [(r["section"], r["paper"], r["simulator"], r["verdict"]) for r in rows] == [
+        ("Raindrop §1.2", "Table 1.1", "held", "held"),
+        ("Jiang Table 2", "Table 2", "held", "held"),
+        ("Chain Th. 4.2", "Theorem 4.2", "held", "held"),
+        ("Jiang Th. 1", "Theorem 1", "held", "held"),
+        ("Jiang Th. 3", "Theorem 3", "held", "held"),
+    ], run.stdout
+    assert "holds on all 30 random workloads" in rows[2]["reason"], rows[2]
+
+
+def test_claims_says_not_run_and_why_for_a_check_or_run_that_could_not_run():
+    """A check that raises, and an experiment whose run fails, are ``not run: <why>`` in the
+    table, never ``not held``; a claim whose repetitions partly ran counts only those that did."""
+    claims = _load(ROOT / "jobs" / "experiments" / "claims.py", "claims_not_run")
+    since = len(C.RECORDED)
+
+    def missing() -> tuple[bool, str]:
+        raise FileNotFoundError("conf/workloads/thesis_table_1_1.toml")
+
+    claims.paper_check("Raindrop §1.2", "Table 1.1 comes out exactly", "Table 1.1", missing)
+    claims.paper_check("Jiang Th. 1", "pc's latency is least", "Theorem 1", lambda: (True, "holds on all 2"))
+    sys.modules["failing_experiment"] = type(sys)("failing_experiment")
+    sys.modules["failing_experiment"].main = lambda argv: 1 / 0
+    try:
+        claims.run_spark("failing_experiment", [])
+    finally:
+        del sys.modules["failing_experiment"]
+    table, spark = C.RECORDED[since : since + 2], C.RECORDED[since + 2]
+    rows = claims.build_rows(claims.simulator_records(table) + [("COS §5", "bursty", spark)])
+    assert [(r["section"], r["simulator"], r["bursty"], r["verdict"]) for r in rows] == [
+        ("Raindrop §1.2", "not run", "not run", "not run: FileNotFoundError: conf/workloads/thesis_table_1_1.toml"),
+        ("Jiang Th. 1", "held", "not run", "held"),
+        ("COS §5", "—", "not run", "not run: failed: ZeroDivisionError: division by zero"),
+    ]
+    held = C.Verdict("c", "HELD", "ratio 0.9", 0.9)
+    skipped = C.Verdict("c", "NOT RUN", "failed: timeout")
+    assert claims.cell([held, skipped, held]) == "0.90 [0.90–0.90], held 2/2, 1 not run"
+    assert claims.majority([skipped, held]) == "HELD" and claims.majority([skipped]) == "NOT RUN"
+
+
+def test_claims_table_says_where_it_ran(tmp_path, monkeypatch):
+    """claims.md, claims.json and the report's claims section give the cores, the CPU speed
+    figure and the load average before and after; --one-core pins to CPU 0 what Spark runs in, and
+    without taskset it stops before anything runs, saying so."""
+    import json
+    import shutil
+    import subprocess
+
+    from sparkqos.report import render
+
+    claims = _load(ROOT / "jobs" / "experiments" / "claims.py", "claims_machine")
+    machine = claims.Machine.measure()
+    assert machine.cores >= machine.usable_cores >= 1 and 0 < machine.sort_ms_best <= machine.sort_ms_median
+    assert machine.spark_cpus == f"all {machine.usable_cores} usable cores" and len(machine.load_before) == 3
+    machine.load_after = (1.0, 2.0, 3.0)
+    row = {"section": "S", "claim": "c", "paper": "p", "simulator": "held", "bursty": "—", "vessels": "—"}
+    note = "Generated by the test.\n\n" + machine.text(final=True)
+    text = claims.write_files(tmp_path, [row | {"verdict": "held", "reason": "r"}], note, machine)
+    assert f"Ran on {machine.cores} cores ({machine.usable_cores} usable)" in text
+    assert "numpy sort of 10⁶ doubles best" in text and "1.00 2.00 3.00 after" in text
+    doc = json.loads((tmp_path / "claims.json").read_text())
+    assert doc["machine"]["cores"] == machine.cores and doc["machine"]["load_after"] == [1.0, 2.0, 3.0]
+    page = render(tmp_path, title="claims").read_text()
+    assert "<p>Generated by the test.</p>" in page and "1.00 2.00 3.00 after. Spark experiments: all" in page
+    if shutil.which("taskset"):  # --one-core's pinning, in a process of its own: a child inherits CPU 0
+        script = (
+            f"import os, subprocess, sys; sys.path.insert(0, {str(ROOT / 'jobs' / 'experiments')!r}); import claims\n"
+            "print(claims.pin_to_cpu_0())\n"
+            "print(subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'],"
+            " capture_output=True, text=True).stdout)\n"
+        )
+        run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr[-3000:]
+        said, child = run.stdout.strip().splitlines()
+        assert said == "CPU 0 only (--one-core: taskset -a -p -c 0 on this driver)" and child == "[0]", run.stdout
+    monkeypatch.setattr(claims.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="taskset is not on PATH"):
+        claims.main(["--quick", "--one-core", "--out", str(tmp_path / "one-core")])
+    assert not (tmp_path / "one-core").exists()

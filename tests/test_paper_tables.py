@@ -9,54 +9,28 @@ from pathlib import Path
 
 import pytest
 
-from sparkqos import schedulers
-from sparkqos.sim import load_workload
+from sparkqos.testing import papers
+from sparkqos.testing.papers import JIANG_TABLE_2
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "conf" / "workloads"
 
 
 def run(name: str, strategy: str, until: float, **overrides):
-    workload = load_workload(WORKLOADS / name)
-    for key, value in overrides.items():
-        setattr(workload, key, value)
-    return workload.simulator(schedulers.get(strategy)).run(until=until)
-
-
-def assert_series(label: str, got: dict[int, float], expected: dict[int, float]) -> None:
-    for t in sorted(expected):
-        assert got.get(t) == pytest.approx(expected[t], abs=1e-9), (
-            f"{label}: first difference at t={t}: got {got.get(t)!r}, the paper has {expected[t]!r}"
-        )
-
-
-# Thesis (Sutherland 2004) §1.2, Table 1.1: queue size and cumulative throughput after each time unit.
-THESIS_TABLE_1_1 = {
-    #    t: (FIFO queue, MTIQ queue, FIFO throughput, MTIQ throughput)
-    0: (1.0, 1.0, 0.0, 0.0),
-    1: (1.9, 1.9, 0.0, 0.0),
-    2: (2.0, 2.8, 0.09, 0.0),
-    3: (2.9, 1.9, 0.09, 0.0),
-    4: (3.0, 1.9, 0.18, 0.0),
-    5: (3.9, 1.9, 0.18, 0.0),
-}
+    return papers.run_workload(WORKLOADS, name, strategy, until, **overrides)
 
 
 def test_thesis_table_1_1_fifo_slotted():
-    """Thesis Table 1.1, FIFO column: slotted dispatch, run rule `one`."""
-    result = run("thesis_table_1_1.toml", "fifo", 5, slotted=True)
-    assert_series("FIFO queue", result.snapshots, {t: row[0] for t, row in THESIS_TABLE_1_1.items()})
-    assert_series(
-        "FIFO throughput", {t: result.cumulative_output(t) for t in range(6)}, {t: row[2] for t, row in THESIS_TABLE_1_1.items()}
-    )
+    """Thesis Table 1.1, FIFO column: slotted dispatch, run rule `one` — queue sizes and
+    cumulative throughput at t = 0..5 exactly as printed."""
+    differences = papers.thesis_table_1_1(WORKLOADS, "fifo")
+    assert differences == [], differences[0]
 
 
 def test_thesis_table_1_1_mtiq_event_driven():
-    """Thesis Table 1.1, MTIQ column: event-driven dispatch, run rule `one`."""
-    result = run("thesis_table_1_1.toml", "mtiq", 5, slotted=False)
-    assert_series("MTIQ queue", result.snapshots, {t: row[1] for t, row in THESIS_TABLE_1_1.items()})
-    assert_series(
-        "MTIQ throughput", {t: result.cumulative_output(t) for t in range(6)}, {t: row[3] for t, row in THESIS_TABLE_1_1.items()}
-    )
+    """Thesis Table 1.1, MTIQ column: event-driven dispatch, run rule `one` — queue sizes and
+    cumulative throughput at t = 0..5 exactly as printed."""
+    differences = papers.thesis_table_1_1(WORKLOADS, "mtiq")
+    assert differences == [], differences[0]
 
 
 def test_thesis_fifo_outputs_every_two_units_and_mtiq_waits():
@@ -71,37 +45,12 @@ def test_thesis_fifo_outputs_every_two_units_and_mtiq_waits():
     assert mtiq.outputs == []
 
 
-# Jiang & Chakravarthy 2003, Table 2: queue size, tuple latency and throughput at t = 1..10.
-JIANG_TABLE_2 = {
-    #     t: (F queue, C queue, F latency, C latency, F throughput, C throughput)
-    1: (1.0, 1.0, None, None, 0.0, 0.0),
-    2: (1.2, 1.2, None, None, 0.0, 0.0),
-    3: (3.0, 2.4, 2, None, 0.16, 0.0),
-    4: (2.2, 1.6, None, None, 0.0, 0.0),
-    5: (2.0, 0.8, 3, None, 0.16, 0.0),
-    6: (1.2, 0.6, None, 5, 0.0, 0.16),
-    7: (1.0, 0.4, 4, 5, 0.16, 0.16),
-    8: (0.2, 0.2, None, 5, 0.0, 0.16),
-    9: (0.0, 0.0, 6, 6, 0.16, 0.16),
-    10: (1.0, 1.0, None, None, 0.0, 0.0),
-}
-
-
-@pytest.mark.parametrize("strategy, column", [("fifo", 0), ("chain", 1)])
-def test_jiang_table_2(strategy, column):
+@pytest.mark.parametrize("strategy", ["fifo", "chain"])
+def test_jiang_table_2(strategy):
     """Jiang Table 2 (plan of Figure 1, operators of Table 1): queue size, tuple latency and
-    throughput per time unit under FIFO and Chain, run rule `quantum`."""
-    result = run("jiang_table_2.toml", strategy, 10)
-    assert_series(f"{strategy} queue", result.snapshots, {t: row[column] for t, row in JIANG_TABLE_2.items()})
-    for t, row in JIANG_TABLE_2.items():
-        at_t = [o for o in result.outputs if t - 1 < o.time <= t]
-        latency = row[2 + column]
-        throughput = row[4 + column]
-        assert sum(o.amount for o in at_t) == pytest.approx(throughput, abs=1e-9), f"{strategy} throughput at t={t}"
-        if latency is None:
-            assert at_t == [], f"{strategy}: no output expected at t={t}, got {at_t}"
-        else:
-            assert [o.delay for o in at_t] == pytest.approx([latency]), f"{strategy} latency at t={t}"
+    throughput per time unit under FIFO and Chain, run rule `quantum`, exactly as printed."""
+    differences = papers.jiang_table_2(WORKLOADS, strategy)
+    assert differences == [], differences[0]
 
 
 def test_jiang_table_2_through_the_cli(capsys):

@@ -4,7 +4,6 @@ threshold behaviour, §4.2 starvation guards."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
@@ -16,9 +15,7 @@ from hypothesis import strategies as st
 
 from sparkqos import Operator, Plan, schedulers
 from sparkqos.errors import SchedulerError
-from sparkqos.schedulers.chain import lower_envelope, progress_chart
 from sparkqos.schedulers.path import (
-    PathCapacity,
     SegmentList,
     Threshold,
     memory_release_capacity,
@@ -28,6 +25,13 @@ from sparkqos.schedulers.path import (
     thresholds,
 )
 from sparkqos.sim import Simulator, chain_plan, load_workload
+from sparkqos.testing.papers import (
+    jiang_theorem_1_counterexample,
+    jiang_theorem_3_counterexample,
+    memory_over_time,
+    random_independent_paths,
+    segments_follow_lower_envelope,
+)
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "conf" / "workloads"
 
@@ -37,44 +41,6 @@ def declared(plan: Plan):
 
 
 # -- Theorem 1 -----------------------------------------------------------------------------------
-class FixedOrder(PathCapacity):
-    """Path capacity's units and quotas, but the paths served in a given order of queries."""
-
-    def __init__(self, order: tuple[str, ...] = ()):
-        super().__init__()
-        self.order = order
-
-    def chain_priority(self, state, chain):
-        return -float(self.order.index(state.plan.query_of(chain[0])))
-
-
-def total_path_latency(sim: Simulator, arrival: float = 0.0) -> float:
-    """Σ over input tuples of (time its path is done with it − arrival): each dispatch takes
-    its head's tuples off the leaf queue and is done with them when its last run ends."""
-    steps, total, j = sim.steps, 0.0, 0
-    for k, d in enumerate(sim.dispatches):
-        nxt = sim.dispatches[k + 1].time if k + 1 < len(sim.dispatches) else math.inf
-        assert steps[j].operator == d.unit.head and steps[j].start == pytest.approx(d.time)
-        taken, end = steps[j].consumed, steps[j].end
-        j += 1
-        while j < len(steps) and steps[j].start < nxt - 1e-12:
-            end = max(end, steps[j].end)
-            j += 1
-        total += taken * (end - arrival)
-    return total
-
-
-def random_independent_paths(rng: random.Random) -> tuple[Plan, dict]:
-    ops, arrivals = [], {}
-    for q in range(rng.randint(2, 5)):
-        prev = stream = f"S{q}"
-        for k in range(rng.randint(1, 3)):
-            ops.append(Operator(f"q{q}o{k}", (prev,), rng.uniform(0.05, 1.0), rng.uniform(0.05, 2.0)))
-            prev = f"q{q}o{k}"
-        arrivals[stream] = [(0, rng.uniform(0.2, 4.0))]
-    return Plan(ops, streams=list(arrivals)), arrivals
-
-
 @pytest.mark.parametrize("run_rule", ["quantum", "one"])
 def test_jiang_theorem_1_pc_minimises_total_tuple_latency(run_rule):
     """Jiang Theorem 1: with tuples waiting on every path and no new arrivals, serving paths by
@@ -82,14 +48,8 @@ def test_jiang_theorem_1_pc_minimises_total_tuple_latency(run_rule):
     the paths (all permutations checked, up to 5 paths, 40 random workloads)."""
     rng = random.Random(20031)
     for _ in range(40):
-        plan, arrivals = random_independent_paths(rng)
-        sim = Simulator(plan, PathCapacity(), arrivals, run=run_rule, record_dispatches=True)
-        sim.run()
-        pc = total_path_latency(sim)
-        for order in itertools.permutations(plan.queries):
-            other = Simulator(plan, FixedOrder(order), arrivals, run=run_rule, record_dispatches=True)
-            other.run()
-            assert pc <= total_path_latency(other) * (1 + 1e-9) + 1e-9, (order, plan.paths)
+        counterexample = jiang_theorem_1_counterexample(*random_independent_paths(rng), run_rule)
+        assert counterexample is None, counterexample
 
 
 def test_pc_serves_paths_by_capacity_and_bottom_up():
@@ -183,24 +143,6 @@ def single_stream_workloads(draw):
     return Plan(ops, streams=["S"]), {"S": [(t, draw(st.floats(0.1, 6.0))) for t in sorted(times)]}
 
 
-def segments_follow_lower_envelope(plan: Plan) -> bool:
-    """The premise of Jiang's proof of Theorem 3: on every path, the segments of the construction
-    algorithm (§3.3, γ = 1) are exactly the segments of Chain's lower envelope, so "the operators
-    along the segment S_i have the same biggest priority" under Chain."""
-    sel, cost = declared(plan)
-    for path in plan.paths:
-        release = [operator_release_capacity(plan, op, sel, cost) for op in path.operators]
-        starts = [0] + [end for _, end in partition_path(release)]
-        if starts != lower_envelope(progress_chart(plan, path, sel, cost)):
-            return False
-    return True
-
-
-def memory_over_time(plan: Plan, arrivals: dict, strategy: str, slotted: bool) -> dict[int, float]:
-    sim = Simulator(plan, schedulers.get(strategy), arrivals, run="quantum", slotted=slotted, starvation_limit=1)
-    return sim.run().fluid_snapshots
-
-
 @settings(
     max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
@@ -222,9 +164,8 @@ def test_jiang_theorem_3_segment_memory_at_most_chains_at_every_instant(workload
     On random plans (1–3 paths of 1–5 operators, σ ≤ 1) about half meet the second assumption."""
     plan, arrivals = workload
     assume(segments_follow_lower_envelope(plan))
-    segment, chain = (memory_over_time(plan, arrivals, s, slotted=True) for s in ("segment", "chain"))
-    for t, queued in segment.items():
-        assert queued <= chain[t] + 1e-9, (t, queued, chain[t])
+    counterexample = jiang_theorem_3_counterexample(plan, arrivals)
+    assert counterexample is None, counterexample
 
 
 def plan_of_paths(*paths: list[tuple[float, float]]) -> Plan:

@@ -12,10 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkqos import Operator, Plan, schedulers
-from sparkqos.sim import Simulator
-
-BASELINES = ["fifo", "rr", "greedy", "mtiq"]
+from sparkqos import Operator, Plan
+from sparkqos.testing.papers import CHAIN_BASELINES, chain_theorem_4_2_counterexample, drained
 
 
 @st.composite
@@ -41,10 +39,6 @@ def single_stream_workloads(draw):
     return plan, {"S": arrivals}
 
 
-def drained(strategy: str, plan: Plan, arrivals):
-    return Simulator(plan, schedulers.get(strategy), arrivals, run="quantum", starvation_limit=1).run()
-
-
 PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -52,7 +46,7 @@ PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, 
 @given(single_stream_workloads())
 def test_every_strategy_outputs_the_same_total(workload):
     plan, arrivals = workload
-    totals = {s: drained(s, plan, arrivals).total_output for s in [*BASELINES, "chain"]}
+    totals = {s: drained(s, plan, arrivals).total_output for s in [*CHAIN_BASELINES, "chain"]}
     reference = totals["fifo"]
     for strategy, total in totals.items():
         assert total == pytest.approx(reference, rel=1e-9, abs=1e-9), f"{strategy}: {totals}"
@@ -62,12 +56,8 @@ def test_every_strategy_outputs_the_same_total(workload):
 @given(single_stream_workloads())
 def test_chain_theorem_4_2_peak_memory(workload):
     """Chain paper Theorem 4.2: chain's peak queued memory ≤ every other strategy's peak + n."""
-    plan, arrivals = workload
-    n = len(plan.paths)
-    chain_peak = drained("chain", plan, arrivals).peak_fluid()
-    for strategy in BASELINES:
-        other = drained(strategy, plan, arrivals).peak_fluid()
-        assert chain_peak <= other + n + 1e-9, f"chain peak {chain_peak} > {strategy} peak {other} + {n}"
+    counterexample = chain_theorem_4_2_counterexample(*workload)
+    assert counterexample is None, counterexample
 
 
 def _chain_of(prefix: str, first: tuple[float, float], rest: list[tuple[float, float]]) -> list[Operator]:

@@ -734,8 +734,9 @@ def run_experiment(
 
 @dataclass(frozen=True)
 class Verdict:
-    """One claim's outcome in one run: ``status`` HELD, NOT HELD or INCONCLUSIVE, the measured
-    ``detail``, the one number it rests on (``measure``, e.g. a ratio) and the paper's figure."""
+    """One claim's outcome in one run: ``status`` HELD, NOT HELD, INCONCLUSIVE or NOT RUN (the
+    check could not run; ``detail`` says why), the measured ``detail``, the one number it rests on
+    (``measure``, e.g. a ratio) and the paper's figure."""
 
     claim: str
     status: str
@@ -756,8 +757,8 @@ RECORDED: list[Verdict] = []
 def verdict_line(
     claim: str, held: bool, detail: str, *, measure: float | None = None, paper: str = "", status: str | None = None
 ) -> str:
-    """``[HELD] claim: detail`` or ``[NOT HELD] claim: detail`` (``status`` INCONCLUSIVE overrides
-    ``held``); recorded in :data:`RECORDED` with its ``measure`` and the ``paper``'s figure."""
+    """``[HELD] claim: detail`` or ``[NOT HELD] claim: detail`` (``status`` INCONCLUSIVE or NOT RUN
+    overrides ``held``); recorded in :data:`RECORDED` with its ``measure`` and the ``paper``'s figure."""
     v = Verdict(claim, status or ("HELD" if held else "NOT HELD"), detail, measure, paper)
     RECORDED.append(v)
     return v.line

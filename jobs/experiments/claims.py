@@ -2,25 +2,35 @@
 """Every claim of the five papers that sparkqos reproduces, in one table: in the simulator, on
 Spark with the bursty trace and on Spark with the recorded vessel trace, with a verdict.
 
-    ./spark-submit.sh jobs/experiments/claims.py [--quick] [--reps 3] [--only path_latency,cos] [--no-spark]
+    ./spark-submit.sh jobs/experiments/claims.py [--quick] [--reps 3] [--only path_latency,cos] [--no-spark] [--one-core]
 
 Nothing is measured here that an experiment module does not measure itself: each Spark column
 runs an experiment's own ``main`` (path_latency, chain_memory, classes, cos, adaptive in this
 folder) ``--reps`` times per trace (seeds 7, 8, 9, …), and each simulator cell comes from the
 simulator jobs (jobs/*_sim.py) judged by the same verdict functions as the Spark runs, or from the
-test that proves a theorem on random plans (tests/). The verdicts every run records
-(``_common.RECORDED``) become one row per claim:
+library's checks of the papers' worked tables and theorems (``sparkqos.testing.papers``, the code
+the tests assert on, run here without pytest; a theorem on a seeded sample of random plans). The
+verdicts every run records (``_common.RECORDED``) become one row per claim:
 
 * a cell is the median [min–max] of the number the verdict rests on (a ratio, e.g. hr/cqc's
   class-H delay for CQC, pc's latency over the best other strategy's for Jiang §5) and how many
   repetitions held;
 * a trace's verdict is the majority of its repetitions (a tie or an inconclusive majority is
   inconclusive); the claim's verdict is held when both traces hold it, not held when both do not,
-  inconclusive otherwise; a claim the simulator alone checks takes the simulator's verdict.
+  inconclusive otherwise; a claim the simulator alone checks takes the simulator's verdict;
+* a check that could not run (it raised) and an experiment run that failed say ``not run: <why>``,
+  never a verdict on the claim; repetitions that did not run are left out of the majority.
 
 It writes ``claims.md`` and ``claims.json`` under ``--out``, a claims section in the HTML report
 (``python -m sparkqos report OUT``), and, with ``--docs``, the table into docs/experiments.md between
-the markers ``<!-- claims:begin -->`` and ``<!-- claims:end -->``.
+the markers ``<!-- claims:begin -->`` and ``<!-- claims:end -->``. The note above the table says
+where it ran: the cores (all, and those this process may use), the CPU, a speed figure measured at
+the start (best and median of five numpy sorts of the same 10⁶ doubles, one thread), the load
+average before and after, and the CPUs the Spark experiments ran on; ``claims.json`` has the same
+under ``machine``. ``--one-core`` runs every Spark experiment on CPU 0 only: before the first one
+it pins this driver and, under spark-submit, Spark's JVM (all threads of each) with
+``taskset -a -p -c 0``, and the Python workers Spark starts afterwards inherit the mask; without
+taskset on PATH it stops before running anything, saying so.
 
 ``--quick`` (what the table in docs/experiments.md comes from unless it says otherwise): one repetition per
 trace, 6-second traces (the experiments' defaults are 12-30 s), and fewer plans and strategies:
@@ -38,12 +48,16 @@ import argparse
 import importlib
 import json
 import math
+import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,6 +68,8 @@ import _common as C  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ("bursty", "vessels")
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+#: The status of a check or an experiment run that could not run: its row says why.
+NOT_RUN = "NOT RUN"
 #: The page whose table ``--docs`` rewrites.
 DOCS = ROOT / "docs" / "experiments.md"
 
@@ -68,15 +84,76 @@ SPARK = {
 
 
 # -- the simulator column ------------------------------------------------------------------------
-def _pytest(section: str, claim: str, paper: str, target: str) -> None:
-    """A theorem proved by a test on random plans: its pass/fail is the verdict."""
+#: The workload files of the papers' worked tables.
+WORKLOADS = ROOT / "conf" / "workloads"
+
+
+def paper_check(section: str, claim: str, paper: str, check: Callable[[], tuple[bool, str]]) -> None:
+    """A table or theorem checked by the library (sparkqos.testing.papers, the code the tests
+    assert on): ``check`` returns (held, detail). A check that raises did not run, and its verdict
+    says so with the reason, never that the claim does not hold."""
     began = time.perf_counter()
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target], cwd=ROOT, capture_output=True, text=True
+    try:
+        held, detail = check()
+    except Exception as exc:  # noqa: BLE001 - the table says the check did not run, and why
+        traceback.print_exc()
+        detail = f"{type(exc).__name__}: {exc}"
+        C.verdict_line(f"{section}: {claim}", False, detail, paper=paper, status="NOT RUN")
+        print(f"  simulator: {section}: not run: {detail}", flush=True)
+        return
+    C.verdict_line(f"{section}: {claim}", held, detail, paper=paper)
+    print(f"  simulator: {section}: {'held' if held else 'NOT HELD'}: {detail} ({time.perf_counter() - began:.1f} s)", flush=True)
+
+
+def _tables(check: Callable[[Path, str], list[str]], strategies: tuple[str, ...], what: str) -> tuple[bool, str]:
+    differences = [d for s in strategies for d in check(WORKLOADS, s)]
+    if differences:
+        return False, f"{len(differences)} difference(s) from the paper, first: {differences[0]}"
+    return True, what
+
+
+def _theorem(result) -> tuple[bool, str]:
+    return result.held, result.detail
+
+
+def paper_checks(fraction: float = 1.0) -> None:
+    """The papers' worked tables and theorems, checked by the library's own code without pytest;
+    ``fraction`` of each theorem's random sample (all of it unless a quick test asks for less)."""
+    from sparkqos.testing import papers
+
+    def share(n: int) -> int:
+        return max(1, round(n * fraction))
+
+    paper_check(
+        "Raindrop §1.2",
+        "Table 1.1 (FIFO and MTIQ queue sizes and throughput) comes out exactly",
+        "Table 1.1",
+        lambda: _tables(papers.thesis_table_1_1, ("fifo", "mtiq"), "FIFO (slotted) and MTIQ queue sizes and throughput, t = 0-5"),
     )
-    last = (run.stdout.strip().splitlines() or ["no output"])[-1]
-    C.verdict_line(f"{section}: {claim}", run.returncode == 0, f"{target.split('::')[-1]}: {last}", paper=paper)
-    print(f"  simulator: {target} -> {last} ({time.perf_counter() - began:.0f} s)", flush=True)
+    paper_check(
+        "Jiang Table 2",
+        "FIFO's and Chain's queue size, tuple latency and throughput come out exactly",
+        "Table 2",
+        lambda: _tables(papers.jiang_table_2, ("fifo", "chain"), "FIFO and Chain queue size, latency and throughput, t = 1-10"),
+    )
+    paper_check(
+        "Chain Th. 4.2",
+        "chain's peak memory ≤ every other strategy's peak + n",
+        "Theorem 4.2",
+        lambda: _theorem(papers.chain_theorem_4_2(samples=share(150))),
+    )
+    paper_check(
+        "Jiang Th. 1",
+        "pc's total tuple latency ≤ any other order of serving the paths",
+        "Theorem 1",
+        lambda: _theorem(papers.jiang_theorem_1(samples=share(40))),
+    )
+    paper_check(
+        "Jiang Th. 3",
+        "segment's memory ≤ chain's at every instant (time units; segments on chain's envelope)",
+        "Theorem 3",
+        lambda: _theorem(papers.jiang_theorem_3(samples=share(200))),
+    )
 
 
 def _bursty(plan, load: float, until: float, seed: int) -> dict[str, list[tuple[float, float]]]:
@@ -110,12 +187,7 @@ def simulate(quick: bool) -> None:
     import path_latency
 
     until = 600.0 if quick else 2000.0
-    _pytest(
-        "Raindrop §1.2",
-        "Table 1.1 (FIFO and MTIQ queue sizes and throughput) comes out exactly",
-        "Table 1.1",
-        "tests/test_paper_tables.py",
-    )
+    paper_checks()
     rows = adaptive_sim.table_1_3(until, [1, 2, 3], 0.9, adaptive_sim.PERIOD, 0.0, **adaptive_sim.SELECTOR)
     share = statistics.mean(r[3] for r in rows)
     C.verdict_line(
@@ -138,28 +210,10 @@ def simulate(quick: bool) -> None:
             measure=sc["adaptive"] - avg,
             paper="adaptive near the best single (Tables 6.3-6.5)",
         )
-    _pytest(
-        "Chain Th. 4.2",
-        "chain's peak memory ≤ every other strategy's peak + n",
-        "Theorem 4.2",
-        "tests/test_properties.py::test_chain_theorem_4_2_peak_memory",
-    )
     for name, queries in chain_memory.CHAINS.items():
         plan = C.chain_plan(queries)
         _, mem = _means(plan, ("chain", "fifo", "greedy", "rr"), _bursty(plan, 0.9, until, 7))
         chain_memory.memory_verdict(name, mem, list(mem.values()))
-    _pytest(
-        "Jiang Th. 1",
-        "pc's total tuple latency ≤ any other order of serving the paths",
-        "Theorem 1",
-        "tests/test_path_strategies.py::test_jiang_theorem_1_pc_minimises_total_tuple_latency",
-    )
-    _pytest(
-        "Jiang Th. 3",
-        "segment's memory ≤ chain's at every instant (time units; segments on chain's envelope)",
-        "Theorem 3",
-        "tests/test_path_strategies.py::test_jiang_theorem_3_segment_memory_at_most_chains_at_every_instant",
-    )
     plan = path_latency.scheduling_plan()
     lat, mem = _means(plan, ("pc", "simplified_segment", "chain", "threshold"), _bursty(plan, 0.9, until, 7))
     path_latency.claim_verdicts(lat, mem)
@@ -182,6 +236,33 @@ def simulate(quick: bool) -> None:
         )
 
 
+def simulator_section(v: C.Verdict) -> str:
+    """The paper section a simulator verdict belongs to (its claim's head, or the experiment's)."""
+    head = v.claim.split(":", 1)[0]
+    if head.startswith(("Raindrop", "Chain Th", "Jiang Th", "Jiang Table")):
+        return head
+    if "/" in head and "adaptive" in v.claim:
+        return "Raindrop §6"
+    if "chain has the least" in v.claim:
+        return "Chain §6"
+    if "cqc" in v.claim:
+        return "CQC §5"
+    if "cos" in v.claim:
+        return "COS §5"
+    return "Jiang §5"
+
+
+def simulator_records(verdicts: list[C.Verdict]) -> list[tuple[str, str, C.Verdict]]:
+    """(section, ``simulator``, verdict) records of the simulator's verdicts, the section taken
+    off the claim it heads."""
+    records = []
+    for v in verdicts:
+        section = simulator_section(v)
+        claim = v.claim.split(": ", 1)[1] if v.claim.startswith(section + ":") else v.claim
+        records.append((section, "simulator", C.Verdict(claim, v.status, v.detail, v.measure, v.paper)))
+    return records
+
+
 # -- the Spark columns ---------------------------------------------------------------------------
 def run_spark(name: str, argv: list[str]) -> None:
     """One experiment's ``main``; a failure is recorded as its verdict rather than ending the table."""
@@ -190,7 +271,115 @@ def run_spark(name: str, argv: list[str]) -> None:
         module.main(argv)
     except Exception as exc:  # noqa: BLE001 - the table says which run failed and why
         traceback.print_exc()
-        C.verdict_line(f"{name} run", False, f"failed: {type(exc).__name__}: {exc}", status="INCONCLUSIVE")
+        C.verdict_line(f"{name} run", False, f"failed: {type(exc).__name__}: {exc}", status="NOT RUN")
+
+
+# -- where it ran --------------------------------------------------------------------------------
+#: The CPU speed figure: numpy sorting the same 10⁶ random doubles (one thread) this many times.
+SPEED_ROWS, SPEED_REPEATS = 1_000_000, 5
+ONE_CORE_NEEDS_TASKSET = (
+    "--one-core runs every Spark experiment under `taskset -c 0`, but taskset is not on PATH "
+    "(it comes with util-linux: apt-get install util-linux); install it or run without --one-core"
+)
+
+
+def cpu_speed_ms() -> tuple[float, float]:
+    """Best and median time (ms) of :data:`SPEED_REPEATS` numpy sorts of the same
+    :data:`SPEED_ROWS` random doubles: the best says how fast one core is, the median how much of
+    it this process got."""
+    import numpy as np
+
+    data = np.random.default_rng(0).random(SPEED_ROWS)
+    times = []
+    for _ in range(SPEED_REPEATS):
+        began = time.perf_counter()
+        np.sort(data)
+        times.append((time.perf_counter() - began) * 1000)
+    return min(times), statistics.median(times)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def spark_jvm_pid() -> int | None:
+    """The JVM that spark-submit started this driver from (the nearest ancestor running
+    ``org.apache.spark.deploy.SparkSubmit``), or ``None`` when Python came first: then pyspark
+    starts the JVM as this process's child, which inherits its CPU mask."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            if b"org.apache.spark.deploy.SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def pin_to_cpu_0() -> str:
+    """Pin this driver and, under spark-submit, Spark's JVM — every thread of each, with
+    ``taskset -a -p -c 0`` — to CPU 0, so that every Spark experiment runs on one core: the JVM's
+    threads and the Python workers it starts later inherit the mask. Says what it pinned."""
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise SystemExit(ONE_CORE_NEEDS_TASKSET)
+    pinned = []
+    for label, pid in (("this driver", os.getpid()), ("Spark's JVM", spark_jvm_pid())):
+        if pid is None:
+            continue
+        run = subprocess.run([taskset, "-a", "-p", "-c", "0", str(pid)], capture_output=True, text=True)
+        if run.returncode != 0 or os.sched_getaffinity(pid) != {0}:
+            raise SystemExit(f"--one-core: taskset -a -p -c 0 {pid} ({label}) did not pin it to CPU 0: {run.stderr.strip()}")
+        pinned.append(label)
+    return f"CPU 0 only (--one-core: taskset -a -p -c 0 on {' and '.join(pinned)})"
+
+
+@dataclass
+class Machine:
+    """Where the table ran: the cores (all, and those this process may use), the CPU, the speed
+    figure (:func:`cpu_speed_ms`) and the load average (1, 5, 15 min) at the start and at the last
+    write, and the CPUs the Spark experiments ran on."""
+
+    cores: int
+    usable_cores: int
+    cpu: str
+    sort_ms_best: float
+    sort_ms_median: float
+    load_before: tuple[float, float, float]
+    spark_cpus: str = ""
+    load_after: tuple[float, float, float] | None = None
+
+    @classmethod
+    def measure(cls) -> Machine:
+        """The figures at the start; the Spark experiments' CPUs: all this process may use."""
+        best, median = cpu_speed_ms()
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return cls(os.cpu_count() or 1, usable, cpu_model(), best, median, os.getloadavg(), f"all {usable} usable cores")
+
+    def text(self, final: bool) -> str:
+        """One paragraph for the table's note.
+
+        >>> m = Machine(2, 2, "Xeon", 61.2, 70.4, (1.5, 1.25, 1.0), "all 2 cores", (2.0, 1.5, 1.25))
+        >>> print(m.text(final=True))  # doctest: +NORMALIZE_WHITESPACE
+        Ran on 2 cores (2 usable), Xeon. CPU speed at the start: numpy sort of 10⁶ doubles best 61 ms,
+        median 70 ms of 5. Load average (1, 5, 15 min): 1.50 1.25 1.00 before, 2.00 1.50 1.25 after.
+        Spark experiments: all 2 cores.
+        """
+        load = " ".join(f"{x:.2f}" for x in self.load_before) + " before"
+        if self.load_after is not None:
+            load += ", " + " ".join(f"{x:.2f}" for x in self.load_after) + (" after" if final else " at this writing")
+        return (
+            f"Ran on {self.cores} cores ({self.usable_cores} usable), {self.cpu}. CPU speed at the start: numpy sort of "
+            f"10⁶ doubles best {self.sort_ms_best:.0f} ms, median {self.sort_ms_median:.0f} ms of {SPEED_REPEATS}. "
+            f"Load average (1, 5, 15 min): {load}. Spark experiments: {self.spark_cpus}."
+        )
 
 
 # -- the table -----------------------------------------------------------------------------------
@@ -201,24 +390,31 @@ def _fmt(x: float) -> str:
 
 
 def cell(verdicts: list[C.Verdict]) -> str:
-    """``median [min–max], held k/n`` of the verdicts' measures (or their statuses alone)."""
-    if not verdicts:
+    """``median [min–max], held k/n`` of the verdicts' measures (or their statuses alone), over
+    the repetitions that ran (and how many did not)."""
+    ran = [v for v in verdicts if v.status != NOT_RUN]
+    if not ran:
         return "not run"
-    held = sum(v.status == "HELD" for v in verdicts)
-    ms = [v.measure for v in verdicts if v.measure is not None and not math.isnan(v.measure)]
-    tally = f"held {held}/{len(verdicts)}"
+    held = sum(v.status == "HELD" for v in ran)
+    ms = [v.measure for v in ran if v.measure is not None and not math.isnan(v.measure)]
+    tally = f"held {held}/{len(ran)}" + (f", {len(verdicts) - len(ran)} not run" if len(ran) < len(verdicts) else "")
     if not ms:
-        return tally if len(verdicts) > 1 else verdicts[0].status.lower()
+        return tally if len(verdicts) > 1 else ran[0].status.lower()
     if len(ms) == 1:
         return f"{_fmt(ms[0])}, {tally}"
     return f"{_fmt(statistics.median(ms))} [{_fmt(min(ms))}–{_fmt(max(ms))}], {tally}"
 
 
 def majority(verdicts: list[C.Verdict]) -> str | None:
+    """The majority status of the repetitions that ran; ``NOT RUN`` when none did, ``None``
+    when there are none."""
     if not verdicts:
         return None
+    ran = [v for v in verdicts if v.status != NOT_RUN]
+    if not ran:
+        return NOT_RUN
     for status in ("HELD", "NOT HELD"):
-        if sum(v.status == status for v in verdicts) * 2 > len(verdicts):
+        if sum(v.status == status for v in ran) * 2 > len(ran):
             return status
     return "INCONCLUSIVE"
 
@@ -245,9 +441,9 @@ def build_rows(records: list[tuple[str, str, C.Verdict]]) -> list[dict[str, str]
         got = by[key]
         sim = got.get("simulator", [])
         traces = {t: majority(got.get(t, [])) for t in TRACES}
-        ran = [s for s in traces.values() if s is not None]
+        ran = [s for s in traces.values() if s not in (None, NOT_RUN)]
         if not ran:
-            status = majority(sim) or "INCONCLUSIVE"
+            status = majority(sim) or (NOT_RUN if any(traces.values()) else "INCONCLUSIVE")
         elif all(s == "HELD" for s in ran) and len(ran) == len(TRACES):
             status = "HELD"
         elif all(s == "NOT HELD" for s in ran) and len(ran) == len(TRACES):
@@ -255,6 +451,9 @@ def build_rows(records: list[tuple[str, str, C.Verdict]]) -> list[dict[str, str]
         else:
             status = "INCONCLUSIVE"
         reason = "; ".join(f"{t}: {median_detail(got[t])}" for t in TRACES if got.get(t)) or median_detail(sim)
+        verdict = status.lower()
+        if status == NOT_RUN:  # why it did not run, never a verdict on the claim
+            verdict += ": " + next(v.detail for vs in got.values() for v in vs if v.status == NOT_RUN)
         paper = next((v.paper for vs in got.values() for v in vs if v.paper), "")
         rows.append(
             {
@@ -263,7 +462,7 @@ def build_rows(records: list[tuple[str, str, C.Verdict]]) -> list[dict[str, str]
                 "paper": paper,
                 "simulator": cell(sim) if sim else "—",
                 **{t: cell(got.get(t, [])) for t in TRACES},
-                "verdict": status.lower(),
+                "verdict": verdict,
                 "reason": reason,
             }
         )
@@ -302,13 +501,24 @@ def write_table(path: Path, text: str) -> None:
     path.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
 
 
+def write_files(out: Path, rows: list[dict[str, str]], note: str, machine: Machine, docs: bool = False) -> str:
+    """``claims.md`` and ``claims.json`` (note, machine, rows) under ``out``, and with ``docs`` the
+    table into docs/experiments.md; returns the markdown."""
+    text = markdown(rows, note)
+    (out / "claims.md").write_text(text)
+    (out / "claims.json").write_text(json.dumps({"note": note, "machine": asdict(machine), "rows": rows}, indent=1))
+    if docs:
+        write_table(DOCS, text)
+    return text
+
+
 def command_args(args: argparse.Namespace, ap: argparse.ArgumentParser) -> str:
     """The arguments that reproduce a run, for the table's note (a table says the command it came
     from): those given that differ from the parser's defaults, without --out and --docs.
 
     >>> ap = argparse.ArgumentParser(); _ = ap.add_argument("--only", default="a,b")
-    >>> command_args(argparse.Namespace(quick=True, reps=3, only="a,b", traces=None, no_spark=False), ap)
-    ' --quick --reps 3'
+    >>> command_args(argparse.Namespace(quick=True, reps=3, only="a,b", traces=None, no_spark=False, one_core=True), ap)
+    ' --quick --reps 3 --one-core'
     """
     parts = [" --quick"] if args.quick else []
     if args.reps is not None:
@@ -316,6 +526,8 @@ def command_args(args: argparse.Namespace, ap: argparse.ArgumentParser) -> str:
     parts += [f" --{name} {getattr(args, name)}" for name in ("only", "traces") if getattr(args, name) != ap.get_default(name)]
     if args.no_spark:
         parts.append(" --no-spark")
+    if args.one_core:
+        parts.append(" --one-core")
     return "".join(parts)
 
 
@@ -326,13 +538,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SPARK), help="experiments to run on Spark")
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--no-spark", action="store_true", help="the simulator column only")
+    ap.add_argument(
+        "--one-core", action="store_true", help="run every Spark experiment on CPU 0 only (taskset -c 0; needs taskset)"
+    )
     ap.add_argument("--out", default=str(ROOT / "output" / "experiments" / "claims"))
     ap.add_argument("--docs", action="store_true", help="write the table into docs/experiments.md between its markers")
     args = ap.parse_args(argv)
     reps = args.reps or (1 if args.quick else 3)
+    if args.one_core and not args.no_spark and shutil.which("taskset") is None:
+        raise SystemExit(ONE_CORE_NEEDS_TASKSET)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     began = time.time()
+    machine = Machine.measure()
+    if args.no_spark:
+        machine.spark_cpus = "none (--no-spark)"
+    print(machine.text(final=False), flush=True)
     records: list[tuple[str, str, C.Verdict]] = []
 
     def collect(section_of: Callable[[C.Verdict], str], source: str, since: int) -> None:
@@ -343,24 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     since = len(C.RECORDED)
     simulate(args.quick)
 
-    def sim_section(v: C.Verdict) -> str:
-        head = v.claim.split(":", 1)[0]
-        if head.startswith(("Raindrop", "Chain Th", "Jiang Th")):
-            return head
-        if "/" in head and "adaptive" in v.claim:
-            return "Raindrop §6"
-        if "chain has the least" in v.claim:
-            return "Chain §6"
-        if "cqc" in v.claim:
-            return "CQC §5"
-        if "cos" in v.claim:
-            return "COS §5"
-        return "Jiang §5"
-
-    for v in C.RECORDED[since:]:
-        section = sim_section(v)
-        claim = v.claim.split(": ", 1)[1] if v.claim.startswith(section + ":") else v.claim
-        records.append((section, "simulator", C.Verdict(claim, v.status, v.detail, v.measure, v.paper)))
+    records += simulator_records(C.RECORDED[since:])
     planned = (
         [] if args.no_spark else [(n, t, r) for n in args.only.split(",") for t in args.traces.split(",") for r in range(reps)]
     )
@@ -373,17 +577,15 @@ def main(argv: list[str] | None = None) -> int:
             spark_note = "not run (--no-spark)"
         else:
             spark_note = f"{reps} repetition(s) per trace, {len(done)} of {len(planned)} experiment runs done"
+        machine.load_after = os.getloadavg()
         note = (
             f"Generated by `./spark-submit.sh jobs/experiments/claims.py{command_args(args, ap)}` on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} after {(time.time() - began) / 60:.0f} min; "
             f"Spark: {spark_note}. Cells: median [min–max] of the number each verdict rests on (its measured reason "
             "names it; the simulator's delays are in time units × 1000 where they say ms), repetitions that held."
+            f"\n\n{machine.text(final)}"
         )
-        text = markdown(rows, note)
-        (out / "claims.md").write_text(text)
-        (out / "claims.json").write_text(json.dumps({"note": note, "rows": rows}, indent=1))
-        if args.docs:
-            write_table(DOCS, text)
+        text = write_files(out, rows, note, machine, docs=args.docs)
         if final:
             from sparkqos.report import render
 
@@ -392,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
 
     write()
     if not args.no_spark:
+        if args.one_core:
+            machine.spark_cpus = pin_to_cpu_0()
+            print(f"Spark experiments: {machine.spark_cpus}", flush=True)
         for name in args.only.split(","):
             section, full, quick = SPARK[name]
             for trace in args.traces.split(","):

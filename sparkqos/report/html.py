@@ -318,7 +318,8 @@ def _delay_parts_figure(plt, table: pd.DataFrame, order: list[str], path: Path) 
 
 
 def _claims_html(output_dir: Path) -> list[str]:
-    """The claims table of jobs/experiments/claims.py (``claims.json``), when the folder has one."""
+    """The claims table of jobs/experiments/claims.py (``claims.json``), when the folder has one,
+    under its note's paragraphs (the command it came from, the machine it ran on)."""
     path = output_dir / "claims.json"
     if not path.is_file():
         return []
@@ -329,11 +330,13 @@ def _claims_html(output_dir: Path) -> list[str]:
     for r in doc["rows"]:
         r = {**r, "claim": f"{r['section']}: {r['claim']}"}
         color = {"held": "#e6f4e6", "not held": "#fbe3e3"}.get(r["verdict"], "#fff6d6")
+        if r["verdict"].startswith("not run"):  # a check that did not run: no verdict on its claim
+            color = "#eeeeee"
         cells = "".join(f"<td>{html.escape(str(r[k]))}</td>" for k in keys)
         rows.append(f"<tr style='background:{color}'>{cells}</tr>")
     return [
         "<h2>The papers' claims</h2>",
-        f"<p>{html.escape(doc.get('note', ''))}</p>",
+        *(f"<p>{html.escape(paragraph)}</p>" for paragraph in doc.get("note", "").split("\n\n")),
         "<table class='claims'><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>",
         *rows,
         "</table>",

@@ -1,7 +1,8 @@
 """Public helpers for tests and benchmarks: twin plans for both engines
-(:mod:`~sparkqos.testing.twins`) and the scheduler contract as checks
-(:mod:`~sparkqos.testing.checks`, :func:`check_scheduler`), so tests and benchmarks never import
-private names and a user's own strategy gets the library's checks."""
+(:mod:`~sparkqos.testing.twins`), the scheduler contract as checks
+(:mod:`~sparkqos.testing.checks`, :func:`check_scheduler`) and the papers' worked tables and
+theorems as checks on the simulator (:mod:`~sparkqos.testing.papers`), so tests and benchmarks
+never import private names and a user's own strategy gets the library's checks."""
 
 from sparkqos.testing.checks import check_scheduler
 from sparkqos.testing.twins import (
