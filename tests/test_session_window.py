@@ -123,7 +123,8 @@ def test_the_plan_is_one_operator_with_the_gap(spark):
     op = compiled.operators["s/1:session_window"]
     assert isinstance(op, SessionWindowAggregate) and (op.gap_us, op.delay_us, op.keys) == (4_000_000, None, ["k"])
     text = sparkqos.explain(df, {"s": sessions})
-    assert "native  s/1:session_window (aggregate): every session is emitted when the input ends (no watermark)" in text
+    assert "native  s/1:session_window (aggregate): computes count(*), " in text
+    assert " natively; every session is emitted when the input ends (no watermark)" in text
 
 
 @pytest.mark.parametrize(

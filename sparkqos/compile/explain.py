@@ -21,7 +21,7 @@ from sparkqos.executor.operators import (
 )
 from sparkqos.executor.plan import CompiledPlan
 
-__all__ = ["duration", "emission", "explain_compiled", "explain_text"]
+__all__ = ["aggregates", "duration", "emission", "explain_compiled", "explain_text"]
 
 
 def duration(us: int) -> str:
@@ -70,6 +70,20 @@ def emission(op: PhysicalOperator) -> str:
     return ""
 
 
+def aggregates(op: PhysicalOperator) -> str:
+    """What an aggregate operator computes, as a PySpark user writes it ('' for other operators).
+
+    >>> from sparkqos.executor.operators import WindowAgg
+    >>> aggs = [WindowAgg("count_all", None, "n"), WindowAgg("avg", "t", "a"), WindowAgg("max_by", "id", "m", by="t")]
+    >>> aggregates(KeyedAggregate(["k"], aggs))
+    'computes count(*), avg(t), max_by(id, t) natively'
+    """
+    if not isinstance(op, EventWindowAggregate):
+        return ""
+    words = ["count(*)" if a.fn == "count_all" else f"{a.fn}({a.column}{', ' + a.by if a.by else ''})" for a in op.aggs]
+    return f"computes {', '.join(words)} natively"
+
+
 def _lines(compiled: CompiledPlan, query: str) -> list[str]:
     plan, parts = compiled.plan, compiled.spark_parts
     out: list[str] = []
@@ -83,7 +97,8 @@ def _lines(compiled: CompiledPlan, query: str) -> list[str]:
             out.append(f"{pad}+- input   {name}")
             return
         op = plan[name]
-        when = emission(compiled.operators[name]) if name in compiled.operators else ""
+        physical = compiled.operators.get(name)
+        when = "; ".join(w for w in (aggregates(physical), emission(physical)) if w) if physical is not None else ""
         out.append(f"{pad}+- native  {name} ({op.kind})" + (f": {when}" if when else ""))
         for i in op.inputs:
             walk(i, depth + 1)
