@@ -611,3 +611,26 @@ def test_close_ends_the_thread_and_a_later_resume_starts_another():
     worker.close()
     worker.close()
     assert not worker.alive and continuous_threads() == []
+
+
+def test_a_trigger_reads_its_batch_with_the_worker_paused_and_a_checkpointed_batch_not_at_all(tmp_path):
+    """``process()`` given a reader (Spark's micro-batch, as the foreachBatch function gives it):
+    with an interval trigger the reader runs once the worker has paused, so nothing of the
+    executor runs while the batch is read in; a batch already checkpointed is not read."""
+    loop = make_loop(tmp_path, work_us=300.0, continuous=True, output=None, sink=MemorySink())
+    loop.process(sensor_table(2000, 1), 0)  # a backlog the worker serves between triggers
+    seen = {}
+
+    def read():
+        before = loop.executor.state.total_queued
+        time.sleep(0.1)  # the worker, were it running, would serve rows meanwhile
+        seen["queued"] = (before, loop.executor.state.total_queued)
+        return sensor_table(10, 2), None, None
+
+    loop.process(read, 1)
+    called = []
+    replayed = loop.process(lambda: called.append(1), 1)
+    loop.close()
+    before, after = seen["queued"]
+    assert before > 0 and before == after
+    assert replayed is None and not called
