@@ -1,10 +1,11 @@
 """Run the main job's queries under Spark Connect (``remote("local[2]")``) on a replayed trace.
 
-Started by tests/test_connect.py in a process of its own, so the suite's classic SparkSession and
-this Connect session never share a JVM. ``python tests/connect_job.py TRACE OUT MODE``:
-MODE ``whole`` runs the trace to its end; ``restart`` stops the stream after two batches, starts
-a new handle on the same checkpoint and runs to the end. Either way ``finish()`` drains the rest
-and the outputs land in ``OUT/output/outputs``; the last line printed is a JSON summary.
+Run for tests/test_connect.py by tests/connect_jobs.py, in a process of its own, so the suite's
+classic SparkSession and this Connect session never share a JVM; ``python tests/connect_job.py
+TRACE OUT MODE`` runs it alone. MODE ``whole`` runs the trace to its end; ``restart`` stops the
+stream after two batches, starts a new handle on the same checkpoint and runs to the end. Either
+way ``finish()`` drains the rest and the outputs land in ``OUT/output/outputs``; :func:`run`
+returns a summary, which ``main`` prints as JSON on its last line.
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ import time
 from pathlib import Path
 
 
-def main(trace: str, out: str, mode: str) -> None:
-    from pyspark.sql import SparkSession
-
+def run(spark, trace: str, out: str, mode: str) -> dict:
+    """The job on ``spark``, a Connect session: the summary of the runs."""
     import sparkqos
     from sparkqos import sources
     from sparkqos.workloads.sensors import sensor_queries
 
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
-    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     sources.register(spark)
     base = Path(out)
 
@@ -74,17 +72,21 @@ def main(trace: str, out: str, mode: str) -> None:
     second = handle("available_now")
     second.start().awaitTermination()
     second.finish()
-    print(
-        json.dumps(
-            {
-                "stopped_at_batch": stopped_at,
-                "archived_at_stop": archived_at_stop,
-                "seen": seen,
-                "config_error": config_error,
-                "last_batch": second.last_batch,
-            }
-        )
-    )
+    return {
+        "stopped_at_batch": stopped_at,
+        "archived_at_stop": archived_at_stop,
+        "seen": seen,
+        "config_error": config_error,
+        "last_batch": second.last_batch,
+    }
+
+
+def main(trace: str, out: str, mode: str) -> None:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    print(json.dumps(run(spark, trace, out, mode)))
     spark.stop()
 
 

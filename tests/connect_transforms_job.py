@@ -1,12 +1,14 @@
 """PySpark transforms compiled under Spark Connect (``remote("local[2]")``), checked against Spark.
 
-Started by tests/test_connect_transforms.py in a process of its own (the suite's classic session
-and a Connect session never share a process). ``python tests/connect_transforms_job.py OUT``:
-compiles the transforms of :func:`transforms` from Connect DataFrames, runs them with
-``sparkqos.run`` on a small static DataFrame (nulls, NaN, ±inf, -0.0, zero divisors) and with
-``sparkqos.stream`` over a ``sparkqos.replay`` source of the same rows, and writes the results
-beside Spark's own (Connect) results of the same transforms as Parquet files under ``OUT``; the
-last line printed is a JSON summary (the unsupported transform's error, the run times).
+Run for tests/test_connect_transforms.py by tests/connect_jobs.py, in a process of its own (the
+suite's classic session and a Connect session never share a process); ``python
+tests/connect_transforms_job.py OUT`` runs it alone. It compiles the transforms of
+:func:`transforms` from Connect DataFrames, runs them with ``sparkqos.run`` on a small static
+DataFrame (nulls, NaN, ±inf, -0.0, zero divisors) and with ``sparkqos.stream`` over a
+``sparkqos.replay`` source of the same rows, and writes the results beside Spark's own (Connect)
+results of the same transforms as Parquet files under ``OUT``;
+:func:`run` returns a summary (the unsupported transforms' errors, the run times), which ``main``
+prints as JSON on its last line.
 """
 
 from __future__ import annotations
@@ -283,17 +285,13 @@ def describe(compiled) -> dict[str, str]:
     return out
 
 
-def main(out: str) -> None:
-    t0 = time.monotonic()
-    from pyspark.sql import SparkSession
-
+def run(spark, out: str) -> dict:
+    """The job on ``spark``, a Connect session (its ANSI mode switched off): the summary."""
     import sparkqos
     from sparkqos import sources
     from sparkqos.errors import UnsupportedTransform
     from sparkqos.spark.transforms import compile_transforms
 
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
-    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     spark.conf.set("spark.sql.ansi.enabled", "false")  # sparkqos gives Spark's non-ANSI results
     spark.conf.set("spark.sql.shuffle.partitions", "2")  # Spark's own aggregations of a few rows: not 200 tasks
     started = time.monotonic()
@@ -332,8 +330,17 @@ def main(out: str) -> None:
     handle.finish()
     spark_streams = sorted(handle.loop.compiled.spark_parts)
     done = time.monotonic()
-    summary = {"errors": errors, "spark_streams": spark_streams, "start_s": started - t0, "run_s": ran - started}
-    print(json.dumps({**summary, "stream_s": done - ran}))
+    return {"errors": errors, "spark_streams": spark_streams, "run_s": ran - started, "stream_s": done - ran}
+
+
+def main(out: str) -> None:
+    t0 = time.monotonic()
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    started = time.monotonic()
+    print(json.dumps({**run(spark, out), "start_s": started - t0}))
     spark.stop()
 
 

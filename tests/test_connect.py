@@ -2,9 +2,10 @@
 
 foreachBatch's function is pickled to the server's Python worker there, so it must carry
 configuration only (sparkqos/spark/batch.py). The Connect run happens in a process of its own
-(tests/connect_job.py, one ``remote("local[2]")`` session), and must deliver exactly the rows the
-classic run of the same queries delivers — after being stopped mid-stream and restarted from its
-checkpoint, so nothing is lost or duplicated across the restart either.
+(tests/connect_job.py, run by the ``connect_jobs`` fixture in the ``remote("local[2]")`` session
+of tests/connect_jobs.py), and must deliver exactly the rows the classic run of the same queries
+delivers — after being stopped mid-stream and restarted from its checkpoint, so nothing is lost
+or duplicated across the restart either.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 import sparkqos
@@ -23,28 +23,14 @@ from sparkqos.io.deadletter import read_dead_letters
 from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.batch import BatchFunction
 from sparkqos.workloads.sensors import sensor_queries
-from tests.conftest import run_connect_job
 
 QUERIES = ("fire", "anomaly", "zone_stats", "archive")
 
 
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory) -> Path:
-    n = 3000
-    rng = np.random.default_rng(5)
-    table = pa.table(
-        {
-            "sensor_id": pa.array(rng.integers(0, 16, n), pa.int32()),
-            "location": pa.array([f"z{i % 4}" for i in range(n)]),
-            # every 120th reading is broken (NaN): a dead letter with its reason in both runs
-            "temperature": pa.array(np.where(np.arange(n) % 120 == 7, np.nan, np.round(rng.normal(40, 15, n) * 2) / 2)),
-            "humidity": pa.array(np.round(rng.uniform(10, 90, n) * 2) / 2),
-            "ts": pa.array(1_700_000_000_000_000 + np.sort(rng.integers(0, 30_000_000, n)), pa.timestamp("us", tz="UTC")),
-        }
-    )
-    path = tmp_path_factory.mktemp("trace") / "sensors.parquet"
-    pq.write_table(table, path)
-    return path
+def trace(connect_trace) -> Path:
+    """The trace both runs read: the Connect jobs' (tests/conftest.py)."""
+    return connect_trace
 
 
 def outputs(folder: Path) -> dict[str, pa.Table]:
@@ -115,19 +101,19 @@ def test_the_batch_function_pickles_to_configuration_only(spark, trace, tmp_path
 
 
 @pytest.mark.slow  # a Spark Connect server and its job in a process of their own
-def test_connect_run_stopped_and_restarted_gives_the_classic_rows(trace, classic, tmp_path):
-    summary = run_connect_job("connect_job.py", str(trace), str(tmp_path), "restart", cwd=tmp_path, timeout=600)
+def test_connect_run_stopped_and_restarted_gives_the_classic_rows(connect_jobs, classic):
+    out, summary = connect_jobs["restart"]
     # Stopped mid-stream: part of the trace was archived, and the restarted run had batches of
     # its own before finish() (which, on the client, drains from the server's newest checkpoint).
     assert 0 < summary["archived_at_stop"] < classic["archive"].num_rows, summary
     assert summary["stopped_at_batch"] >= 1 and summary["last_batch"] > summary["stopped_at_batch"] + 1, summary
     assert summary["config_error"] == "trigger_s", summary
     assert summary["seen"] == list(range(summary["stopped_at_batch"] + 1)), summary  # progress without shared memory
-    got = outputs(tmp_path / "output" / "outputs")
+    got = outputs(out / "output" / "outputs")
     for query in QUERIES:
         assert classic[query].num_rows > 0, query
         assert_same_rows(got[query], classic[query], query)
     # Bad input under Connect as in classic: the same rows dead-lettered with the same reasons.
-    rejected = dead_letters(read_dead_letters(tmp_path / "output" / "deadletter"))
+    rejected = dead_letters(read_dead_letters(out / "output" / "deadletter"))
     assert len(rejected) == 25 and all("temperature" in (reason + column) for reason, column, _ in rejected), rejected[:3]
     assert rejected == dead_letters(classic["deadletter"])

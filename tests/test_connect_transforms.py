@@ -1,9 +1,10 @@
 """PySpark transforms under Spark Connect: compiled from a Connect DataFrame.
 
 A Connect DataFrame has no JVM plan; sparkqos reads the client's plan, typed by the server
-(sparkqos/spark/connect_plan.py). One subprocess (tests/connect_transforms_job.py, its own
-``remote("local[2]")`` session) compiles a representative set of transforms, runs them with
-``sparkqos.run`` and ``sparkqos.stream`` and writes Spark's own (Connect) results beside them:
+(sparkqos/spark/connect_plan.py). One subprocess (tests/connect_transforms_job.py, run by the
+``connect_jobs`` fixture in the ``remote("local[2]")`` session of tests/connect_jobs.py) compiles
+a representative set of transforms, runs them with ``sparkqos.run`` and ``sparkqos.stream`` and
+writes Spark's own (Connect) results beside them:
 
 * every transform gives exactly Spark's rows, names and types (nulls, NaN, ±inf, -0.0, zero
   divisors, integer extremes);
@@ -27,7 +28,6 @@ import pytest
 
 from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.spark.transforms import compile_transforms
-from tests.conftest import run_connect_job
 from tests.connect_transforms_job import SPARK_PARTS, UPDATE_KEYS, describe, stateful, table, transforms
 from tests.test_transforms import canonical
 from tests.test_transforms_native import last_per_key
@@ -37,11 +37,9 @@ pytestmark = pytest.mark.spark  # a Spark Connect server in a process of its own
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("connect_transforms")
-    # the job's time is bounded by the timeout only: how long it takes is the suite's figure (a
-    # timed assertion failed at 128 s on a loaded machine where the job was otherwise correct)
-    return out, run_connect_job("connect_transforms_job.py", str(out), cwd=out, timeout=300)
+def job(connect_jobs) -> tuple[Path, dict]:
+    """The job's output folder and summary."""
+    return connect_jobs["transforms"]
 
 
 @pytest.mark.slow

@@ -4,7 +4,9 @@ Every fenced block says its language and is checked by it:
 
 * ```python: each carries a ``<!-- snippet: NAME -->`` marker and is run here by NAME (the names
   are unique across the pages), so a snippet cannot drift from the library; a new block without a
-  runner fails the first test. Only scratch paths are moved into the test's temporary folder.
+  runner fails the first test. Only scratch paths are moved into the test's temporary folder,
+  and the streams are cut short (the own-script's 10 s to 3, the README example's 20 micro-batches
+  and the builder's 8 to 3): what is checked needs rows or a progress record, not a length.
   Blocks that need Spark share the session's ``spark`` fixture (``getOrCreate`` returns it). A
   block a snippet's output is compared with follows it as ``<!-- output: NAME -->`` ```text.
 * ```bash: each line runs (``.venv/bin/python`` as this Python), unless the block is marked
@@ -126,6 +128,10 @@ def test_slo_fragment_gives_targets_and_ages_a_run_takes():
     assert per_query("shed", config.shed, given["classes"]) == {"archive": 30.0}
 
 
+#: The own-script's stream loop: 10 s from the first micro-batch.
+LOOP_10_S = "time.time() - began < 10"
+
+
 @pytest.mark.slow  # the user's script in a process of its own: a JVM and a stream of its own
 @pytest.mark.spark
 def test_own_script_runs_with_the_venv_python_and_no_pyspark_python(tmp_path):
@@ -133,7 +139,10 @@ def test_own_script_runs_with_the_venv_python_and_no_pyspark_python(tmp_path):
     finite run gives what the snippet's comment says."""
     folder = tmp_path / "my_job"
     script = tmp_path / "my_job.py"
-    script.write_text(snippets()["own-script"].replace("/tmp/my_job", str(folder)))
+    code = snippets()["own-script"]
+    assert LOOP_10_S in code
+    # 3 s of stream instead of 10: rows in every query's folder need seconds, not the full run
+    script.write_text(code.replace("/tmp/my_job", str(folder)).replace(LOOP_10_S, LOOP_10_S.replace("< 10", "< 3")))
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["PYTHONPATH"] = str(ROOT)  # this checkout's sparkqos (a user's is installed in the venv)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
@@ -164,8 +173,16 @@ def test_config_snippet_continues_the_own_script(spark, tmp_path):
     assert handle.query is None and set(handle.loop.compiled.roots) == {"fire", "anomaly", "extremes"}
 
 
+def shortened(code: str, batches: int) -> str:
+    """``code`` with its loop over micro-batches ending after ``batches`` of them."""
+    loop = re.search(r'\.get\("batchId", -1\) < (\d+):', code)
+    assert loop and int(loop[1]) > batches, "the snippet's loop over micro-batches changed"
+    return code.replace(loop[0], loop[0].replace(f"< {loop[1]}:", f"< {batches}:"))
+
+
 def test_builder_snippet(spark, tmp_path, capsys):
-    exec(snippets()["builder"].replace("/tmp/builder_job", str(tmp_path)), {"__name__": "readme"})
+    code = shortened(snippets()["builder"], 3)
+    exec(code.replace("/tmp/builder_job", str(tmp_path)), {"__name__": "readme"})
     batch, queued, strategy = capsys.readouterr().out.split()
     # the adaptive controller may be running any registered member (rr included) or none yet
     assert int(batch) >= 0 and float(queued) >= 0 and (strategy == "-" or strategy in available())
@@ -202,9 +219,10 @@ def test_strategies_snippet(capsys):
 
 
 def test_readme_example_streams_two_classes(spark, tmp_path, capsys):
-    """The README's first example, on the session's Spark: after 20 micro-batches each query has
-    written rows, and the counts printed are the rows in its folder."""
-    exec(snippets()["readme-example"].replace("/tmp/quickstart", str(tmp_path)), {"__name__": "readme"})
+    """The README's first example, on the session's Spark: after 3 micro-batches (20 in the
+    README) each query has written rows, and the counts printed are the rows in its folder."""
+    code = shortened(snippets()["readme-example"], 3)
+    exec(code.replace("/tmp/quickstart", str(tmp_path)), {"__name__": "readme"})
     printed = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+) (\d+) rows$", capsys.readouterr().out, re.M)}
     outputs = read_parquet_sink(tmp_path / "out" / "outputs")
     assert printed == {q: t.num_rows for q, t in outputs.items()} and set(printed) == {"hot", "humid"}
