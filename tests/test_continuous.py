@@ -615,13 +615,15 @@ def test_close_ends_the_thread_and_a_later_resume_starts_another():
 
 def test_a_trigger_reads_its_batch_with_the_worker_paused_and_a_checkpointed_batch_not_at_all(tmp_path):
     """``process()`` given a reader (Spark's micro-batch, as the foreachBatch function gives it):
-    with an interval trigger the reader runs once the worker has paused, so nothing of the
-    executor runs while the batch is read in; a batch already checkpointed is not read."""
+    with an interval trigger the reader runs once the worker was asked to pause, so no unit of
+    the executor starts while the batch is read in (the one in flight may end); a batch already
+    checkpointed is not read."""
     loop = make_loop(tmp_path, work_us=300.0, continuous=True, output=None, sink=MemorySink())
     loop.process(sensor_table(2000, 1), 0)  # a backlog the worker serves between triggers
     seen = {}
 
     def read():
+        time.sleep(0.2)  # the unit in flight when the pause was asked for ends
         before = loop.executor.state.total_queued
         time.sleep(0.1)  # the worker, were it running, would serve rows meanwhile
         seen["queued"] = (before, loop.executor.state.total_queued)

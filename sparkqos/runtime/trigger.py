@@ -217,7 +217,8 @@ class TriggerLoop:
 
         ``table`` may instead be a :data:`Read` giving the three (Spark's micro-batch, read by
         the foreachBatch function): it is called only for a batch not yet checkpointed, and, when
-        the trigger has an interval, after the continuous worker has paused. The read brings the
+        the trigger has an interval, once the continuous worker was asked to pause: it starts no
+        new unit while the batch is read (the unit in flight ends meanwhile). The read brings the
         top class's next rows, and a worker serving lower classes meanwhile would take the
         interpreter and a core from it; an available-now run wants throughput, so there the
         worker runs on while the batch is read."""
@@ -251,9 +252,11 @@ class TriggerLoop:
             self.life.step("trigger")
             if worker is not None:
                 self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
-                worker.pause()  # from here until resume() this thread alone touches the executor
+                worker.pause_soon()  # no new unit while the batch is read; the one in flight ends
             if callable(table):
                 table, parts, later = table()
+            if worker is not None:
+                worker.pause()  # from here until resume() this thread alone touches the executor
             return self._trigger(table, batch_id, started, admitted, parts or {}, later)
         except BaseException:
             # This loop's memory is now ahead of its checkpoint: leave it stopped (a restart
