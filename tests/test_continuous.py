@@ -636,3 +636,23 @@ def test_a_trigger_reads_its_batch_with_the_worker_paused_and_a_checkpointed_bat
     before, after = seen["queued"]
     assert before > 0 and before == after
     assert replayed is None and not called
+
+
+def test_a_trigger_writes_the_top_class_once_it_is_served_before_the_lower_classes_are():
+    """``serve_trigger(..., after_top)``: the top level's round, then ``after_top`` (the trigger's
+    early write of the top class), then the lower levels, then the strategy for the rest."""
+    from sparkqos.runtime.assembly import serve_trigger
+
+    calls = []
+
+    class Recorder:
+        def serve(self, operators, budget_s):
+            calls.append(("serve", operators))
+            return RunReport(seconds=0.001)
+
+        def run(self, budget_s):
+            calls.append(("run",))
+            return RunReport(seconds=0.001)
+
+    serve_trigger(Recorder(), [("h",), ("c",), ("n",)], 1.0, 2.0, after_top=lambda: calls.append(("write",)))
+    assert calls == [("serve", ("h",)), ("write",), ("serve", ("c",)), ("serve", ("n",)), ("run",)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkqos.compile.builder import QuerySet
@@ -169,10 +170,13 @@ def priority_levels(compiled: CompiledPlan) -> list[tuple[str, ...]]:
     return [tuple(op for q in queries if q.klass in level for op in q.operators) for level in classes_by_priority(compiled)]
 
 
-def serve_by_class(executor: Executor, levels: list[tuple[str, ...]], budget_s: float) -> RunReport:
+def serve_by_class(
+    executor: Executor, levels: list[tuple[str, ...]], budget_s: float, after_top: Callable[[], None] | None = None
+) -> RunReport:
     """Serve what is queued class by class from the highest priority level (``levels``:
     :func:`priority_levels`) for up to ``budget_s`` in all: the top level always gets its round
-    (:meth:`Executor.serve` makes progress on every call), a lower one only while time is left.
+    (:meth:`Executor.serve` makes progress on every call), a lower one only while time is left;
+    ``after_top`` is called once the top level's round is done (a trigger writes its rows there).
     Without levels the strategy in force serves for ``budget_s``."""
     total = RunReport()
     if not levels:
@@ -182,15 +186,24 @@ def serve_by_class(executor: Executor, levels: list[tuple[str, ...]], budget_s: 
         if budget_s <= 0 or (i > 0 and left <= 0):
             break
         total.add(executor.serve(operators, max(left, 0.0)))
+        if i == 0 and after_top is not None:
+            after_top()
     return total
 
 
-def serve_trigger(executor: Executor, levels: list[tuple[str, ...]], top_s: float, budget_s: float) -> RunReport:
+def serve_trigger(
+    executor: Executor,
+    levels: list[tuple[str, ...]],
+    top_s: float,
+    budget_s: float,
+    after_top: Callable[[], None] | None = None,
+) -> RunReport:
     """What a trigger serves, written once for every caller (the trigger loop, with or without the
     continuous worker, and a shard of the sharded lane): the top classes first, class by class,
-    for up to ``top_s`` (:func:`serve_by_class`), so what they have queued leaves with this
-    trigger; then the strategy for what is left of ``budget_s``."""
-    report = serve_by_class(executor, levels, min(top_s, budget_s))
+    for up to ``top_s`` (:func:`serve_by_class`; ``after_top`` once the top class's round is
+    done), so what they have queued leaves with this trigger; then the strategy for what is left
+    of ``budget_s``."""
+    report = serve_by_class(executor, levels, min(top_s, budget_s), after_top)
     left = budget_s - report.seconds
     if left > 0:
         report.add(executor.run(left))

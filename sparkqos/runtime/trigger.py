@@ -306,10 +306,13 @@ class TriggerLoop:
         # The top classes first, so what they have queued is written by this trigger; with the
         # continuous worker the rest is its, else the strategy serves the rest of the budget.
         budget = self.config.effective_top_class_s if self.worker is not None else self.budget_s
-        report = serve_trigger(self.executor, self.levels, self.config.effective_top_class_s, budget)
+        # the top class's rows of this batch are written as soon as it is served: before the lower
+        # classes are served or their Spark parts evaluated, and before the commit writes the rest
+        write_top = self.early.write_now if self.early is not None else None
+        report = serve_trigger(self.executor, self.levels, self.config.effective_top_class_s, budget, write_top)
+        if write_top is not None and not self.levels:
+            write_top()  # one level (or class shares off): written once it is served
         if later is not None:
-            # the top class's rows are out before the lower classes' parts are evaluated by Spark
-            self.early.write_now()
             t1 = time.perf_counter()
             lower = later()
             self.phase_s["spark"] += time.perf_counter() - t1
