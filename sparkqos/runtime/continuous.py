@@ -96,7 +96,6 @@ class ContinuousWorker:
         self._lock = threading.Lock()  # which thread and mailbox are the current ones
         self._mailbox: Mailbox | None = None  # None or closed: no thread reads it
         self._thread: threading.Thread | None = None
-        self._asked: Letter | None = None  # a pause asked for by pause_soon(), not yet waited for
 
     @property
     def alive(self) -> bool:
@@ -104,27 +103,14 @@ class ContinuousWorker:
         return self._thread is not None and self._thread.is_alive()
 
     # -- the trigger's side: letters ---------------------------------------------------------------
-    def pause_soon(self) -> None:
-        """Ask the worker to stop at its next safe point, without waiting for it: it starts no
-        new unit, and the next :meth:`pause` returns once it has stopped. A trigger asks before
-        it reads its micro-batch, so the unit in flight ends while the batch is read."""
-        if self._asked is None:
-            letter = Letter(_Ask.PAUSE)
-            if self._post(letter, urgent=True) is Delivery.QUEUED:
-                self._asked = letter
-
     def pause(self) -> None:
         """Stop at the next safe point and stay stopped: on return the caller owns the executor.
         Re-raises the error a slice failed with, if any."""
         if self.on_event is not None:
             self.on_event("pause")
-        letter, self._asked = self._asked, None
-        if letter is None:
-            letter = Letter(_Ask.PAUSE)
-            # PARKED: the thread was waiting for letters and reads them all before it works again
-            if self._post(letter, urgent=True) is not Delivery.QUEUED:
-                letter = None
-        if letter is not None:
+        letter = Letter(_Ask.PAUSE)
+        # PARKED: the thread was waiting for letters and reads them all before it works again
+        if self._post(letter, urgent=True) is Delivery.QUEUED:
             letter.answered.wait()
         error, self._error = self._error, None
         if error is not None:
@@ -134,7 +120,6 @@ class ContinuousWorker:
         """Hand the executor back (starting the thread at the first call, or after :meth:`close`):
         it serves until nothing can run, then waits for the next resume."""
         letter = Letter(_Ask.RESUME)
-        self._asked = None
         with self._lock:
             if self._mailbox is None or self._mailbox.put(letter) is Delivery.CLOSED:
                 self._mailbox = Mailbox()
@@ -162,7 +147,6 @@ class ContinuousWorker:
     def close(self, timeout_s: float | None = None) -> None:
         """Stop the thread after its slice in flight and join it; the worker is left paused
         (a later :meth:`resume` starts a new thread)."""
-        self._asked = None
         with self._lock:
             thread = self._thread
             if self._mailbox is not None:

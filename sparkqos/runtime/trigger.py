@@ -216,12 +216,8 @@ class TriggerLoop:
         class's rows of this batch are served and written, so they never wait for them.
 
         ``table`` may instead be a :data:`Read` giving the three (Spark's micro-batch, read by
-        the foreachBatch function): it is called only for a batch not yet checkpointed, and, when
-        the trigger has an interval, once the continuous worker was asked to pause: it starts no
-        new unit while the batch is read (the unit in flight ends meanwhile). The read brings the
-        top class's next rows, and a worker serving lower classes meanwhile would take the
-        interpreter and a core from it; an available-now run wants throughput, so there the
-        worker runs on while the batch is read."""
+        the foreachBatch function): it is called only for a batch not yet checkpointed, before
+        the intake's back-pressure and the worker's pause."""
         started = time.time()
         try:
             return self._process(table, batch_id, parts, later, started)
@@ -246,16 +242,14 @@ class TriggerLoop:
             )
         worker = self.worker
         try:
-            if callable(table) and self.config.interval_s is None:
+            if callable(table):
+                # the worker runs on while Spark hands the batch over: on a short machine the
+                # executor needs that time (pausing it for the read starved the lower classes)
                 table, parts, later = table()
             admitted = self.admission.admit(self.worker, self.budget_s)
             self.life.step("trigger")
             if worker is not None:
                 self._worker_batch = batch_id  # its pause is batch_id's "in_pause"
-                worker.pause_soon()  # no new unit while the batch is read; the one in flight ends
-            if callable(table):
-                table, parts, later = table()
-            if worker is not None:
                 worker.pause()  # from here until resume() this thread alone touches the executor
             return self._trigger(table, batch_id, started, admitted, parts or {}, later)
         except BaseException:
