@@ -30,16 +30,8 @@ from sparkqos.sim import Simulator
 from sparkqos.testing import SyntheticQuery, checks, synthetic_plans
 from sparkqos.workloads.sensors import sensor_queries
 
-CLASSES = {"H": 6, "C": 3, "N": 1}
-MIX = synthetic_plans(
-    {
-        "h": SyntheticQuery([(0.1, 0.05), (0.5, 0.5)], klass="H"),
-        "c": SyntheticQuery([(0.9, 0.1), (0.9, 0.3), (0.1, 0.05), (1.0, 0.5)], klass="C"),
-        "n": SyntheticQuery([(1.0, 0.05), (0.2, 0.2)], klass="N"),
-    },
-    classes=CLASSES,
-    seed=7,
-)
+#: The class mix of the published strategy checks (its logical plan; the tests here simulate it).
+CLASSES, MIX = checks.CLASSES, checks.MIX
 BACKLOG = {"S": [(0, 10_000.0)]}  # every query's copy lasts well past the horizon
 HORIZON = 400.0
 
