@@ -33,6 +33,10 @@ __all__ = ["PLACEMENTS", "SPARK_PART", "SparkPart", "check_placement", "row_wise
 PLACEMENTS = ("auto", "native", "spark")
 #: Class of the node that stands for a part Spark evaluates.
 SPARK_PART = "__spark_part__"
+#: Row-wise nodes only Spark runs: a Python function over each partition's batches of rows
+#: (``mapInPandas``, ``mapInArrow``), stateless, so Spark runs it on each micro-batch as a
+#: streaming query would. Their output columns are new: none carries an input column on.
+MAP_IN = ("MapInPandas", "MapInArrow")
 #: Plan nodes that keep rows one by one (or multiply them) without state.
 ROW_WISE = {
     "Project",
@@ -42,13 +46,8 @@ ROW_WISE = {
     "Repartition",
     "RepartitionByExpression",
     "EventTimeWatermark",
-    "MapInPandas",
-    "MapInArrow",
+    *MAP_IN,
 }
-#: Row-wise nodes only Spark runs: a Python function over each partition's batches of rows
-#: (``mapInPandas``, ``mapInArrow``), stateless, so Spark runs it on each micro-batch as a
-#: streaming query would. Their output columns are new: none carries an input column on.
-MAP_IN = {"MapInPandas": "mapInPandas", "MapInArrow": "mapInArrow"}
 #: Expression fields of the row-wise nodes.
 _EXPRESSION_FIELDS = ("condition", "projectList", "generator")
 
@@ -146,7 +145,7 @@ def spark_functions(chain: list[Node], native: set[str], names: dict[str, str]) 
     for node in reversed(chain):
         if node.cls in MAP_IN:
             fn = (node.fields.get("functionExpr") or [{}])[0].get("name")
-            found.append(f"{MAP_IN[node.cls]}({fn})" if fn else MAP_IN[node.cls])
+            found.append(f"{STEP_WORDS[node.cls]}({fn})" if fn else STEP_WORDS[node.cls])
         for e in _expressions(node):
             if e.cls in native and e.cls != "PythonUDF":  # a UDF is named: it is what may raise
                 continue

@@ -208,7 +208,7 @@ def _json_texts(col: pa.Array) -> pa.Array:
     elif pa.types.is_boolean(t):
         text = pc.if_else(col, "true", "false")
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        distinct = pc.unique(col.drop_null()) if col.null_count else pc.unique(col)
+        distinct = pc.unique(col.drop_null())
         encoded = pa.array([json.dumps(v) for v in distinct.to_pylist()], pa.string())
         text = pc.take(encoded, pc.index_in(col, distinct))
     elif pa.types.is_floating(t):

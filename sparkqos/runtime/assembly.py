@@ -177,10 +177,13 @@ def serve_by_class(
     :func:`priority_levels`) for up to ``budget_s`` in all: the top level always gets its round
     (:meth:`Executor.serve` makes progress on every call), a lower one only while time is left;
     ``after_top`` is called once the top level's round is done (a trigger writes its rows there).
-    Without levels the strategy in force serves for ``budget_s``."""
+    Without levels the strategy in force serves for ``budget_s``, and ``after_top`` follows."""
     total = RunReport()
-    if not levels:
-        return executor.run(budget_s) if budget_s > 0 else total
+    if not levels:  # one round, the strategy's
+        total = executor.run(budget_s) if budget_s > 0 else total
+        if after_top is not None:
+            after_top()
+        return total
     for i, operators in enumerate(levels):
         left = budget_s - total.seconds  # on the executor's clock
         if budget_s <= 0 or (i > 0 and left <= 0):

@@ -304,8 +304,6 @@ class TriggerLoop:
         # classes are served or their Spark parts evaluated, and before the commit writes the rest
         write_top = self.early.write_now if self.early is not None else None
         report = serve_trigger(self.executor, self.levels, self.config.effective_top_class_s, budget, write_top)
-        if write_top is not None and not self.levels:
-            write_top()  # one level (or class shares off): written once it is served
         if later is not None:
             t1 = time.perf_counter()
             lower = later()
