@@ -624,9 +624,10 @@ def test_a_checkpointed_batch_is_not_read_again(tmp_path):
     assert read == [0] and replayed is None
 
 
-def test_a_trigger_writes_the_top_class_once_it_is_served_before_the_lower_classes_are():
-    """``serve_trigger(..., after_top)``: the top level's round, then ``after_top`` (the trigger's
-    early write of the top class), then the lower levels, then the strategy for the rest."""
+def test_serve_trigger_calls_after_top_once_the_top_class_is_served_before_the_lower_classes():
+    """``serve_trigger(..., after_top)``: the top level's round, then ``after_top`` (where the
+    trigger loop passes its early write of the top class), then the lower levels, then the
+    strategy for the rest."""
     from sparkqos.runtime.assembly import serve_trigger
 
     calls = []
