@@ -52,6 +52,12 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
             low=0,
             optional=True,
         ),
+        "warm_up_s": Key(
+            float,
+            3.0,
+            "seconds Spark's read path runs on synthetic rows before the stream starts (a cold JVM is slow at first); 0 = off",
+            low=0,
+        ),
         "worker_nice": Key(
             int, 0, "the continuous worker's thread runs this much below the job's priority; 0 = the same", low=0, high=19
         ),
@@ -210,6 +216,7 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "top_class_s": job["top_class_s"],
         "early_write_s": job["early_write_s"],
         "worker_nice": job["worker_nice"],
+        "warm_up_s": job["warm_up_s"],
         "checkpoint": checkpoint,
         "output": output,
         "sink": _delta_sink(output) if job["sink"] == "delta" else None,
@@ -312,6 +319,9 @@ def run(spark: Any, handle: Any, cfg: dict, monitor: Any, banner: str) -> int:
     ui = spark.sparkContext.uiWebUrl
     print(f"{name}: starting Spark's streaming query …" + (f" (Spark UI: {ui})" if ui else ""), flush=True)
     query = handle.start()
+    reads, warm_s = getattr(handle, "warmed_up", (0, 0.0))
+    if reads:
+        print(f"{name}: warmed Spark's read path up first: {reads} reads of synthetic rows in {warm_s:.1f} s", flush=True)
     try:
         while not stop["now"] and query.isActive:
             first = monitor.first_batch_at  # the duration counts from the first micro-batch

@@ -81,3 +81,56 @@ def test_sparks_python_workers_import_pyspark_from_its_installation(spark):
 
     (path,) = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
     assert ".zip" not in path and Path(path).parent == Path(__import__("pyspark").__file__).parent
+
+
+def test_synthetic_rows_have_values_of_every_atomic_type():
+    import pyarrow as pa
+
+    from sparkqos.spark.warmup import synthetic_rows
+
+    schema = pa.schema(
+        [
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("d", pa.date32()),
+            ("i", pa.int32()),
+            ("x", pa.float64()),
+            ("m", pa.decimal128(10, 2)),
+            ("b", pa.bool_()),
+            ("s", pa.string()),
+            ("raw", pa.binary()),
+            ("tags", pa.list_(pa.string())),
+        ]
+    )
+    table = synthetic_rows(schema, 50)
+    assert table.schema == schema and table.num_rows == 50
+    assert [table.column(n).null_count for n in schema.names] == [0] * 8 + [50]
+
+
+def test_a_processing_time_stream_warms_sparks_read_path_up_once_per_application(spark, tmp_path, monkeypatch):
+    """The first start in a Spark application runs toArrow() on synthetic rows (at most
+    MAX_READS, within warm_up_s); a second start, and an available-now one, do not."""
+    import sparkqos.spark.warmup as warmup
+    from sparkqos import Trigger, stream
+
+    monkeypatch.setattr(warmup, "_warmed", set())
+    df = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    queries = {"all": lambda d: d.select("timestamp", "value")}
+    first = stream(df, queries, checkpoint=tmp_path / "a", trigger_s=0.5, arrival_col="timestamp", warm_up_s=30)
+    assert first._warm_up()[0] == warmup.MAX_READS
+    again = stream(df, queries, checkpoint=tmp_path / "b", trigger_s=0.5, arrival_col="timestamp", warm_up_s=30)
+    assert again._warm_up() == (0, 0.0)
+    monkeypatch.setattr(warmup, "_warmed", set())
+    now = stream(df, queries, checkpoint=tmp_path / "c", trigger=Trigger(availableNow=True), arrival_col="timestamp")
+    assert now._warm_up() == (0, 0.0)
+    off = stream(df, queries, checkpoint=tmp_path / "d", trigger_s=0.5, arrival_col="timestamp", warm_up_s=0)
+    assert off._warm_up() == (0, 0.0)
+
+
+def test_warm_up_s_must_be_a_number_of_seconds(tmp_path):
+    from sparkqos import RunConfig
+    from sparkqos.errors import RunnerError
+
+    with pytest.raises(RunnerError, match="warm_up_s"):
+        RunConfig(checkpoint=tmp_path, warm_up_s=-1)
+    with pytest.raises(RunnerError, match="warm_up_s"):
+        RunConfig(checkpoint=tmp_path, warm_up_s="soon")

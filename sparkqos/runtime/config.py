@@ -117,6 +117,11 @@ WORKER_NICE = 0
 #: worker (``Continuous.early_write_s``).
 EARLY_WRITE_S = 0.05
 
+#: Default seconds Spark's read path runs on synthetic rows before a processing-time stream starts
+#: (``Input.warm_up_s``, :mod:`sparkqos.spark.warmup`): on one core of the 2-core VM the reads stop
+#: getting faster after about this long.
+WARM_UP_S = 3.0
+
 #: Where a crash can be injected, in the order a trigger passes them.
 FAULT_POINTS = (
     "before_ingest",
@@ -496,17 +501,22 @@ class Input:
     when it reads several), ``arrival_col`` its event-time column (default ``ts`` when the
     stream has one), ``checks`` which rows are dead letters
     (:class:`~sparkqos.io.deadletter.RowChecks`; default: the stream's schema and finite
-    numbers)."""
+    numbers). ``warm_up_s``: before the query starts, Spark's read path runs on synthetic rows of
+    the input's schema for up to this many seconds, once per Spark application and only with a
+    processing-time trigger, so that the first micro-batches are not slowed by a cold JVM
+    (:mod:`sparkqos.spark.warmup`); 0 turns it off."""
 
     stream: str | None = None
     arrival_col: str | None = None
     checks: RowChecks | None = None
+    warm_up_s: float = WARM_UP_S
 
     def __post_init__(self) -> None:
         for name in ("stream", "arrival_col"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise RunnerError(f"{name} must be a name, got {value!r}", parameter=name, value=value, expected="a string")
+        check_number("warm_up_s", self.warm_up_s, low=0, error=RunnerError)
         if self.checks is not None and not isinstance(self.checks, RowChecks):
             raise RunnerError(
                 f"checks must be RowChecks, got {self.checks!r}", parameter="checks", value=self.checks, expected="RowChecks"
@@ -532,6 +542,7 @@ SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
         "stream": ("input", "stream"),
         "arrival_col": ("input", "arrival_col"),
         "checks": ("input", "checks"),
+        "warm_up_s": ("input", "warm_up_s"),
         # Every ExecutorOptions field, so sparkqos.run's executor keywords mean the same here.
         # (not ``shed``: a run's ``shed=`` is the load shedding its user chose, RunConfig.shed;
         # the executor's drop beyond its memory limit is ExecutorOptions(shed=True))
@@ -584,7 +595,7 @@ NOT_FOR_RUN: Mapping[str, str] = types.MappingProxyType(
             "sparkqos.run has no worker between triggers: it serves units_between units after each batch",
         ),
         **dict.fromkeys(
-            ("input", "stream", "arrival_col", "checks", "intake"),
+            ("input", "stream", "arrival_col", "checks", "warm_up_s", "intake"),
             "sparkqos.run reads the DataFrame's own rows, all of them, stamped with their batch's time",
         ),
         **dict.fromkeys(

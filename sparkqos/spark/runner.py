@@ -54,6 +54,7 @@ from sparkqos.sources.pyenv import check_python_workers
 from sparkqos.spark.batch import BatchFunction, StopGate, stop_between_triggers
 from sparkqos.spark.sharded import ShardedStream
 from sparkqos.spark.transforms import Transform, compile_transforms, is_transforms
+from sparkqos.spark.warmup import warm_up
 
 __all__ = ["FAULT_POINTS", "QosStream", "RunConfig", "RunnerError", "ShardedStream", "parse_faults", "stream"]
 
@@ -84,6 +85,8 @@ class QosStream:
         self.loop = TriggerLoop(queries, config)
         self.query = None
         self._gate: StopGate | None = None
+        #: Reads and seconds of the last start's warm-up (:mod:`sparkqos.spark.warmup`).
+        self.warmed_up: tuple[int, float] = (0, 0.0)
 
     # -- what the loop holds, under the names jobs and listeners use -----------------------------
     @property
@@ -187,8 +190,17 @@ class QosStream:
             .queryName(self.config.name)
             .trigger(**self.config.trigger.spark_kwargs())
         )
+        self.warmed_up = self._warm_up()
         self.query = writer.start()
         return self.query
+
+    def _warm_up(self) -> tuple[int, float]:
+        """Warm Spark's read path up on synthetic rows (:mod:`sparkqos.spark.warmup`) when the
+        trigger is processing-time; the reads done and their seconds."""
+        if self.config.interval_s is None:
+            return 0, 0.0
+        schema = self.loop.compiled.sources[self.loop.ingest.stream]
+        return warm_up(self.df.sparkSession, schema, self.config.input.warm_up_s)
 
     def stop(self, wait_s: float = 60.0) -> None:
         """Stop the streaming query between triggers (:func:`~sparkqos.spark.batch.stop_between_triggers`),
@@ -247,6 +259,7 @@ def stream(
     stream: str | None = UNSET,
     arrival_col: str | None = UNSET,
     checks: RowChecks | None = UNSET,
+    warm_up_s: float = UNSET,
     intake: Intake | None = None,
     name: str = "sparkqos",
     on_progress: Callable[[dict[str, Any]], None] | None = None,

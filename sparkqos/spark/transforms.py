@@ -419,6 +419,7 @@ def run(
     stream: str | None = UNSET,
     arrival_col: str | None = UNSET,
     checks: RowChecks | None = UNSET,
+    warm_up_s: float = UNSET,
     intake: Intake | None = None,
     name: str = "sparkqos",
     on_progress: Callable[[dict[str, Any]], None] | None = None,
