@@ -284,20 +284,21 @@ def test_the_trigger_loop_does_not_import_pyspark():
 @pytest.mark.parametrize("point", ["after_sink", "after_checkpoint", "after_progress"])
 def test_compacted_parquet_sink_through_a_crash_loses_and_duplicates_nothing(tmp_path, monkeypatch, uninterrupted, point):
     """ParquetSink(compact_every=2): final batches merge into one file per query and range; a
-    crash around batch 3 and the restart leave exactly the uninterrupted rows, in fewer files."""
+    crash around batch 3 and the restart leave exactly the uninterrupted rows, in fewer files
+    (compacting on the trigger's thread, so the files are known exactly)."""
     from sparkqos.io.sinks import ParquetSink
 
     def crash(self, where, batch_id):
         raise Crash(f"{where} of batch {batch_id}")
 
     monkeypatch.setattr(TriggerLoop, "_kill", crash)
-    sink = ParquetSink(tmp_path / "out" / "outputs", compact_every=2)
+    sink = ParquetSink(tmp_path / "out" / "outputs", compact_every=2, background=False)
     first = make_loop(tmp_path, fault=f"{point}:3", sink=sink)
     for b in range(3):
         first.process(BATCHES[b], b)
     with pytest.raises(Crash):
         first.process(BATCHES[3], 3)
-    second = make_loop(tmp_path, sink=ParquetSink(tmp_path / "out" / "outputs", compact_every=2))
+    second = make_loop(tmp_path, sink=ParquetSink(tmp_path / "out" / "outputs", compact_every=2, background=False))
     for b in range(second.restore() + 1, len(BATCHES)):
         second.process(BATCHES[b], b)
     second.finish()
@@ -308,12 +309,55 @@ def test_compacted_parquet_sink_through_a_crash_loses_and_duplicates_nothing(tmp
     assert ids == sorted(ids) and set(ids) == {0, 1, 2, 3, 4}
 
 
+def test_a_compaction_runs_beside_the_triggers_one_at_a_time_and_its_failure_is_raised(tmp_path, monkeypatch):
+    """In the background (the default), checkpointed() returns while the compaction runs; a call
+    meanwhile starts none; flush() waits for it; the next compaction takes every final batch since
+    the last compacted one; a failure is raised by the sink's next call, naming the folder."""
+    import threading
+
+    from sparkqos.errors import SinkError
+    from sparkqos.io.sinks import ParquetSink
+
+    sink = ParquetSink(tmp_path, compact_every=2)
+    go, compacting = threading.Event(), threading.Event()
+    real = ParquetSink._compact
+
+    def slow(self, folder, first, last):
+        compacting.set()
+        assert go.wait(10)
+        real(self, folder, first, last)
+
+    monkeypatch.setattr(ParquetSink, "_compact", slow)
+    for b in range(4):
+        sink.write(b, {"q": pa.table({"x": [b]})})
+        sink.checkpointed(b)
+    assert compacting.wait(10) and sorted(p.name for p in (tmp_path / "query=q").iterdir())[0] == "batch=0.parquet"
+    go.set()
+    sink.flush()
+    assert sorted(p.name for p in (tmp_path / "query=q").iterdir()) == ["batch=2.parquet", "batch=3.parquet", "batches=0-1.parquet"]
+    sink.write(4, {"q": pa.table({"x": [4]})})
+    sink.checkpointed(4)
+    assert sink.read()["q"].column("x").to_pylist() == [0, 1, 2, 3, 4]
+    assert sorted(p.name for p in (tmp_path / "query=q").iterdir()) == ["batches=0-1.parquet", "batches=2-4.parquet"]
+
+    def broken(self, folder, first, last):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ParquetSink, "_compact", broken)
+    for b in range(5, 7):
+        sink.write(b, {"q": pa.table({"x": [b]})})
+        sink.checkpointed(b)
+    with pytest.raises(SinkError, match=f"compacting {tmp_path}: OSError: disk full"):
+        sink.flush()
+    assert read_parquet_sink(tmp_path)["q"].column("x").to_pylist() == list(range(7))
+
+
 def test_small_files_a_compacted_file_covers_are_ignored_then_removed(tmp_path):
     """A crash between writing a compacted file and removing the small ones it merged: readers
     ignore those small files, and the next compaction removes them."""
     from sparkqos.io.sinks import ParquetSink
 
-    sink = ParquetSink(tmp_path, compact_every=2)
+    sink = ParquetSink(tmp_path, compact_every=2, background=False)
     for b in range(2):
         sink.write(b, {"q": pa.table({"x": [b, b]})})
     saved = {p.name: p.read_bytes() for p in (tmp_path / "query=q").iterdir()}

@@ -339,7 +339,9 @@ class TriggerLoop:
                 served = self.worker.take_counters()
             started = time.time()
             served.add(self.executor.finish(budget_s))
-            return self._commit(self.last_batch + 1, started, 0, served, None)
+            progress = self._commit(self.last_batch + 1, started, 0, served, None)
+            self.sink.flush()  # the outputs are whole on disk when finish returns
+            return progress
         except BaseException:
             self.life.step("fail")
             raise
@@ -348,10 +350,12 @@ class TriggerLoop:
         """Stop the continuous worker and join its thread (nothing to do otherwise). What it
         produced since the last trigger is not written: a restart redoes it from the checkpoint.
         A trigger still running when the stream is stopped ends without handing the executor
-        back to the worker; :meth:`reopen` (a new start) allows it again."""
+        back to the worker; :meth:`reopen` (a new start) allows it again. The sink's background
+        work on final batches (a compaction) is waited for."""
         self.life.step("close")
         if self.worker is not None:
             self.worker.close()
+        self.sink.flush()  # a compaction in flight ends before the stream is said stopped
 
     def reopen(self) -> None:
         """After :meth:`close`: triggers hand the executor to the worker again."""
