@@ -334,7 +334,8 @@ def test_a_compaction_runs_beside_the_triggers_one_at_a_time_and_its_failure_is_
     assert compacting.wait(10) and sorted(p.name for p in (tmp_path / "query=q").iterdir())[0] == "batch=0.parquet"
     go.set()
     sink.flush()
-    assert sorted(p.name for p in (tmp_path / "query=q").iterdir()) == ["batch=2.parquet", "batch=3.parquet", "batches=0-1.parquet"]
+    files = sorted(p.name for p in (tmp_path / "query=q").iterdir())
+    assert files == ["batch=2.parquet", "batch=3.parquet", "batches=0-1.parquet"]
     sink.write(4, {"q": pa.table({"x": [4]})})
     sink.checkpointed(4)
     assert sink.read()["q"].column("x").to_pylist() == [0, 1, 2, 3, 4]
