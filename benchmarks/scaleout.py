@@ -26,8 +26,9 @@ the run's start), mean and p99. For the sharded runs the per-batch floor is brok
 Spark's own progress (planning, offset and commit logs, state store commit) and the shards' Python
 time (the busiest shard's executor seconds per batch), and projected to 10 workers:
 ``rows/s ≈ W · r · B / (B + F)`` with W workers each serving r rows per second of executor time
-for B seconds per micro-batch, and F the measured floor. The last line is
-``sharded throughput K=2/K=1: X.XX``.
+for B seconds per micro-batch, and F the measured floor. The last three lines are
+``sharded K=1/driver: X.XX``, ``sharded K=2/driver: X.XX`` (each over the driver lane's rows per
+second in the same run) and ``sharded throughput K=2/K=1: X.XX``.
 """
 
 from __future__ import annotations
@@ -216,6 +217,8 @@ def main() -> None:
         )
         k1 = one["rows_per_s"]
         k2 = next(r for r in results if r["label"] == "sharded K=2")["rows_per_s"]
+        print(f"sharded K=1/driver: {k1 / results[0]['rows_per_s']:.2f}")
+        print(f"sharded K=2/driver: {k2 / results[0]['rows_per_s']:.2f}")
         print(f"sharded throughput K=2/K=1: {k2 / k1:.2f}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
