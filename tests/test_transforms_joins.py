@@ -68,6 +68,9 @@ def static_queries(lookup):
         "two_keys": lambda d: d.join(named, ["k", "s"], "inner"),
         "then_filter": lambda d: d.where(F.col("d") != 0).join(lookup, "k").where(F.col("w").isNull()).select("s", "name"),
         "static_first": lambda d: lookup.join(d, lookup.k == d.k, "inner").drop(d.k),
+        # conditions on one side's columns alone, as Spark's optimizer pushes them down
+        "side_conditions": lambda d: d.join(lookup, (d.k == lookup.k) & (d.d > 0) & (lookup.w > 0)).drop(lookup.k),
+        "side_conditions_left": lambda d: d.join(lookup, (d.k == lookup.k) & (d.d > 0) & (lookup.w > 0), "left").drop(lookup.k),
         "right_using": lambda d: lookup.join(d, "k", "right_outer"),
     }
 
@@ -276,7 +279,7 @@ def _refused_static(lookup):
         (lambda d: d.join(lookup, "k", "full"), "full outer join with a static DataFrame"),
         (lambda d: d.join(lookup, "k", "left_semi"), "left semi join"),
         (lambda d: d.join(lookup, d.k < lookup.k), "non-equality condition"),
-        (lambda d: d.join(lookup, (d.k == lookup.k) & (lookup.w > 0)), "non-equality condition"),
+        (lambda d: d.join(lookup, (d.k == lookup.k) & (d.d > lookup.w)), "non-equality condition"),
         (lambda d: d.join(lookup, d.k.eqNullSafe(lookup.k)), "null-safe equality"),
         (lambda d: d.crossJoin(lookup), "cross join"),
         (lambda d: lookup.join(d, "k", "left"), "left join with a static DataFrame.*stream on the right"),

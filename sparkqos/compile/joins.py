@@ -27,8 +27,13 @@ drops ``withWatermark`` from the plan; on a stream the ``EventTimeWatermark`` no
 their delays come from the plan context. A ``using`` join (``on=["k"]``) is the Join under a
 Project that keeps the stream's copy of the keys.
 
+With a static side, the condition may also hold conditions on one side's columns alone (``(s.k ==
+t.k) & (s.x > 1) & (t.active)``), as Spark's optimizer would push them down: the static side's
+filter its table; the stream side's make a failing row's keys null, so it matches nothing (an
+inner join drops it, a left join keeps it with nulls, as Spark does).
+
 Everything else raises :class:`~sparkqos.errors.UnsupportedTransform` naming it: right and full
-outer, semi and anti joins, cross joins, non-equality conditions with a static side, a static
+outer, semi and anti joins, cross joins, conditions across both sides other than equalities with a static side, a static
 side that streams, outer stream–stream joins and stream–stream joins without a bounded
 event-time range.
 """
@@ -40,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
-from sparkqos.executor.expressions import Col
+from sparkqos.executor.expressions import CaseWhen, Col, Expr, Logical
 from sparkqos.executor.operators import IntervalJoin, Project, StaticJoin
 
 #: Spark's join types (the ``joinType`` object's class) as users write them in ``how=``.
@@ -182,14 +187,15 @@ def _static_join(qc: Any, node: Node, how: str, stream_side: int) -> Rel:
             "the other side of a join is a finite DataFrame, or a branch of the same input stream",
         )
     stream_rel = qc.relation(node.children[stream_side])
-    left_ids = {a for a, _ in stream_rel.attrs}
-    lkeys, rkeys, rest = _equalities(
-        qc, _conjuncts(parse_expr(cond)), left_ids, set(static.ids), "a join with a static DataFrame"
-    )
-    if rest or not lkeys:
+    left_ids, static_ids = {a for a, _ in stream_rel.attrs}, set(static.ids)
+    lkeys, rkeys, rest = _equalities(qc, _conjuncts(parse_expr(cond)), left_ids, static_ids, "a join with a static DataFrame")
+    own = [c for c in rest if _side(c, left_ids, static_ids) == 0]
+    theirs = [c for c in rest if _side(c, left_ids, static_ids) == 1]
+    if len(own) + len(theirs) < len(rest) or not lkeys:
         raise qc.unsupported(
             "a join with a static DataFrame on a non-equality condition",
-            "join on equal keys: on=['k', ...] or stream.k == static.k, combined with &",
+            "join on equal keys: on=['k', ...] or stream.k == static.k, combined with & and with conditions "
+            "on one side's columns alone",
         )
     table = static.read()
     if table is None:
@@ -200,9 +206,15 @@ def _static_join(qc: Any, node: Node, how: str, stream_side: int) -> Rel:
     names = _unique(list(zip(static.ids, static.names, strict=True)), {n for _, n in stream_rel.attrs})
     table = table.rename_columns(names)
     static_rel = Rel("__static__", table.schema, list(zip(static.ids, names, strict=True)))
+    if theirs:  # a condition on the static side alone: its rows that fail it match nothing
+        table = table.filter(_all(qc, theirs, static_rel).evaluate(table), null_selection_behavior="drop")
+    stream_keys = [qc.expr(k, stream_rel) for k in lkeys]
+    if own:  # on the stream's side alone: a row that fails it matches nothing (a null key), kept by a left join
+        where = _all(qc, own, stream_rel)
+        stream_keys = [CaseWhen([(where, k)], None, k.check(stream_rel.schema, "join")) for k in stream_keys]
     op = StaticJoin(
         table,
-        [qc.expr(k, stream_rel) for k in lkeys],
+        stream_keys,
         [qc.expr(k, static_rel) for k in rkeys],
         "inner" if how == "inner" else "left",
         max_rows=static.max_rows,
@@ -210,6 +222,14 @@ def _static_join(qc: Any, node: Node, how: str, stream_side: int) -> Rel:
     )
     attrs = static_rel.attrs + stream_rel.attrs if stream_side == 1 else stream_rel.attrs + static_rel.attrs
     return qc.add("join", op, [stream_rel], attrs)
+
+
+def _all(qc: Any, conditions: list[Node], rel: Rel) -> Expr:
+    """The executor's expression of ``conditions`` joined by AND, over ``rel``."""
+    out = qc.expr(conditions[0], rel)
+    for c in conditions[1:]:
+        out = Logical("and", out, qc.expr(c, rel))
+    return out
 
 
 # -- two branches of the stream joined on an event-time range --------------------------------------
