@@ -163,10 +163,9 @@ def run_sparkqos(args, out: Path) -> dict:
         sink=ParquetSink(out / "outputs", compact_every=None),  # delays are read from each batch file's write time
         name="sparkqos",
         on_progress=on_progress,
-        # no JIT warm-up before the start: the FAIR pools' queries start on a cold JVM too, and
-        # the replay begins --lead seconds after start-up for both
-        warm_up_s=0,
-        **options,
+        # no JIT warm-up before the start (unless --set warm_up_s=...): the FAIR pools' queries
+        # start on a cold JVM too, and the replay begins --lead seconds after start-up for both
+        **{"warm_up_s": 0, **options},
     )
     query = handle.start()
     deadline = started + args.lead + 4 * args.seconds + 60
