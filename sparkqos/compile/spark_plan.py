@@ -259,6 +259,9 @@ class _QueryCompiler:
         #: read by the session side (sparkqos.spark.transforms.CONTEXT_READERS).
         self.context: Mapping[str, Any] = context or {}
         self.counter = 0
+        #: The session side, when Spark may evaluate parts of the query (aggregates sparkqos has
+        #: no native version of, over a group's buffered rows); None: everything runs natively.
+        self.stager: Any = None
 
     def unsupported(self, operation: str, detail: str = "") -> UnsupportedTransform:
         return UnsupportedTransform(self.query, operation, detail)
@@ -583,6 +586,7 @@ def compile_plans(
         tree = parse_plan(nodes, source, source_ids)
         if stager is not None:
             _split(qc, tree, placement, stager, parts)
+            qc.stager = None if placement == "native" else stager
         qc.check_operations(tree)
         rel = qc.relation(tree)
         if rel.name == stream or rel.name in parts:  # the transform returns its input: one operator passing it on
