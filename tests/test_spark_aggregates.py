@@ -97,6 +97,13 @@ def equal(spark, got: pa.Table, want) -> None:
 
 def test_aggregates_without_a_native_version_equal_sparks_batch_answer(spark_sql):
     df = spark_sql.createDataFrame(trace()).coalesce(1)
+    equal(spark_sql, sparkqos.run(df, {"q": windowed}, strategy="chain", batch_rows=8)["q"], windowed(df))
+
+
+@pytest.mark.slow
+def test_in_every_aggregation_they_equal_sparks_batch_answer(spark_sql):
+    """Windowed, running and session aggregations, and a pandas UDAF."""
+    df = spark_sql.createDataFrame(trace()).coalesce(1)
     out = sparkqos.run(df, QUERIES, strategy="chain", batch_rows=8)
     for name, transform in QUERIES.items():
         equal(spark_sql, out[name], transform(df))

@@ -49,7 +49,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
-from sparkqos.errors import ExpressionError, UnsupportedTransform
+from sparkqos.errors import UnsupportedTransform
 from sparkqos.executor.expressions import Alias, Col
 from sparkqos.executor.expressions.nested import MakeStruct
 from sparkqos.executor.operators import (
@@ -328,10 +328,7 @@ def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
         # Spark's update mode on a stream; the final table at the end of a finite DataFrame
         op = KeyedAggregate(keys, aggs, update=bool(qc.context.get("streaming")))
         natural, label = [*keys, *(a.name for a in aggs)], "aggregate"
-    try:
-        rel = qc.add(label, op, [base], [(None, n) for n in natural])
-    except ExpressionError as e:  # a type its kernels do not take: refused now, not on the first batch
-        raise qc.unsupported(f"groupBy(...).agg(...) on these types: {e}") from None
+    rel = qc.add(label, op, [base], [(None, n) for n in natural])  # a type its kernels do not take: refused now
     if spark.items:
         natural = [n for n in natural if n != BUFFER] + [name for _, name, _ in spark.items]
         rel = qc.add("spark_aggregates", spark.operator(qc, node), [rel], [(None, n) for n in natural])
