@@ -159,6 +159,15 @@ def sparks_stream(spark, folder, tmp_path) -> dict[str, pa.Table]:
     return want
 
 
+def test_a_running_aggregation_on_a_stream_warns_that_its_buffered_rows_grow(spark_sql, folder):
+    from sparkqos.spark.transforms import compile_transforms
+
+    with pytest.warns(
+        sparkqos.GrowingStateWarning, match=r"approx_count_distinct\(d\)\) on a stream keeps every row of each key"
+    ):
+        compile_transforms(file_stream(spark_sql, folder), {"running": running})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["chain", "adaptive", "fifo"])
 def test_streamed_aggregates_equal_sparks_on_the_same_rows(spark_sql, folder, tmp_path, strategy):

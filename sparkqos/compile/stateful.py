@@ -42,6 +42,7 @@ naming them.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkqos.compile.nodes import Node, Rel, parse_expr
-from sparkqos.errors import UnsupportedTransform
+from sparkqos.errors import GrowingStateWarning, UnsupportedTransform
 from sparkqos.executor.expressions import Alias, Col
 from sparkqos.executor.expressions.nested import MakeStruct
 from sparkqos.executor.operators import (
@@ -327,6 +328,16 @@ def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
     else:
         # Spark's update mode on a stream; the final table at the end of a finite DataFrame
         op = KeyedAggregate(keys, aggs, update=bool(qc.context.get("streaming")))
+        if spark.items and op.update:
+            warnings.warn(
+                GrowingStateWarning(
+                    qc.query,
+                    f"groupBy({keys}).agg({', '.join(w for _, _, w in spark.items)}) on a stream",
+                    "keeps every row of each key for the aggregates Spark computes (no watermark ends a running "
+                    "aggregation's groups): its state grows with every row; group by a window to bound it",
+                ),
+                stacklevel=2,
+            )
         natural, label = [*keys, *(a.name for a in aggs)], "aggregate"
     rel = qc.add(label, op, [base], [(None, n) for n in natural])  # a type its kernels do not take: refused now
     if spark.items:

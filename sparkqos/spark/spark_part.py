@@ -31,8 +31,17 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sparkqos.errors import RunnerError, SparkPartError, UnsupportedTransform
+from sparkqos.executor.operators import SparkAggregates
 
-__all__ = ["RELATION_FIELD", "ClassicAggregates", "ClassicStager", "ConnectStager", "evaluate_parts", "reads_input"]
+__all__ = [
+    "RELATION_FIELD",
+    "ClassicAggregates",
+    "ClassicStager",
+    "ConnectStager",
+    "evaluate_parts",
+    "reads_input",
+    "use_session",
+]
 
 #: Field of a Connect plan's JSON node holding its client relation (base64 protobuf).
 RELATION_FIELD = "sparkqosRelation"
@@ -173,6 +182,12 @@ class ClassicAggregates:
     def __getstate__(self) -> dict[str, Any]:
         return {"session": None, "aggregates": None, "columns": None, "large": self.large}
 
+    def use(self, session: Any) -> None:
+        """Compute on ``session`` from now on: a stream's micro-batch gives its own (the session
+        the stream runs on), so the aggregates are computed where its Spark parts are."""
+        if self.aggregates is not None:
+            self.session = session
+
     def _plan(self, rows: pa.Table | None) -> Any:
         """The JVM Aggregate over ``rows`` (grouped by their group), or over no rows and no
         grouping when ``rows`` is None (what the aggregates give for a group without rows)."""
@@ -303,6 +318,14 @@ def _problem(exc: Exception, functions: tuple[str, ...]) -> str:
     head = f"{named[-1]} raised " if named else ""
     detail = raised[-1] if raised else (lines[0] if lines else "")
     return f"{head}{type(exc).__name__}: {detail[:500]}"
+
+
+def use_session(compiled: Any, session: Any) -> None:
+    """Have every aggregate of ``compiled`` that Spark computes over a group's rows computed on
+    ``session`` (a micro-batch's, in ``foreachBatch``)."""
+    for op in compiled.operators.values():
+        if isinstance(op, SparkAggregates) and isinstance(op.evaluator, ClassicAggregates):
+            op.evaluator.use(session)
 
 
 def reads_input(compiled: Any) -> bool:
