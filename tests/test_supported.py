@@ -45,8 +45,10 @@ def test_each_construct_appears_once_under_the_engine_that_runs_it():
     assert not any(n in ("distinct", "distinct()") for n in lists[3])
 
 
-def test_the_list_names_the_aggregate_functions_that_run_and_the_approximate_ones_refused():
+def test_the_list_names_the_aggregate_functions_that_run_natively_and_those_spark_computes():
     native, refused = supported_markdown().split("**Refused**")
     for name in ("`stddev/std/stddev_samp`", "`kurtosis`", "`count_if`", "`max_by`", "`collect_set`", "`bool_and/every`"):
         assert name in native.split("**Evaluated")[0]
-    assert "`approx_count_distinct`" in refused and "`percentile_approx`" in refused
+    by_spark = native.split("**Computed by Spark over a group's buffered rows")[1]
+    assert "`approx_count_distinct`" in by_spark and "`percentile_approx`" in by_spark and "pandas UDAFs" in by_spark
+    assert "`approx_count_distinct`" not in refused and "`percentile_approx`" not in refused

@@ -18,7 +18,9 @@ from sparkqos.executor.operators import (
     KeyedAggregate,
     PhysicalOperator,
     SessionWindowAggregate,
+    SparkAggregates,
 )
+from sparkqos.executor.operators.spark_aggregates import BUFFER
 from sparkqos.executor.plan import CompiledPlan
 
 __all__ = ["aggregates", "duration", "emission", "explain_compiled", "explain_text"]
@@ -77,11 +79,33 @@ def aggregates(op: PhysicalOperator) -> str:
     >>> aggs = [WindowAgg("count_all", None, "n"), WindowAgg("avg", "t", "a"), WindowAgg("max_by", "id", "m", by="t")]
     >>> aggregates(KeyedAggregate(["k"], aggs))
     'computes count(*), avg(t), max_by(id, t) natively'
+    >>> rows = WindowAgg("collect_list", "agg_rows", BUFFER, True)
+    >>> aggregates(KeyedAggregate(["k"], [aggs[0], rows]))
+    "computes count(*) natively and keeps each group's rows for the aggregates Spark computes"
+    >>> import pyarrow as pa
+    >>> print(aggregates(SparkAggregates(BUFFER, pa.schema([("d", pa.int64())]), ["approx_count_distinct(x)"])))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    sparkqos has no native version of approx_count_distinct(x); Spark computes it over each group's
+    rows when the group is emitted, in the micro-batch
     """
+    if isinstance(op, SparkAggregates):
+        it = "it" if len(op.functions) == 1 else "them"
+        return (
+            f"sparkqos has no native version of {', '.join(op.functions)}; Spark computes {it} over each "
+            "group's rows when the group is emitted, in the micro-batch"
+        )
     if not isinstance(op, EventWindowAggregate):
         return ""
-    words = ["count(*)" if a.fn == "count_all" else f"{a.fn}({a.column}{', ' + a.by if a.by else ''})" for a in op.aggs]
-    return f"computes {', '.join(words)} natively"
+    words = [
+        "count(*)" if a.fn == "count_all" else f"{a.fn}({a.column}{', ' + a.by if a.by else ''})"
+        for a in op.aggs
+        if a.name != BUFFER
+    ]
+    native = f"computes {', '.join(words)} natively" if words else ""
+    if len(words) == len(op.aggs):
+        return native
+    keeps = "keeps each group's rows for the aggregates Spark computes"
+    return f"{native} and {keeps}" if native else keeps
 
 
 def _lines(compiled: CompiledPlan, query: str) -> list[str]:

@@ -45,6 +45,7 @@ from sparkqos.executor.operators import (
     PhysicalOperator,
     Project,
     Select,
+    SparkAggregates,
     StaticJoin,
     Synthetic,
     Union,
@@ -138,9 +139,13 @@ def shard_report(compiled: CompiledPlan, shard_by: str) -> dict[str, Refusal | N
 
 def refuse_spark_parts(compiled: CompiledPlan) -> None:
     """Raise :class:`~sparkqos.errors.NotShardable` when some query has parts Spark evaluates in
-    each micro-batch (:mod:`sparkqos.compile.spark_part`): the shards run native operators only."""
-    if compiled.spark_parts:
-        spark_queries = sorted({p.query for p in compiled.spark_parts.values()})
+    each micro-batch (:mod:`sparkqos.compile.spark_part`, or aggregates Spark computes over a
+    group's rows): the shards run native operators only."""
+    spark_queries = sorted(
+        {p.query for p in compiled.spark_parts.values()}
+        | {compiled.plan.query_of(n) for n, op in compiled.operators.items() if isinstance(op, SparkAggregates)}
+    )
+    if spark_queries:
         raise NotShardable(
             f"queries {spark_queries} have parts Spark evaluates in each micro-batch, which the sharded lane "
             "does not run; give placement='native' (if sparkqos compiles them) or leave out shards=",

@@ -52,7 +52,7 @@ from sparkqos.compile.spark_part import (
 )
 from sparkqos.compile.tables import EXPRESSIONS, INPUTS, RELATIONS
 from sparkqos.compile.words import OPERATION_HINTS
-from sparkqos.errors import PlanError, UnsupportedTransform
+from sparkqos.errors import ExpressionError, PlanError, UnsupportedTransform
 from sparkqos.executor.expressions import (
     Alias,
     Call,
@@ -87,6 +87,17 @@ _PASS_THROUGH = {"SubqueryAlias", "Repartition", "RepartitionByExpression", "Eve
 #: Plan nodes sparkqos runs.
 _OPERATORS = {"__source__", SPARK_PART, "Filter", "Project", "Union", *_PASS_THROUGH}
 
+
+#: The operators' labels as PySpark names what they run (refusals on a type say which).
+_LABEL_WORDS = {
+    "where": "where",
+    "select": "select",
+    "aggregate": "groupBy(...).agg(...)",
+    "window_agg": "groupBy(window(...)).agg(...)",
+    "session_window": "groupBy(session_window(...)).agg(...)",
+    "dedup": "dropDuplicates",
+    "lag": "lag(...).over(...)",
+}
 
 #: SQL names of common Spark functions whose class names differ from them.
 _FUNCTION_NAMES = {
@@ -259,6 +270,9 @@ class _QueryCompiler:
         #: read by the session side (sparkqos.spark.transforms.CONTEXT_READERS).
         self.context: Mapping[str, Any] = context or {}
         self.counter = 0
+        #: The session side, when Spark may evaluate parts of the query (aggregates sparkqos has
+        #: no native version of, over a group's buffered rows); None: everything runs natively.
+        self.stager: Any = None
 
     def unsupported(self, operation: str, detail: str = "") -> UnsupportedTransform:
         return UnsupportedTransform(self.query, operation, detail)
@@ -267,7 +281,12 @@ class _QueryCompiler:
     def add(self, label: str, op: PhysicalOperator, inputs: Sequence[Rel], attrs: list[tuple[int, str]]) -> Rel:
         self.counter += 1
         name = f"{self.query}/{self.counter}:{label}"
-        schema = op.bind(name, [r.schema for r in inputs])
+        try:
+            schema = op.bind(name, [r.schema for r in inputs])
+        except ExpressionError as e:
+            # a type its kernels do not take: refused (or, over the input, handed to Spark) now,
+            # never on a micro-batch
+            raise self.unsupported(f"{_LABEL_WORDS.get(label, label)} on these types", str(e)) from None
         self.ops[name] = op
         self.plan_ops.append(
             Operator(name, tuple(r.name for r in inputs), op.selectivity, op.cost_s, self.query, self.klass, op.kind)
@@ -583,6 +602,7 @@ def compile_plans(
         tree = parse_plan(nodes, source, source_ids)
         if stager is not None:
             _split(qc, tree, placement, stager, parts)
+            qc.stager = None if placement == "native" else stager
         qc.check_operations(tree)
         rel = qc.relation(tree)
         if rel.name == stream or rel.name in parts:  # the transform returns its input: one operator passing it on

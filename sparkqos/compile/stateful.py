@@ -26,24 +26,42 @@ arrays too), ``first``, ``last``, ``any_value`` (``ignorenulls`` too), ``count_i
 (``stddev``, ``stddev_pop``, ``variance``, ``var_pop``, ``skewness``, ``kurtosis``), ``max_by``,
 ``min_by``, ``collect_list``, ``collect_set``, over columns or expressions; keys that are columns
 or expressions (computed by a select below the aggregate, as Spark's analyzer projects them). An
-aggregate over a type its kernels do not take is refused here, before any data moves. A windowed
-aggregation on a stream without a watermark, distinct aggregates, expressions over aggregates,
-approximate aggregates (:data:`APPROXIMATE`: Spark's sketches, which an exact aggregate would not
-reproduce) and other aggregate functions raise
-:class:`~sparkqos.errors.UnsupportedTransform` naming them.
+aggregate over a type its kernels do not take is refused here, before any data moves.
+
+Every other aggregate function — the approximate ones (:data:`APPROXIMATE`: Spark's sketches, which
+an exact aggregate would not reproduce), pandas UDAFs, any aggregate with a ``FILTER`` clause —
+is computed by Spark over each group's buffered rows when the group is emitted
+(:class:`SparkItems`): the aggregation keeps a ``collect_list`` of a struct of the columns they
+read in its state, and a :class:`~sparkqos.executor.operators.SparkAggregates` above it has the
+session side compute them (the compiler's ``stager``). Without a session side (placement
+``"native"``) they are refused. A windowed aggregation on a stream without a watermark, distinct
+aggregates and expressions over aggregates raise :class:`~sparkqos.errors.UnsupportedTransform`
+naming them.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from sparkqos.compile.nodes import Node, Rel, parse_expr
-from sparkqos.errors import ExpressionError
+from sparkqos.errors import GrowingStateWarning, UnsupportedTransform
 from sparkqos.executor.expressions import Alias, Col
-from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, PhysicalOperator, Project, WindowAgg
+from sparkqos.executor.expressions.nested import MakeStruct
+from sparkqos.executor.operators import (
+    EventWindowAggregate,
+    KeyedAggregate,
+    PhysicalOperator,
+    Project,
+    SparkAggregates,
+    WindowAgg,
+)
+from sparkqos.executor.operators.spark_aggregates import BUFFER
 
 #: Spark's aggregate functions by class name → the executor's (:data:`~sparkqos.executor.operators.event_window.FUNCTIONS`).
 #: ``bool_and``/``every`` and ``bool_or``/``some``/``any`` are Spark's min and max of booleans,
@@ -287,7 +305,9 @@ def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
         extra.append((name, qc.expr(g, base)))
         keys.append(name)
         key_exprs.append((g, name))
-    aggs, out_attrs, order = _aggregates(qc, node, base, names, key_ids, key_exprs, window_id, wname, extra)
+    aggs, out_attrs, order, spark = _aggregates(qc, node, base, names, key_ids, key_exprs, window_id, wname, extra)
+    if spark.items:
+        aggs.append(spark.buffer(qc, names, extra))
     if extra:
         cols = [Col(n) for _, n in base.attrs] + [Alias(e, n) for n, e in extra]
         base = qc.add("select", Project(cols), [base], base.attrs + [(None, n) for n, _ in extra])
@@ -308,11 +328,21 @@ def aggregate(qc: Any, node: Node, windows: Mapping[str, WindowReader]) -> Rel:
     else:
         # Spark's update mode on a stream; the final table at the end of a finite DataFrame
         op = KeyedAggregate(keys, aggs, update=bool(qc.context.get("streaming")))
+        if spark.items and op.update:
+            warnings.warn(
+                GrowingStateWarning(
+                    qc.query,
+                    f"groupBy({keys}).agg({', '.join(w for _, _, w in spark.items)}) on a stream",
+                    "keeps every row of each key for the aggregates Spark computes (no watermark ends a running "
+                    "aggregation's groups): its state grows with every row; group by a window to bound it",
+                ),
+                stacklevel=2,
+            )
         natural, label = [*keys, *(a.name for a in aggs)], "aggregate"
-    try:
-        rel = qc.add(label, op, [base], [(None, n) for n in natural])
-    except ExpressionError as e:  # a type its kernels do not take: refused now, not on the first batch
-        raise qc.unsupported(f"groupBy(...).agg(...) on these types: {e}") from None
+    rel = qc.add(label, op, [base], [(None, n) for n in natural])  # a type its kernels do not take: refused now
+    if spark.items:
+        natural = [n for n in natural if n != BUFFER] + [name for _, name, _ in spark.items]
+        rel = qc.add("spark_aggregates", spark.operator(qc, node), [rel], [(None, n) for n in natural])
     if order == natural and [n for _, n in out_attrs] == natural:
         rel.attrs = out_attrs
         return rel
@@ -345,13 +375,15 @@ def _aggregates(
     window_id: int | None,
     wname: str,
     extra: list[tuple[str, Any]],
-) -> tuple[list[WindowAgg], list[tuple[int, str]], list[str]]:
-    """The aggregates of ``node``'s agg() list; the output attributes and, for each, the operator's
-    column it reads (``order``). The arguments a select must compute first go to ``extra``."""
+) -> tuple[list[WindowAgg], list[tuple[int, str]], list[str], SparkItems]:
+    """The aggregates of ``node``'s agg() list that run natively; the output attributes and, for
+    each, the operator's column it reads (``order``); the aggregates Spark computes. The arguments
+    a select must compute first go to ``extra``."""
     aggs: list[WindowAgg] = []
     out_attrs: list[tuple[int, str]] = []
     order: list[str] = []
-    for item in node.fields["aggregateExpressions"]:
+    spark = SparkItems()
+    for index, item in enumerate(node.fields["aggregateExpressions"]):
         tree = parse_expr(item)
         if tree.cls == "AttributeReference" and _eid(tree) == window_id:
             out_attrs.append((_eid(tree), tree.fields["name"]))
@@ -376,9 +408,15 @@ def _aggregates(
         agg_expr = tree.children[0]
         if agg_expr.fields.get("isDistinct"):
             raise qc.unsupported("a distinct aggregate (countDistinct, sum_distinct)")
+        fn_node = agg_expr.children[0]
+        if qc.stager is not None and (fn_node.cls not in _AGGREGATES or len(agg_expr.children) > 1):
+            # no native version (or a FILTER (WHERE ...) clause): Spark computes it over the group's rows
+            spark.add(qc, index, tree, names)
+            out_attrs.append((_eid(tree), tree.fields["name"]))
+            order.append(tree.fields["name"])
+            continue
         if len(agg_expr.children) > 1:  # a FILTER (WHERE ...) clause
             raise qc.unsupported("an aggregate with a filter clause")
-        fn_node = agg_expr.children[0]
         fn = _function(qc, fn_node)
         arg = fn_node.children[0] if fn_node.children else None
         column: str | None
@@ -405,7 +443,68 @@ def _aggregates(
         aggs.append(WindowAgg(fn, column, name, ignore, by, null_on_divide, nullable))
         out_attrs.append((_eid(tree), name))
         order.append(name)
-    return aggs, out_attrs, order
+    return aggs, out_attrs, order, spark
+
+
+class SparkItems:
+    """The aggregates of one agg() list that Spark computes, over each group's buffered rows
+    (:class:`~sparkqos.executor.operators.SparkAggregates`): for each, its place in the list, its
+    name and what it is in a PySpark user's words; and the columns they read, which the
+    aggregation keeps per group (by expression id, with the compiled column's name)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, str, str]] = []
+        self.columns: dict[int, str] = {}
+
+    def add(self, qc: Any, index: int, tree: Node, names: dict[int, str]) -> None:
+        agg_expr = tree.children[0]
+        read: list[str] = []
+        todo = [agg_expr]
+        while todo:
+            n = todo.pop(0)
+            if n.cls == "AttributeReference":
+                if _eid(n) not in names:
+                    raise qc.unsupported(
+                        f"an aggregate Spark computes over column {n.fields.get('name')!r}",
+                        "it reads a grouping key or the window; aggregate a column of the input",
+                    )
+                self.columns.setdefault(_eid(n), names[_eid(n)])
+                if names[_eid(n)] not in read:
+                    read.append(names[_eid(n)])
+            todo = n.children + todo
+        clause = " with a FILTER clause" if len(agg_expr.children) > 1 else ""
+        self.items.append((index, tree.fields["name"], f"{_spark_function(agg_expr)}({', '.join(read)}){clause}"))
+
+    def buffer(self, qc: Any, names: dict[int, str], extra: list[tuple[str, Any]]) -> WindowAgg:
+        """The aggregate keeping each group's rows of the columns read: a collect_list of a struct
+        of them (a struct is never null, so every row is kept), computed by a select below."""
+        taken = [*names.values(), *(n for n, _ in extra)]
+        arg = "agg_rows"
+        while arg in taken:
+            arg += "_"
+        cols = list(self.columns.values())
+        extra.append((arg, MakeStruct([f"c{j}" for j in range(len(cols))], [Col(c) for c in cols], [True] * len(cols))))
+        return WindowAgg("collect_list", arg, BUFFER, True, None, True, bool(qc.context.get("streaming")))
+
+    def operator(self, qc: Any, node: Node) -> SparkAggregates:
+        """The operator computing them, with the session side's evaluator (``qc.stager``)."""
+        words = [w for _, _, w in self.items]
+        try:
+            schema, evaluator = qc.stager.aggregates(qc.query, node.pos, [i for i, _, _ in self.items], list(self.columns))
+        except UnsupportedTransform as e:  # the session side cannot (Spark Connect): named here
+            raise qc.unsupported(f"aggregate functions sparkqos has no native version of: {', '.join(words)}", e.detail) from None
+        fields = [pa.field(name, f.type) for (_, name, _), f in zip(self.items, schema, strict=True)]
+        return SparkAggregates(BUFFER, pa.schema(fields), words, evaluator)
+
+
+def _spark_function(agg_expr: Node) -> str:
+    """An aggregate Spark computes, as a PySpark user names it."""
+    fn = agg_expr.children[0]
+    if fn.cls == "PythonUDAF":
+        name = f"pandas UDAF {fn.fields.get('name')!r}"
+    else:
+        name = APPROXIMATE.get(fn.cls) or AGGREGATES.get(fn.cls, "").split("/")[0] or _AGG_NAMES.get(fn.cls) or fn.cls
+    return name
 
 
 def _function(qc: Any, fn_node: Node) -> str:
@@ -418,7 +517,7 @@ def _function(qc: Any, fn_node: Node) -> str:
     if fn_node.cls in APPROXIMATE:
         raise qc.unsupported(
             f"the approximate aggregate function {APPROXIMATE[fn_node.cls]!r}",
-            "its result is Spark's sketch of the group, which an exact aggregate would not reproduce",
+            "its result is Spark's sketch of the group; with placement 'auto' Spark computes it over the group's rows",
         )
     raise qc.unsupported(f"aggregate function {_AGG_NAMES.get(fn_node.cls, fn_node.cls)!r}")
 

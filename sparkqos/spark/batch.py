@@ -25,7 +25,7 @@ from sparkqos.executor.plan import CompiledPlan
 from sparkqos.report.console import service_words
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.trigger import TriggerLoop
-from sparkqos.spark.spark_part import evaluate_parts, reads_input
+from sparkqos.spark.spark_part import evaluate_parts, reads_input, use_session
 
 
 def describe_jobs(spark: Any, name: str, batch_id: int, last: dict[str, Any] | None) -> None:
@@ -101,6 +101,7 @@ class BatchFunction:
                 if rest:
                     later = lambda: _evaluate(compiled, rest, batch_df)  # noqa: E731
             describe_jobs(batch_df.sparkSession, self.config.name, batch_id, loop.progress.last)
+            use_session(compiled, batch_df.sparkSession)  # aggregates Spark computes, at this trigger's end
             t0 = time.perf_counter()
             if reads_input(compiled):
                 table = batch_df.toArrow()  # Spark reads the source here

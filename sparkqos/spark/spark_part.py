@@ -30,9 +30,18 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from sparkqos.errors import RunnerError, SparkPartError
+from sparkqos.errors import RunnerError, SparkPartError, UnsupportedTransform
+from sparkqos.executor.operators import SparkAggregates
 
-__all__ = ["RELATION_FIELD", "ClassicStager", "ConnectStager", "evaluate_parts", "reads_input"]
+__all__ = [
+    "RELATION_FIELD",
+    "ClassicAggregates",
+    "ClassicStager",
+    "ConnectStager",
+    "evaluate_parts",
+    "reads_input",
+    "use_session",
+]
 
 #: Field of a Connect plan's JSON node holding its client relation (base64 protobuf).
 RELATION_FIELD = "sparkqosRelation"
@@ -121,6 +130,7 @@ class ClassicStager:
 
     def __init__(self, df: DataFrame):
         self.large = _large(df)
+        self.session = df.sparkSession
         self.plans: dict[str, tuple[Any, list[tuple[int, ...]]]] = {}
 
     def add(self, query: str, jvm_plan: Any, nodes: list[dict[str, Any]]) -> None:
@@ -138,6 +148,93 @@ class ClassicStager:
             node = node.children().apply(i)
         schema = StructType.fromJson(json.loads(chain[0].schema().json()))
         return _arrow(schema, self.large), ClassicRecipe(chain, node.output())
+
+    def aggregates(self, query: str, pos: int, items: list[int], columns: list[int]) -> tuple[pa.Schema, ClassicAggregates]:
+        """The aggregate expressions at ``items`` of the Aggregate node at JSON position ``pos``
+        of ``query``'s plan, over the columns they read (``columns``, by expression id): their
+        Arrow schema and the evaluator computing them over groups' buffered rows."""
+        jvm_plan, paths = self.plans[query]
+        node = jvm_plan
+        for i in paths[pos]:
+            node = node.children().apply(i)
+        listed = node.aggregateExpressions()
+        chosen = [listed.apply(i) for i in items]
+        attrs: dict[int, Any] = {}
+        for e in chosen:
+            refs = e.references().iterator()
+            while refs.hasNext():
+                a = refs.next()
+                attrs[int(a.exprId().id())] = a
+        evaluator = ClassicAggregates(self.session, chosen, [attrs[c] for c in columns], self.large)
+        return evaluator.schema(), evaluator
+
+
+class ClassicAggregates:
+    """Aggregates of a query's Aggregate node that Spark computes over groups' buffered rows
+    (:class:`~sparkqos.executor.operators.SparkAggregates`' evaluator, classic pyspark): Spark's
+    own analyzed aggregate expressions, grouped by the group's number over the buffered rows (a
+    DataFrame made from them, its columns given the expression ids the expressions read), on the
+    session the queries were compiled on. Pickles without them, as :class:`ClassicRecipe`."""
+
+    def __init__(self, session: Any, aggregates: list[Any], columns: list[Any], large: bool):
+        self.session, self.aggregates, self.columns, self.large = session, aggregates, columns, large
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"session": None, "aggregates": None, "columns": None, "large": self.large}
+
+    def use(self, session: Any) -> None:
+        """Compute on ``session`` from now on: a stream's micro-batch gives its own (the session
+        the stream runs on), so the aggregates are computed where its Spark parts are."""
+        if self.aggregates is not None:
+            self.session = session
+
+    def _plan(self, rows: pa.Table | None) -> Any:
+        """The JVM Aggregate over ``rows`` (grouped by their group), or over no rows and no
+        grouping when ``rows`` is None (what the aggregates give for a group without rows)."""
+        session = self.session
+        jvm = session._jvm
+        expressions = jvm.org.apache.spark.sql.catalyst.expressions
+        logical = jvm.org.apache.spark.sql.catalyst.plans.logical
+        empty = _seq(jvm, [])
+        if rows is None:
+            child = logical.LocalRelation(_seq(jvm, list(self.columns)), empty, False, jvm.scala.Option.apply(None))
+            return logical.Aggregate(empty, _seq(jvm, list(self.aggregates)), child, jvm.scala.Option.apply(None))
+        # one partition: each group's rows reach its aggregates in the order they arrived
+        source = session.createDataFrame(rows).coalesce(1)._jdf.queryExecution().analyzed()
+        out = source.output()
+        group = out.apply(out.size() - 1)  # the group's number, last by construction
+        items = [group]
+        for i, attr in enumerate(self.columns):
+            value = out.apply(i)
+            if not value.dataType().sameType(attr.dataType()):
+                value = expressions.Cast(value, attr.dataType(), jvm.scala.Option.apply("UTC"), expressions.EvalMode.LEGACY())
+            items.append(expressions.Alias(value, attr.name(), attr.exprId(), empty, jvm.scala.Option.apply(None), empty))
+        child = logical.Project(_seq(jvm, items), source)
+        return logical.Aggregate(_seq(jvm, [group]), _seq(jvm, [group, *self.aggregates]), child, jvm.scala.Option.apply(None))
+
+    def _table(self, plan: Any) -> pa.Table:
+        jvm = self.session._jvm
+        df = DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(self.session._jsparkSession, plan), self.session)
+        return df.toArrow()
+
+    def schema(self) -> pa.Schema:
+        """The aggregates' Arrow schema (analysed over no rows: nothing runs)."""
+        jvm = self.session._jvm
+        plan = self._plan(None)
+        analyzed = jvm.org.apache.spark.sql.classic.Dataset.ofRows(self.session._jsparkSession, plan)
+        return _arrow(StructType.fromJson(json.loads(analyzed.schema().json())), self.large)
+
+    def evaluate(self, rows: pa.Table, groups: int) -> pa.Table:
+        if self.session is None:
+            raise RunnerError("aggregates Spark computes were compiled in another process; compile the queries here")
+        names = [f"a{i}" for i in range(len(self.aggregates))]
+        got = self._table(self._plan(rows)).rename_columns(["__group", *names])
+        at = {g: i for i, g in enumerate(got.column(0).to_pylist())}
+        if len(at) < groups:  # a group without rows (a global aggregate of nothing): the empty answer
+            none = self._table(self._plan(None)).rename_columns(names).add_column(0, "__group", pa.array([-1]))
+            got = pa.concat_tables([got, none])
+        take = pa.array([at.get(g, got.num_rows - 1) for g in range(groups)], pa.int64())
+        return got.drop_columns(["__group"]).take(take)
 
 
 class ConnectRecipe:
@@ -184,6 +281,14 @@ class ConnectStager:
     """Reads each part's client relation from the plan JSON :mod:`sparkqos.spark.connect_plan`
     wrote (Spark Connect)."""
 
+    def aggregates(self, query: str, pos: int, items: list[int], columns: list[int]) -> tuple[pa.Schema, Any]:
+        """Aggregates Spark computes over a group's rows are not read from a client's plan: refused."""
+        raise UnsupportedTransform(
+            query,
+            "an aggregate function under Spark Connect",
+            "Spark computes such aggregates over a group's rows under classic pyspark only",
+        )
+
     def __init__(self, df: DataFrame):
         self.df = df
         self.large = _large(df)
@@ -213,6 +318,14 @@ def _problem(exc: Exception, functions: tuple[str, ...]) -> str:
     head = f"{named[-1]} raised " if named else ""
     detail = raised[-1] if raised else (lines[0] if lines else "")
     return f"{head}{type(exc).__name__}: {detail[:500]}"
+
+
+def use_session(compiled: Any, session: Any) -> None:
+    """Have every aggregate of ``compiled`` that Spark computes over a group's rows computed on
+    ``session`` (a micro-batch's, in ``foreachBatch``)."""
+    for op in compiled.operators.values():
+        if isinstance(op, SparkAggregates) and isinstance(op.evaluator, ClassicAggregates):
+            op.evaluator.use(session)
 
 
 def reads_input(compiled: Any) -> bool:

@@ -79,6 +79,11 @@ class SqlCompare(Binary):
         return f"({self.left!r} {'<=>' if self.null_safe else self.op} {self.right!r})"
 
     def check(self, schema: pa.Schema, where: str) -> pa.DataType:
+        for side in (self.left, self.right):
+            t = side.check(schema, where)
+            if pa.types.is_nested(t):
+                # pyarrow's comparison kernels take no struct, array or map: refused when bound, never on a batch
+                raise ExpressionError(f"operator {where!r}: sparkqos does not compare {describe(side, t)} natively")
         return Compare.check(self, schema, where)
 
     def evaluate(self, batch: pa.RecordBatch):

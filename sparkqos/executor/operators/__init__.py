@@ -4,7 +4,8 @@ One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.
 :mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
 aggregation, for PySpark transforms), :mod:`.lag` (per-key lag), :mod:`.dedup` (streaming
 deduplication), :mod:`.generate` (explode), :mod:`.keyed_agg` (aggregation
-without a time window, update mode), :mod:`.session_window` (Spark's session windows),
+without a time window, update mode), :mod:`.session_window` (Spark's session windows), :mod:`.spark_aggregates` (the aggregates
+Spark computes over a group's buffered rows),
 :mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
 (with a stored table) and :mod:`.interval_join` (two branches of the stream on an event-time
 range), on the base class of
@@ -32,6 +33,7 @@ from sparkqos.executor.operators.lag import KeyedLag, Lag
 from sparkqos.executor.operators.project import Project
 from sparkqos.executor.operators.select import Select
 from sparkqos.executor.operators.session_window import SessionWindowAggregate
+from sparkqos.executor.operators.spark_aggregates import SparkAggregates
 from sparkqos.executor.operators.static_join import StaticJoin
 from sparkqos.executor.operators.synthetic import Synthetic
 from sparkqos.executor.operators.union import Union
@@ -49,6 +51,7 @@ __all__ = [
     "Project",
     "Select",
     "SessionWindowAggregate",
+    "SparkAggregates",
     "StaticJoin",
     "Synthetic",
     "Union",

@@ -118,6 +118,8 @@ class IntervalJoin(SidedStateOperator):
                 k.check(s, self.name)
         for a, b in zip(self.left_keys, self.right_keys, strict=True):
             ta, tb = a.check(left, self.name), b.check(right, self.name)
+            if pa.types.is_nested(ta) or pa.types.is_nested(tb):  # pyarrow's hash join takes none
+                raise ExpressionError(f"operator {self.name!r}: join key {a!r} is {ta}, a type sparkqos does not join on")
             if kind(ta) != kind(tb):
                 raise ExpressionError(
                     f"operator {self.name!r}: join key {a!r} is {ta} on the left but {b!r} is {tb} on the right"
