@@ -18,6 +18,7 @@ import re
 import warnings
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -67,10 +68,14 @@ def _table() -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def files(spark, tmp_path_factory):
     folder = tmp_path_factory.mktemp("conformance") / "input"
     folder.mkdir()
     table = _table()
+    # each row carries Spark's HLL sketch of its key (the input hll_union_agg merges)
+    sketch = spark.createDataFrame(table.select(["k"])).groupBy("k").agg(F.hll_sketch_agg("k").alias("sk")).toArrow()
+    by_key = dict(zip(sketch.column("k").to_pylist(), sketch.column("sk").to_pylist(), strict=True))
+    table = table.append_column("sk", pa.array([by_key[k] for k in table.column("k").to_pylist()], pa.binary()))
     step = ROWS // FILES
     for f in range(FILES):
         pq.write_table(table.slice(f * step, step), folder / f"part-{f:05d}.parquet")
@@ -233,6 +238,37 @@ def sessions(d):
     )
 
 
+def spark_aggregates(d):
+    """Aggregates sparkqos has no native version of (Spark computes them over each group's
+    buffered rows), beside a native one, in a window."""
+
+    return (
+        d.withWatermark("ts", "1 second")
+        .groupBy(F.window("ts", "10 seconds"), "g")
+        .agg(
+            F.count("*").alias("n"),
+            F.approx_count_distinct("k").alias("approx_count_distinct"),
+            F.percentile_approx("y", 0.5).alias("percentile_approx"),
+            F.count_min_sketch("k", F.lit(0.1), F.lit(0.9), F.lit(1)).alias("count_min_sketch"),
+            F.histogram_numeric("y", F.lit(3)).alias("histogram_numeric"),
+            F.hll_sketch_agg("k").alias("hll_sketch_agg"),
+            F.expr("sum(y) FILTER (WHERE y > 0)").alias("filtered"),
+            F.hll_union_agg("sk").alias("hll_union_agg"),
+        )
+    )
+
+
+def pandas_udaf(d):
+    """An aggregate pandas UDF (Series -> scalar), Spark's in a query of its own: Spark runs no
+    other aggregate beside one."""
+
+    @F.pandas_udf("double")
+    def spread(v: pd.Series) -> float:
+        return float(v.max() - v.min()) if len(v) else float("nan")
+
+    return d.withWatermark("ts", "1 second").groupBy(F.window("ts", "10 seconds"), "g").agg(spread("y").alias("spread"))
+
+
 def running(d):
     return d.groupBy("g").agg(
         F.count("*").alias("n"), F.sum("y").alias("sy"), F.min("x").alias("lo"), F.collect_set("gg").alias("set")
@@ -299,6 +335,8 @@ CASES = {
     "nondeterministic": (nondeterministic, "presence"),
     "windowed": (windowed, "append"),
     "sessions": (sessions, "append"),
+    "spark_aggregates": (spark_aggregates, "append"),
+    "pandas_udaf": (pandas_udaf, "append"),
     "running": (running, "update"),
     "dedup": (dedup, "append"),
     "distinct": (distinct, "append"),
@@ -427,6 +465,16 @@ COVERS = {
         "withWatermark",
     ],  # fmt: skip
     "sessions": ["session_window"],
+    "spark_aggregates": [
+        "approx_count_distinct",
+        "percentile_approx",
+        "count_min_sketch",
+        "histogram_numeric",
+        "hll_sketch_agg",
+        "hll_union_agg",
+        "FILTER",
+    ],  # fmt: skip
+    "pandas_udaf": [],  # the list names pandas UDAFs in its prose
     "running": [],
     "dedup": ["dropDuplicates/distinct()"],
     "distinct": [],
@@ -466,12 +514,6 @@ def _refused_cases(spark):
         "applyInPandasWithState": lambda d: d.groupBy("g").applyInPandasWithState(
             state, "g string", "n long", "append", "NoTimeout"
         ),
-        "approx_count_distinct": lambda d: d.groupBy("g").agg(F.approx_count_distinct("k")),
-        "count_min_sketch": lambda d: d.groupBy("g").agg(F.count_min_sketch("k", F.lit(0.1), F.lit(0.9), F.lit(1))),
-        "histogram_numeric": lambda d: d.groupBy("g").agg(F.histogram_numeric("x", F.lit(5))),
-        "hll_sketch_agg": lambda d: d.groupBy("g").agg(F.hll_sketch_agg("k")),
-        "hll_union_agg": lambda d: d.withColumn("sk", F.lit(None).cast("binary")).groupBy("g").agg(F.hll_union_agg("sk")),
-        "percentile_approx": lambda d: d.groupBy("g").agg(F.percentile_approx("x", 0.5)),
     }
 
 
@@ -485,11 +527,20 @@ NOT_WRITABLE = {
 
 
 # -- comparing ---------------------------------------------------------------------------------------
+def _order(item) -> tuple:
+    """A total order over list items of any type: None last, numbers by value, others by text."""
+    if item is None:
+        return (2, 0, "")
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        return (0, item, "")
+    return (1, 0, repr(item))
+
+
 def _sorted_lists(table: pa.Table) -> pa.Table:
     """List columns with their items sorted (Spark leaves a collected list's order to the plan)."""
     for i, field in enumerate(table.schema):
         if pa.types.is_list(field.type) or pa.types.is_large_list(field.type):
-            values = [None if v is None else sorted(v, key=lambda a: (a is None, a)) for v in table.column(i).to_pylist()]
+            values = [None if v is None else sorted(v, key=_order) for v in table.column(i).to_pylist()]
             table = table.set_column(i, field, pa.array(values, field.type))
     return table
 
@@ -620,7 +671,7 @@ def test_every_construct_of_the_support_list_has_a_case():
     """The generated list, read item by item: each is run by a case above, refused by one, or
     named in NOT_WRITABLE with the reason."""
     text = supported_markdown()
-    prose = {"python -m sparkqos supported", "groupBy", "groupBy(...).agg(...)", "UnsupportedTransform", "auto"}
+    prose = {"python -m sparkqos supported", "groupBy", "groupBy(...).agg(...)", "UnsupportedTransform", "auto", "spark"}
     listed = set(re.findall(r"`([^`]+)`", text)) - prose - {'placement="spark"', 'placement="native"'}
     covered = {c for names in COVERS.values() for c in names}
     refused = set(_refused_cases(None))
