@@ -11,19 +11,24 @@ Each micro-batch:
    per queue, :func:`~sparkqos.runtime.checkpoint.checkpoint_bytes`), queues the new rows, serves
    them with the run's strategy for the budget (:class:`~sparkqos.runtime.shard.ShardWork`), and
    stores the new blob; it returns each query's outputs, the rejected rows and the shard's metrics
-   as a few blob rows. A shard with work left sets a processing-time timeout, so Spark runs
-   micro-batches without new input and the shard keeps draining its backlog;
+   as a few blob rows;
 3. ``foreachBatch`` on the driver collects those rows (the job in which Spark commits the state)
    and writes every query's rows to the sink in one write, replacing that batch id whole, then
-   folds the shards' metrics into one progress record and the metrics table.
+   folds the shards' metrics into one progress record and the metrics table. When shards end it
+   with rows queued, it asks for a drain tick (:mod:`sparkqos.spark.ticks`): a second source,
+   unioned with the packed input, whose offset moves only then, so Spark runs the next
+   micro-batch for those shards without new input. With no input and no backlog Spark plans no
+   micro-batch; under available-now the query ends once the input is read and the shards drained.
 
 Exactly-once is Spark's: a micro-batch the driver did not mark committed is replayed from the
 state version before it, and the sink replaces whatever an earlier attempt wrote for it.
 
 ``applyInPandasWithState``, not ``transformWithStateInPandas``: its state travels inside the Arrow
-stream with the rows (no socket round trip per state call), and its processing-time timeout
-drains a backlog without new input; measured in pyspark 4.3 on local[2] (commit message of this
-module) ``transformWithStateInPandas`` with RocksDB did not get past its first micro-batch.
+stream with the rows (no socket round trip per state call); measured in pyspark 4.3 on local[2]
+(commit message of this module) ``transformWithStateInPandas`` with RocksDB did not get past its
+first micro-batch. It runs without a timeout: with a processing-time timeout Spark plans a
+micro-batch at every trigger whether or not a key has timed out, and an available-now query
+never ends; the drain ticks take its place.
 
 The shards are Spark's state partitions: ``spark.sql.shuffle.partitions`` is set to ``K`` while
 the query starts (Spark then keeps it in the checkpoint), and shard ``s`` is grouped under a key
@@ -61,6 +66,7 @@ from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
+from sparkqos.spark.ticks import TICK_PART, Ticks, TickSource, is_tick_offset
 
 __all__ = ["ShardedStream", "mean_scores"]
 
@@ -69,8 +75,6 @@ __all__ = ["ShardedStream", "mean_scores"]
 SHARD_ROWS = "kind string, query string, shard int, blob binary"
 _PACKED = "key long, part int, seq long, blob binary"
 _SHARD = "__shard"
-#: A shard with work left asks to be called again this soon (ms) without new input.
-_AGAIN_MS = 1
 
 
 def partition_keys(spark, shards: int) -> list[int]:
@@ -143,14 +147,13 @@ class _ServeShard:
     def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         shard = self.shard_of[int(key[0])]
         blob = state.get[0] if state.exists else None
-        packed = [f for f in frames if len(f)]
+        packed = [f[f["part"] != TICK_PART] for f in frames]  # a drain tick carries no rows
+        packed = [f for f in packed if len(f)]
         pieces = pd.concat(packed).sort_values(["part", "seq"]) if packed else None
         inputs = [] if pieces is None else [ipc_to_table(b) for b in pieces["blob"]]
         step = self.work.step(shard, None if blob is None else bytes(blob), inputs)
         self._maybe_kill(shard, step.metrics["step"])
         state.update((step.state,))
-        if step.backlog:
-            state.setTimeoutDuration(_AGAIN_MS)
         yield _shard_rows(shard, step)
 
     def _maybe_kill(self, shard: int, step: int) -> None:
@@ -186,8 +189,9 @@ class ShardedStream:
     ``start()`` returns the real ``StreamingQuery``; ``lastProgress`` / ``recentProgress`` give one
     record per trigger with every shard's work folded in (the same shape as the driver lane's,
     :mod:`sparkqos.runtime.progress`), also written to the metrics table under ``output``.
-    ``finish()`` (after ``stop()``, at the end of a finite input) drains every shard and writes the
-    last outputs as the next batch id; the stream cannot be started again after it.
+    ``finish()`` (after ``stop()``, or after an available-now query ended) drains every shard and
+    flushes its windows, writing the last outputs as the next batch id; the stream cannot be
+    started again after it.
     """
 
     def __init__(self, df, compiled: CompiledPlan, config: RunConfig, shards: int, shard_by: str):
@@ -200,14 +204,14 @@ class ShardedStream:
                 shard_by,
                 df.columns,
             )
-        if config.interval_s is None:
+        if config.trigger.once:
             raise RunnerError(
-                "the sharded lane runs on a processing-time trigger: its shards keep serving their backlog in "
-                "micro-batches without input, so an available-now query would never end; give trigger_s=SECONDS "
-                "and stop() it (then finish() at the end of a finite input)",
-                parameter="trigger_s",
+                "the sharded lane runs on a processing-time or an available-now trigger: once=True runs one "
+                "micro-batch, and a shard's backlog needs more; give Trigger(availableNow=True) to read what is "
+                "there and drain the shards",
+                parameter="trigger",
                 value=config.trigger,
-                expected="Trigger(processingTime=...)",
+                expected="Trigger(processingTime=...) or Trigger(availableNow=True)",
             )
         check_shardable(compiled, shard_by)
         self.df = df
@@ -252,6 +256,10 @@ class ShardedStream:
     def _finished_marker(self) -> Path:
         return self.config.recovery.checkpoint / "sparkqos-sharded-finished"
 
+    @property
+    def _ticks(self) -> Ticks:
+        return Ticks(self.config.recovery.checkpoint / "sparkqos-drain-ticks.json")
+
     # -- Spark -----------------------------------------------------------------------------------
     def _shard_fault(self) -> tuple[int, str] | None:
         steps = self.config.faults.get("in_shard")
@@ -277,19 +285,30 @@ class ShardedStream:
         self._keys = partition_keys(spark, self.shards)
         keyed = self.df.withColumn(_SHARD, F.pmod(F.hash(F.col(self.shard_by)), F.lit(self.shards)).cast("int"))
         packed = keyed.mapInArrow(_Pack(self._keys), _PACKED)
-        served = packed.groupBy("key").applyInPandasWithState(
-            _ServeShard(self.work, self._keys, self._shard_fault()),
-            SHARD_ROWS,
-            "state binary",
-            "append",
-            GroupStateTimeout.ProcessingTimeTimeout,
+        spark.dataSource.register(TickSource)
+        ticks = (
+            spark.readStream.format(TickSource.name())
+            .option("path", str(self._ticks.path))
+            .option("keys", ",".join(str(k) for k in self._keys))
+            .load()
+        )
+        served = (
+            packed.unionByName(ticks)
+            .groupBy("key")
+            .applyInPandasWithState(
+                _ServeShard(self.work, self._keys, self._shard_fault()),
+                SHARD_ROWS,
+                "state binary",
+                "append",
+                GroupStateTimeout.NoTimeout,
+            )
         )
         writer = (
             served.writeStream.foreachBatch(self._batch)
             .option("checkpointLocation", str(self._spark_checkpoint))
             .queryName(self.config.name)
+            .trigger(**self.config.trigger.spark_kwargs())
         )
-        writer = writer.trigger(processingTime=f"{self.config.interval_s} seconds")
         previous = spark.conf.get("spark.sql.shuffle.partitions")
         spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))  # the state partitions: one per shard
         try:
@@ -311,11 +330,15 @@ class ShardedStream:
             rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
             self.phase_s["stateful"] += time.perf_counter() - t0
             self._fault("after_run", batch_id)
-            self._commit(batch_id, rows, started)
+            progress = self._commit(batch_id, rows, started)
+            backlog = [s["shard"] for s in progress["shards"] if s["queuedRows"]]
+            if backlog:  # before Spark commits this batch: a replay of it asks again
+                self._ticks.ask(backlog)
 
     def finish(self) -> dict[str, Any]:
-        """End of a finite input (stop the query first): drain every shard, as a Spark job over
-        the state store's newest committed version, and write the outputs as the next batch."""
+        """End of a finite input (stop the query first, or let an available-now query end): drain
+        every shard and flush its windows, as a Spark job over the state store's newest committed
+        version, and write the outputs as the next batch."""
         if self.query is not None and self.query.isActive:
             raise RunnerError("finish(): stop() the streaming query first")
         spark = self.df.sparkSession
@@ -323,7 +346,7 @@ class ShardedStream:
         batch_id = self.restore() + 1
         if self._planned_with_input(batch_id):
             # its rows are in no committed state: the drain would lose them (Spark replays the
-            # batch on start()); a batch without new input is redone by the drain under its id
+            # batch on start()); a batch of drain ticks only is redone by the drain under its id
             raise RunnerError(
                 f"finish(): batch {batch_id} took new input but Spark did not commit it (the query stopped inside it); "
                 "start() the stream again so Spark completes it, stop() it between triggers, then finish()"
@@ -340,9 +363,9 @@ class ShardedStream:
         return progress
 
     def _planned_with_input(self, batch_id: int) -> bool:
-        """Whether Spark's offset log holds batch ``batch_id`` with source offsets beyond the batch
-        before it (a batch of new rows). Spark plans a batch without new input at every trigger
-        (the processing-time timeouts), so a stop often falls inside one of those."""
+        """Whether Spark's offset log holds batch ``batch_id`` with the input's offsets beyond the
+        batch before it (a batch of new rows), not only the drain ticks' (a stop often falls inside
+        a micro-batch that drains a backlog)."""
         offsets = self._spark_checkpoint / "offsets"
         planned = offsets / str(batch_id)
         if not planned.exists():
@@ -352,7 +375,7 @@ class ShardedStream:
             return True
 
         def sources(path: Path) -> list[str]:  # the log's lines: version, metadata, one per source
-            return path.read_text().splitlines()[2:]
+            return [line for line in path.read_text().splitlines()[2:] if not is_tick_offset(line)]
 
         return sources(planned) != sources(before)
 
