@@ -219,6 +219,8 @@ def test_the_sharded_stream_gives_sparks_rows(spark_sql, tmp_path):
     assert sum(p["numInputRows"] for p in records) == handmade().num_rows
     assert sum(p["numOutputRows"] for p in records) == sum(sink.table(q).num_rows for q in queries)
     assert {p["strategy"] for p in records} == {"cqc"} and seen[-1] is last is records[-1]
+    # class H's rows (geofence) and C's left as parts while the shards served the lower classes
+    assert sum(p["earlyRows"] for p in records) > 0
     assert {s["shard"] for p in records for s in p["shards"]} == {0, 1}
     stored = sparkqos.spark.runner.read_progress(tmp_path / "out", "sparkqos")
     assert [p["batchId"] for p in stored] == [p["batchId"] for p in records]
@@ -251,6 +253,38 @@ def test_finish_refuses_a_batch_of_new_rows_spark_did_not_commit(spark_sql, tmp_
     (spark_log / "offsets" / "1").write_text('v1\n{}\n{"t_us": 20}\n')
     with pytest.raises(RunnerError, match="batch 1 took new input"):
         handle.finish()
+
+
+def test_early_parts_are_kept_only_when_they_are_the_results_early_rows():
+    """The driver's inbox writes a shard's early rows as parts of the open micro-batch, and only
+    those of its token; the parts stand for the batch when every shard's parts come from the
+    attempt whose result Spark kept, not when two attempts of a shard sent or one never did."""
+    from sparkqos.executor.expressions import ARRIVAL
+    from sparkqos.spark.shard_early import EarlyInbox, send_early
+
+    sink = MemorySink()
+    inbox = EarlyInbox(sink, "127.0.0.1")
+    rows = pa.table({"v": [1.0, 2.0], ARRIVAL: [10.0, 11.0]})
+    try:
+        token = inbox.open(7)
+        assert send_early(inbox.address, "not-the-token", 0, 1, {"geofence": rows})
+        assert send_early(inbox.address, token, 0, 41, {"geofence": rows})
+        deadline = time.monotonic() + 10
+        while not sink.queries() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        early = inbox.close()
+        assert sink.batches("geofence")[7].column_names == ["v"] and sink.table("geofence").num_rows == 2
+        assert early.parts.rows == {"geofence": 2} and early.kept({0: 41})
+        assert not early.kept({0: 42}) and not early.kept({0: 41, 1: 43})
+        token = inbox.open(8)
+        for attempt in (50, 51):  # a task retried after its part was written
+            assert send_early(inbox.address, token, 1, attempt, {"geofence": rows})
+        while sink.table("geofence").num_rows < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not inbox.close().kept({1: 51})
+        assert not send_early(("127.0.0.1", 1), token, 1, 52, {"geofence": rows})  # nobody listens: only late
+    finally:
+        inbox.shutdown()
 
 
 def _dedup(df):
@@ -351,7 +385,8 @@ def test_an_idle_sharded_stream_runs_no_micro_batch(spark_sql, tmp_path):
         spark_log = tmp_path / "ckpt" / "spark"
 
         def ran() -> tuple:  # foreachBatch calls, Spark's batch commits, its state store's versions
-            return len(handle.recentProgress), sorted(spark_log.glob("commits/*")), sorted(spark_log.glob("state/**/*.delta"))
+            commits, deltas = spark_log.glob("commits/[0-9]*"), spark_log.glob("state/**/*.delta")
+            return len(handle.recentProgress), sorted(commits), sorted(deltas)
 
         last = recent[-1]["batchId"]
         while not (spark_log / "commits" / str(last)).exists():  # Spark logs it done after foreachBatch

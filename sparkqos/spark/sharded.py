@@ -20,6 +20,10 @@ Each micro-batch:
    micro-batch for those shards without new input. With no input and no backlog Spark plans no
    micro-batch; under available-now the query ends once the input is read and the shards drained.
 
+The classes above the lowest need not wait for step 3: a shard sends their rows to the driver as
+soon as it has served its top class, and the driver writes them as a part of the micro-batch
+while the shards go on (:mod:`sparkqos.spark.shard_early`, which says how that stays exactly-once).
+
 Exactly-once is Spark's: a micro-batch the driver did not mark committed is replayed from the
 state version before it, and the sink replaces whatever an earlier attempt wrote for it.
 
@@ -56,22 +60,24 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from sparkqos.compile.shardable import check_shardable
 from sparkqos.errors import RunnerError, check_number, not_one_of
-from sparkqos.executor.expressions import ARRIVAL, INTERNAL
-from sparkqos.executor.loop import EMIT
+from sparkqos.executor.expressions import ARRIVAL
 from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.report import RunReport
 from sparkqos.io.sinks import Sink
 from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.early import sink_tables
 from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
+from sparkqos.spark.shard_early import TOKEN_PROPERTY, EarlyBatch, EarlyInbox, send_early
 from sparkqos.spark.ticks import TICK_PART, Ticks, TickSource, is_tick_offset
 
 __all__ = ["ShardedStream", "mean_scores"]
 
-#: The rows a shard hands back: ``kind`` is ``out`` (a query's rows), ``dead`` (rejected rows)
-#: or ``metrics`` (JSON); ``blob`` is Arrow IPC, or the JSON text.
+#: The rows a shard hands back: ``kind`` is ``out`` (a query's rows), ``early`` (a query's rows
+#: sent to the driver early, :mod:`sparkqos.spark.shard_early`), ``dead`` (rejected rows) or
+#: ``metrics`` (JSON); ``blob`` is Arrow IPC, or the JSON text.
 SHARD_ROWS = "kind string, query string, shard int, blob binary"
 _PACKED = "key long, part int, seq long, blob binary"
 _SHARD = "__shard"
@@ -130,6 +136,7 @@ def _schema(ddl: str) -> list[tuple[str, pa.DataType]]:
 def _shard_rows(shard: int, step: Any) -> pd.DataFrame:
     """A shard's outputs, rejected rows and metrics as the rows :data:`SHARD_ROWS` describes."""
     rows = [("out", q, shard, table_to_ipc(t)) for q, t in step.outputs.items() if t.num_rows]
+    rows += [("early", q, shard, table_to_ipc(t)) for q, t in step.early.items()]
     if step.dead is not None and step.dead.num_rows:
         rows.append(("dead", "", shard, table_to_ipc(step.dead)))
     rows.append(("metrics", "", shard, json.dumps(step.metrics).encode()))
@@ -139,19 +146,29 @@ def _shard_rows(shard: int, step: Any) -> pd.DataFrame:
 class _ServeShard:
     """``applyInPandasWithState``: one micro-batch of one shard (its state one binary column)."""
 
-    def __init__(self, work: ShardWork, keys: list[int], fault: tuple[int, str] | None):
+    def __init__(self, work: ShardWork, keys: list[int], fault: tuple[int, str] | None, early: tuple[str, int] | None = None):
         self.work = work
         self.shard_of = {k: i for i, k in enumerate(keys)}
         self.fault = fault  # (step, marker file): kill this Python worker once, mid-batch
+        self.early = early  # the driver's EarlyInbox address (None: no early writes)
 
     def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
+        from pyspark import TaskContext
+
         shard = self.shard_of[int(key[0])]
+        task = TaskContext.get()
+        attempt = task.taskAttemptId()
+        token = task.getLocalProperty(TOKEN_PROPERTY) if self.early is not None else None
+        send = None
+        if token:
+            send = lambda outputs: send_early(self.early, token, shard, attempt, outputs)  # noqa: E731
         blob = state.get[0] if state.exists else None
         packed = [f[f["part"] != TICK_PART] for f in frames]  # a drain tick carries no rows
         packed = [f for f in packed if len(f)]
         pieces = pd.concat(packed).sort_values(["part", "seq"]) if packed else None
         inputs = [] if pieces is None else [ipc_to_table(b) for b in pieces["blob"]]
-        step = self.work.step(shard, None if blob is None else bytes(blob), inputs)
+        step = self.work.step(shard, None if blob is None else bytes(blob), inputs, early=send)
+        step.metrics["attempt"] = attempt
         self._maybe_kill(shard, step.metrics["step"])
         state.update((step.state,))
         yield _shard_rows(shard, step)
@@ -235,6 +252,7 @@ class ShardedStream:
         self.query = None
         self._keys: list[int] | None = None
         self._gate = StopGate()  # a new one at each start()
+        self._inbox: EarlyInbox | None = None  # while started, with early writes
 
     @property
     def output(self) -> Path | None:
@@ -292,11 +310,13 @@ class ShardedStream:
             .option("keys", ",".join(str(k) for k in self._keys))
             .load()
         )
+        self._inbox = self._early_inbox(spark)
+        early = None if self._inbox is None else self._inbox.address
         served = (
             packed.unionByName(ticks)
             .groupBy("key")
             .applyInPandasWithState(
-                _ServeShard(self.work, self._keys, self._shard_fault()),
+                _ServeShard(self.work, self._keys, self._shard_fault(), early),
                 SHARD_ROWS,
                 "state binary",
                 "append",
@@ -317,20 +337,48 @@ class ShardedStream:
             spark.conf.set("spark.sql.shuffle.partitions", previous)
         return self.query
 
+    def _early_inbox(self, spark) -> EarlyInbox | None:
+        """The driver's end of the early writes (:mod:`sparkqos.spark.shard_early`), when a class
+        stands above the lowest with class shares on, the sink takes parts, ``early_write_s`` is
+        not 0 and the session has a SparkContext to hand the tasks a token (not under Spark Connect)."""
+        if self._inbox is not None:
+            return self._inbox
+        continuous = self.config.continuous
+        off = continuous is not None and continuous.early_write_s == 0
+        if off or not (self.work.early_queries and self.sink.supports_parts):
+            return None
+        try:
+            spark.sparkContext  # noqa: B018 - Spark Connect has none
+        except Exception:  # noqa: BLE001
+            return None
+        return EarlyInbox(self.sink, spark.conf.get("spark.driver.host"))
+
     def stop(self, wait_s: float = 5.0) -> None:
         """Stop the streaming query between triggers (waiting up to ``wait_s`` for the running one;
         :func:`~sparkqos.spark.batch.stop_between_triggers`)."""
         stop_between_triggers(self.query, wait_s, self._gate)
+        if self._inbox is not None:
+            self._inbox.shutdown()
+            self._inbox = None
 
     def _batch(self, batch_df, batch_id: int) -> None:
         with stop_as_spark_reads_it(batch_id):
             self._gate.enter(batch_df)  # a stop waiting for this trigger lands here, before its shards run
             started = time.time()
             t0 = time.perf_counter()
-            rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
+            early = None
+            if self._inbox is not None:
+                context = batch_df.sparkSession.sparkContext
+                context.setLocalProperty(TOKEN_PROPERTY, self._inbox.open(batch_id))
+            try:
+                rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
+            finally:
+                if self._inbox is not None:
+                    early = self._inbox.close()
+                    context.setLocalProperty(TOKEN_PROPERTY, None)
             self.phase_s["stateful"] += time.perf_counter() - t0
             self._fault("after_run", batch_id)
-            progress = self._commit(batch_id, rows, started)
+            progress = self._commit(batch_id, rows, started, early)
             backlog = [s["shard"] for s in progress["shards"] if s["queuedRows"]]
             if backlog:  # before Spark commits this batch: a replay of it asks again
                 self._ticks.ask(backlog)
@@ -380,22 +428,32 @@ class ShardedStream:
         return sources(planned) != sources(before)
 
     # -- the driver's part of a trigger ----------------------------------------------------------
-    def _commit(self, batch_id: int, rows: pa.Table, started: float) -> dict[str, Any]:
-        """Write the shards' outputs of batch ``batch_id`` (replacing it whole), their dead
+    def _commit(self, batch_id: int, rows: pa.Table, started: float, early: EarlyBatch | None = None) -> dict[str, Any]:
+        """Write the shards' outputs of batch ``batch_id`` (replacing it whole, or keeping the
+        parts written early when they are exactly the early rows of the results), their dead
         letters, and the progress record folding their metrics."""
         t0 = time.perf_counter()
         kinds = rows.column("kind").to_pylist()
         queries = rows.column("query").to_pylist()
+        shards = rows.column("shard").to_pylist()
         blobs = rows.column("blob").to_pylist()
         parts: dict[str, list[pa.Table]] = {q: [] for q in self.compiled.plan.queries}
-        dead_parts, shard_metrics = [], []
-        for kind, query, blob in zip(kinds, queries, blobs, strict=True):
+        sent: dict[str, list[pa.Table]] = {q: [] for q in self.compiled.plan.queries}
+        dead_parts, shard_metrics, sent_by = [], [], set()
+        for kind, query, shard, blob in zip(kinds, queries, shards, blobs, strict=True):
             if kind == "out":
                 parts[query].append(ipc_to_table(blob))
+            elif kind == "early":
+                sent[query].append(ipc_to_table(blob))
+                sent_by.add(shard)
             elif kind == "dead":
                 dead_parts.append(ipc_to_table(blob))
             else:
                 shard_metrics.append(json.loads(blob))
+        attempts = {m["shard"]: m["attempt"] for m in shard_metrics if m["shard"] in sent_by}
+        keep = early is not None and bool(attempts) and early.kept(attempts)
+        if not keep:  # the rows sent early are written with the rest, replacing any part
+            parts = {q: sent[q] + ts for q, ts in parts.items()}
         outputs = {q: self._concat(q, ts) for q, ts in parts.items()}
         dead = None
         if dead_parts:
@@ -408,20 +466,27 @@ class ShardedStream:
                 )
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        self.sink.write(
-            batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
-        )
+        if keep:
+            self.sink.write(batch_id, sink_tables(outputs), keep_parts=True)
+        else:
+            self.sink.write(batch_id, sink_tables(outputs))
         written = time.time()
         delays = {
             q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
             for q, t in outputs.items()
         }
+        rows_out = {q: t.num_rows for q, t in outputs.items()}
+        if keep:  # the parts' rows count their delay from their own write
+            for q, ds in early.parts.delays.items():
+                delays[q] = np.concatenate([*ds, delays[q]])
+                rows_out[q] += early.parts.rows[q]
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
         t1 = time.perf_counter()
         self.phase_s["sink"] += t1 - t0
         self._fault("after_sink", batch_id)
-        progress = self._report(batch_id, started, shard_metrics, outputs, delays)
+        progress = self._report(batch_id, started, shard_metrics, rows_out, delays)
+        progress["earlyRows"] = sum(early.parts.rows.values()) if keep else 0
         self.last_batch = batch_id
         self.phase_s["progress"] += time.perf_counter() - t1
         self._fault("after_progress", batch_id)
@@ -433,7 +498,7 @@ class ShardedStream:
         schema = self.compiled.operators[self.compiled.root(query)].schema
         return schema.empty_table()
 
-    def _report(self, batch_id: int, started: float, shards: list[dict[str, Any]], outputs, delays) -> dict[str, Any]:
+    def _report(self, batch_id: int, started: float, shards: list[dict[str, Any]], rows_out, delays) -> dict[str, Any]:
         """One progress record for the trigger: the shards' metrics summed (queues, rows, busy
         and CPU seconds), the strategy most shards ran and its mean scores."""
         plan = self.compiled.plan
@@ -452,7 +517,7 @@ class ShardedStream:
                 seconds=sum(m["busyS"] for m in shards),
                 cpu_s=sum(m["cpuS"] for m in shards),
             ),
-            rows_out={q: t.num_rows for q, t in outputs.items()},
+            rows_out=rows_out,
             delays=delays,
             state=QueuedSizes(rows, nbytes),
             strategy=(strategy, scores),
