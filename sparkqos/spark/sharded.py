@@ -389,6 +389,9 @@ class ShardedStream:
         version, and write the outputs as the next batch."""
         if self.query is not None and self.query.isActive:
             raise RunnerError("finish(): stop() the streaming query first")
+        if self._inbox is not None:  # an available-now query ends without stop()
+            self._inbox.shutdown()
+            self._inbox = None
         spark = self.df.sparkSession
         keys = self._keys if self._keys is not None else partition_keys(spark, self.shards)
         batch_id = self.restore() + 1
