@@ -33,7 +33,7 @@ import sparkqos
 from sparkqos.compile.shardable import shard_report
 from sparkqos.errors import NotShardable, RunnerError
 from sparkqos.io.sinks import MemorySink
-from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.config import RunConfig, Trigger
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.spark.sharded import mean_scores
 from sparkqos.spark.transforms import compile_transforms
@@ -41,7 +41,7 @@ from sparkqos.testing import assert_same_rows
 from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
 from sparkqos.workloads.sensors import SENSOR_CLASSES, sensor_trace
 from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms
-from tests.conftest import ROOT, replay, run_connect_job
+from tests.conftest import ROOT, replay, run_connect_job, stream_to_end
 from tests.test_vessels import handmade
 
 PER_VESSEL = ("geofence", "speeding", "turning", "loitering", "archive")
@@ -71,9 +71,9 @@ def test_the_sharded_lane_refuses_what_it_cannot_run(spark_sql, tmp_path):
         sparkqos.stream(df, vessel_transforms(spark_sql), shards=2, shard_by="mmsi", checkpoint=tmp_path / "c", trigger_s=0.5)
     with pytest.raises(RunnerError, match="shard_by is missing"):
         sparkqos.stream(df, vessel_queries(spark_sql), shards=2, checkpoint=tmp_path / "c")
-    with pytest.raises(RunnerError, match="processing-time trigger"):
+    with pytest.raises(RunnerError, match="once=True runs one micro-batch"):
         sparkqos.stream(
-            df, vessel_queries(spark_sql), shards=2, shard_by="mmsi", checkpoint=tmp_path / "c", trigger_s="available_now"
+            df, vessel_queries(spark_sql), shards=2, shard_by="mmsi", checkpoint=tmp_path / "c", trigger=Trigger(once=True)
         )
     with pytest.raises(RunnerError, match="shard_by must name a column"):
         sparkqos.stream(df, vessel_queries(spark_sql), shards=2, shard_by="nope", checkpoint=tmp_path / "c", trigger_s=0.5)
@@ -219,6 +219,8 @@ def test_the_sharded_stream_gives_sparks_rows(spark_sql, tmp_path):
     assert sum(p["numInputRows"] for p in records) == handmade().num_rows
     assert sum(p["numOutputRows"] for p in records) == sum(sink.table(q).num_rows for q in queries)
     assert {p["strategy"] for p in records} == {"cqc"} and seen[-1] is last is records[-1]
+    # class H's rows (geofence) and C's left as parts while the shards served the lower classes
+    assert sum(p["earlyRows"] for p in records) > 0
     assert {s["shard"] for p in records for s in p["shards"]} == {0, 1}
     stored = sparkqos.spark.runner.read_progress(tmp_path / "out", "sparkqos")
     assert [p["batchId"] for p in stored] == [p["batchId"] for p in records]
@@ -251,6 +253,150 @@ def test_finish_refuses_a_batch_of_new_rows_spark_did_not_commit(spark_sql, tmp_
     (spark_log / "offsets" / "1").write_text('v1\n{}\n{"t_us": 20}\n')
     with pytest.raises(RunnerError, match="batch 1 took new input"):
         handle.finish()
+
+
+def test_early_parts_are_kept_only_when_they_are_the_results_early_rows():
+    """The driver's inbox writes a shard's early rows as parts of the open micro-batch, and only
+    those of its token; the parts stand for the batch when every shard's parts come from the
+    attempt whose result Spark kept, not when two attempts of a shard sent or one never did."""
+    from sparkqos.executor.expressions import ARRIVAL
+    from sparkqos.spark.shard_early import EarlyInbox, send_early
+
+    sink = MemorySink()
+    inbox = EarlyInbox(sink, "127.0.0.1")
+    rows = pa.table({"v": [1.0, 2.0], ARRIVAL: [10.0, 11.0]})
+    try:
+        token = inbox.open(7)
+        assert send_early(inbox.address, "not-the-token", 0, 1, {"geofence": rows})
+        assert send_early(inbox.address, token, 0, 41, {"geofence": rows})
+        deadline = time.monotonic() + 10
+        while not sink.queries() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        early = inbox.close()
+        assert sink.batches("geofence")[7].column_names == ["v"] and sink.table("geofence").num_rows == 2
+        assert early.parts.rows == {"geofence": 2} and early.kept({0: 41})
+        assert not early.kept({0: 42}) and not early.kept({0: 41, 1: 43})
+        token = inbox.open(8)
+        for attempt in (50, 51):  # a task retried after its part was written
+            assert send_early(inbox.address, token, 1, attempt, {"geofence": rows})
+        while sink.table("geofence").num_rows < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not inbox.close().kept({1: 51})
+        assert not send_early(("127.0.0.1", 1), token, 1, 52, {"geofence": rows})  # nobody listens: only late
+    finally:
+        inbox.shutdown()
+
+
+def _dedup(df):
+    return df.dropDuplicates(["k", "s"])
+
+
+@pytest.fixture(scope="module")
+def keyed_files(tmp_path_factory):
+    """tests/test_aggregates.py's trace (four keys, one of them null, windows and sessions that
+    close on the way) as 6 Parquet files of 8 rows, read one per micro-batch."""
+    from tests.test_aggregates import trace
+
+    path = tmp_path_factory.mktemp("keyed") / "trace"
+    path.mkdir()
+    table = trace()
+    for b, start in enumerate(range(0, table.num_rows, 8)):
+        pq.write_table(table.slice(start, 8), path / f"part-{b:03d}.parquet")
+        os.utime(path / f"part-{b:03d}.parquet", (1_700_000_000 + b, 1_700_000_000 + b))  # oldest first
+    return path
+
+
+def test_available_now_sharded_ends_drained_with_the_driver_lanes_rows(spark_sql, keyed_files, tmp_path):
+    """``Trigger(availableNow=True)`` on the sharded lane: with a budget so small that the shards
+    keep rows queued after each input batch, the query goes on in micro-batches without input
+    (the drain ticks) and ends by itself once the input is read and no shard has rows queued;
+    after ``finish()`` the running aggregates, windows, sessions and dedup equal the driver
+    lane's available-now run of the same stream, and Spark's batch result."""
+    from tests.test_aggregates import SET_COLUMNS, assert_same_aggregates, running, sessions, trace, windowed
+    from tests.test_transforms_native import last_per_key
+
+    schema = spark_sql.read.parquet(str(keyed_files)).schema
+
+    def files():
+        return spark_sql.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(keyed_files))
+
+    queries = {"running": running, "windowed": windowed, "sessions": sessions, "dedup": _dedup}
+    sink = MemorySink()
+    handle = sparkqos.stream(
+        files(),
+        queries,
+        shards=2,
+        shard_by="k",
+        strategy="chain",
+        budget_s=1e-3,
+        trigger=Trigger(availableNow=True),
+        checkpoint=tmp_path / "sharded",
+        sink=sink,
+    )
+    assert handle.start().awaitTermination(240), "the available-now sharded query did not end"
+    records = handle.recentProgress
+    assert sum(p["numInputRows"] for p in records) == trace().num_rows
+    assert records[-1]["queuedRows"] == 0, records[-1]
+    drains = [p for p in records if p["numInputRows"] == 0]
+    assert drains and all(p["shards"] for p in drains), "no micro-batch drained a backlog without input"
+    handle.finish()
+    driver = stream_to_end(files(), queries, tmp_path / "driver", timeout_s=240, strategy="chain")
+    static = spark_sql.createDataFrame(trace()).coalesce(1)
+    for name, transform in queries.items():
+        want = transform(static).toArrow()
+        got, lane = (t.table(name).select(want.schema.names).cast(want.schema) for t in (sink, driver))
+        if name == "running":  # update mode: a changelog, whose last row per key is the table
+            got, lane = last_per_key(got, ["k"]), last_per_key(lane, ["k"])
+        sets = SET_COLUMNS if name != "dedup" else ()
+        assert_same_aggregates(got, lane, f"{name}: sharded vs the driver lane", sets)
+        assert_same_aggregates(got, want, f"{name}: sharded vs Spark", sets)
+
+
+def test_an_idle_sharded_stream_runs_no_micro_batch(spark_sql, tmp_path):
+    """Once the input is taken and the shards drained, a sharded stream on a processing-time
+    trigger runs no micro-batch (and Spark commits no state) through 10 s without input; before
+    that, a shard left with rows queued by a small budget drains in micro-batches without input."""
+    queries = vessel_queries(spark_sql)
+    handle = sparkqos.stream(
+        replay(spark_sql, _trace(tmp_path), seconds_per_trigger=600),
+        queries,
+        classes={q: VESSEL_QUERY_CLASSES[q] for q in queries},
+        priorities=VESSEL_PRIORITIES,
+        shards=2,
+        shard_by="mmsi",
+        strategy="fifo",
+        budget_s=1e-3,
+        trigger_s=0.25,
+        checkpoint=tmp_path / "ckpt",
+        sink=MemorySink(),
+    )
+    query = handle.start()
+    try:
+        ends = time.monotonic() + 180
+        while time.monotonic() < ends:
+            recent = handle.recentProgress
+            if sum(p["numInputRows"] for p in recent) >= handmade().num_rows and recent[-1]["queuedRows"] == 0:
+                break
+            assert query.exception() is None, query.exception()
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the sharded stream did not take its input and drain within 180 s")
+        assert any(p["numInputRows"] == 0 and p["shards"] for p in recent), "no micro-batch drained a backlog without input"
+        spark_log = tmp_path / "ckpt" / "spark"
+
+        def ran() -> tuple:  # foreachBatch calls, Spark's batch commits, its state store's versions
+            commits, deltas = spark_log.glob("commits/[0-9]*"), spark_log.glob("state/**/*.delta")
+            return len(handle.recentProgress), sorted(commits), sorted(deltas)
+
+        last = recent[-1]["batchId"]
+        while not (spark_log / "commits" / str(last)).exists():  # Spark logs it done after foreachBatch
+            time.sleep(0.05)
+        done = ran()
+        time.sleep(10)
+        assert query.exception() is None, query.exception()
+        assert ran() == done
+    finally:
+        handle.stop()
 
 
 CLUSTER_TESTS = pytest.mark.skipif(

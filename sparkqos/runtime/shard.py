@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from sparkqos.io.deadletter import RowChecks
 from sparkqos.runtime.assembly import priority_levels, serve_trigger, stream_of
 from sparkqos.runtime.checkpoint import checkpoint_bytes, decode_state, encode_state, read_checkpoint_bytes
 from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.early import above_the_lowest
 from sparkqos.runtime.ingest import ingest
 from sparkqos.runtime.progress import strategy_in_force
 
@@ -63,13 +64,15 @@ def shard_seed(seed: int | None, shard: int, step: int) -> int:
 class ShardStep:
     """What one micro-batch of a shard gives back: the new state blob, the outputs of every
     query (with the executor's ``__arrival`` column, from which the driver takes delays), the
-    rows its checks rejected, the shard's metrics (JSON-able), and whether work is left."""
+    rows its checks rejected, the shard's metrics (JSON-able), whether work is left, and the
+    outputs it handed to ``early`` (:meth:`ShardWork.step`; not in ``outputs``)."""
 
     state: bytes
     outputs: dict[str, pa.Table]
     dead: pa.Table | None
     metrics: dict[str, Any] = field(default_factory=dict)
     backlog: bool = False
+    early: dict[str, pa.Table] = field(default_factory=dict)
 
 
 class ShardWork:
@@ -96,6 +99,8 @@ class ShardWork:
         self.checks = config.input.checks if config.input.checks is not None else RowChecks()
         self.seed = config.strategy.params.get("seed", 0)
         self.levels = priority_levels(compiled) if config.strategy.class_shares else []
+        #: the queries whose rows a step hands to ``early`` once the top class is served
+        self.early_queries = above_the_lowest(compiled.plan) if len(self.levels) > 1 else ()
         # a shard is one Spark task on one core: no cluster threads unless asked for
         options = config.executor
         self.options = options if options.cluster_threads is not None else dataclasses.replace(options, cluster_threads=0)
@@ -114,10 +119,20 @@ class ShardWork:
         scheduler.reseed(shard_seed(self.seed, shard, step))
         return executor, step, dead_total
 
-    def step(self, shard: int, blob: bytes | None, inputs: Sequence[pa.Table], now: float | None = None) -> ShardStep:
+    def step(
+        self,
+        shard: int,
+        blob: bytes | None,
+        inputs: Sequence[pa.Table],
+        now: float | None = None,
+        early: Callable[[dict[str, pa.Table]], None] | None = None,
+    ) -> ShardStep:
         """One micro-batch of ``shard``: restore its executor from ``blob`` (None: the shard's
         first), queue ``inputs`` (its rows of this micro-batch, in order), serve for the run's
-        budget with its strategy, and snapshot."""
+        budget with its strategy, and snapshot. With ``early``, once the top class is served
+        (class shares on, several priority levels), the outputs so far of every class above the
+        lowest go to ``early`` before the lower classes are served (and into the step's
+        ``early``, not its ``outputs``)."""
         started = time.time() if now is None else now
         executor, step, dead_total = self._executor(shard, blob)
         rows_in, dead_parts = 0, []
@@ -126,13 +141,23 @@ class ShardWork:
             if table.num_rows:
                 dead, _ = ingest(executor, self.compiled, self.stream, self.checks, table, step, self.arrival_col, started)
                 dead_parts.append(dead)
+        sent: dict[str, pa.Table] = {}
+
+        def after_top() -> None:  # update-mode aggregates' rows are due at end_trigger, not here
+            sent.update((q, t) for q, t in executor.take_outputs(self.early_queries).items() if t.num_rows)
+            if sent:
+                early(sent)
+
         # the top classes first (class shares on, several levels), so their rows are out in this
         # micro-batch; then the strategy for what is left of the budget
-        report = serve_trigger(executor, self.levels, self.config.effective_top_class_s, self.config.effective_budget_s)
+        budget_s, top_s = self.config.effective_budget_s, self.config.effective_top_class_s
+        report = serve_trigger(executor, self.levels, top_s, budget_s, after_top if early and self.early_queries else None)
         report.add(executor.end_trigger())  # update-mode aggregates: each key changed in this micro-batch, once
         dead = pa.concat_tables(dead_parts) if dead_parts else None
         dead_rows = 0 if dead is None else dead.num_rows
-        return self._snapshot(executor, shard, step, dead_total + dead_rows, report, rows_in, dead)
+        done = self._snapshot(executor, shard, step, dead_total + dead_rows, report, rows_in, dead)
+        done.early = sent
+        return done
 
     def finish(self, shard: int, blob: bytes) -> ShardStep:
         """End of a finite input for ``shard``: drain every queue and flush windows and joins."""

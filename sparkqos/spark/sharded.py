@@ -11,19 +11,28 @@ Each micro-batch:
    per queue, :func:`~sparkqos.runtime.checkpoint.checkpoint_bytes`), queues the new rows, serves
    them with the run's strategy for the budget (:class:`~sparkqos.runtime.shard.ShardWork`), and
    stores the new blob; it returns each query's outputs, the rejected rows and the shard's metrics
-   as a few blob rows. A shard with work left sets a processing-time timeout, so Spark runs
-   micro-batches without new input and the shard keeps draining its backlog;
+   as a few blob rows;
 3. ``foreachBatch`` on the driver collects those rows (the job in which Spark commits the state)
    and writes every query's rows to the sink in one write, replacing that batch id whole, then
-   folds the shards' metrics into one progress record and the metrics table.
+   folds the shards' metrics into one progress record and the metrics table. When shards end it
+   with rows queued, it asks for a drain tick (:mod:`sparkqos.spark.ticks`): a second source,
+   unioned with the packed input, whose offset moves only then, so Spark runs the next
+   micro-batch for those shards without new input. With no input and no backlog Spark plans no
+   micro-batch; under available-now the query ends once the input is read and the shards drained.
+
+The classes above the lowest need not wait for step 3: a shard sends their rows to the driver as
+soon as it has served its top class, and the driver writes them as a part of the micro-batch
+while the shards go on (:mod:`sparkqos.spark.shard_early`, which says how that stays exactly-once).
 
 Exactly-once is Spark's: a micro-batch the driver did not mark committed is replayed from the
 state version before it, and the sink replaces whatever an earlier attempt wrote for it.
 
 ``applyInPandasWithState``, not ``transformWithStateInPandas``: its state travels inside the Arrow
-stream with the rows (no socket round trip per state call), and its processing-time timeout
-drains a backlog without new input; measured in pyspark 4.3 on local[2] (commit message of this
-module) ``transformWithStateInPandas`` with RocksDB did not get past its first micro-batch.
+stream with the rows (no socket round trip per state call); measured in pyspark 4.3 on local[2]
+(commit message of this module) ``transformWithStateInPandas`` with RocksDB did not get past its
+first micro-batch. It runs without a timeout: with a processing-time timeout Spark plans a
+micro-batch at every trigger whether or not a key has timed out, and an available-now query
+never ends; the drain ticks take its place.
 
 The shards are Spark's state partitions: ``spark.sql.shuffle.partitions`` is set to ``K`` while
 the query starts (Spark then keeps it in the checkpoint), and shard ``s`` is grouped under a key
@@ -51,26 +60,27 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from sparkqos.compile.shardable import check_shardable
 from sparkqos.errors import RunnerError, check_number, not_one_of
-from sparkqos.executor.expressions import ARRIVAL, INTERNAL
-from sparkqos.executor.loop import EMIT
+from sparkqos.executor.expressions import ARRIVAL
 from sparkqos.executor.operators.base import ipc_to_table, table_to_ipc
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.report import RunReport
 from sparkqos.io.sinks import Sink
 from sparkqos.runtime.config import RunConfig
+from sparkqos.runtime.early import sink_tables
 from sparkqos.runtime.progress import ProgressReporter, QueuedSizes, strategy_in_force
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
+from sparkqos.spark.shard_early import TOKEN_PROPERTY, EarlyBatch, EarlyInbox, send_early
+from sparkqos.spark.ticks import TICK_PART, Ticks, TickSource, is_tick_offset
 
 __all__ = ["ShardedStream", "mean_scores"]
 
-#: The rows a shard hands back: ``kind`` is ``out`` (a query's rows), ``dead`` (rejected rows)
-#: or ``metrics`` (JSON); ``blob`` is Arrow IPC, or the JSON text.
+#: The rows a shard hands back: ``kind`` is ``out`` (a query's rows), ``early`` (a query's rows
+#: sent to the driver early, :mod:`sparkqos.spark.shard_early`), ``dead`` (rejected rows) or
+#: ``metrics`` (JSON); ``blob`` is Arrow IPC, or the JSON text.
 SHARD_ROWS = "kind string, query string, shard int, blob binary"
 _PACKED = "key long, part int, seq long, blob binary"
 _SHARD = "__shard"
-#: A shard with work left asks to be called again this soon (ms) without new input.
-_AGAIN_MS = 1
 
 
 def partition_keys(spark, shards: int) -> list[int]:
@@ -126,6 +136,7 @@ def _schema(ddl: str) -> list[tuple[str, pa.DataType]]:
 def _shard_rows(shard: int, step: Any) -> pd.DataFrame:
     """A shard's outputs, rejected rows and metrics as the rows :data:`SHARD_ROWS` describes."""
     rows = [("out", q, shard, table_to_ipc(t)) for q, t in step.outputs.items() if t.num_rows]
+    rows += [("early", q, shard, table_to_ipc(t)) for q, t in step.early.items()]
     if step.dead is not None and step.dead.num_rows:
         rows.append(("dead", "", shard, table_to_ipc(step.dead)))
     rows.append(("metrics", "", shard, json.dumps(step.metrics).encode()))
@@ -135,22 +146,31 @@ def _shard_rows(shard: int, step: Any) -> pd.DataFrame:
 class _ServeShard:
     """``applyInPandasWithState``: one micro-batch of one shard (its state one binary column)."""
 
-    def __init__(self, work: ShardWork, keys: list[int], fault: tuple[int, str] | None):
+    def __init__(self, work: ShardWork, keys: list[int], fault: tuple[int, str] | None, early: tuple[str, int] | None = None):
         self.work = work
         self.shard_of = {k: i for i, k in enumerate(keys)}
         self.fault = fault  # (step, marker file): kill this Python worker once, mid-batch
+        self.early = early  # the driver's EarlyInbox address (None: no early writes)
 
     def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
+        from pyspark import TaskContext
+
         shard = self.shard_of[int(key[0])]
+        task = TaskContext.get()
+        attempt = task.taskAttemptId()
+        token = task.getLocalProperty(TOKEN_PROPERTY) if self.early is not None else None
+        send = None
+        if token:
+            send = lambda outputs: send_early(self.early, token, shard, attempt, outputs)  # noqa: E731
         blob = state.get[0] if state.exists else None
-        packed = [f for f in frames if len(f)]
+        packed = [f[f["part"] != TICK_PART] for f in frames]  # a drain tick carries no rows
+        packed = [f for f in packed if len(f)]
         pieces = pd.concat(packed).sort_values(["part", "seq"]) if packed else None
         inputs = [] if pieces is None else [ipc_to_table(b) for b in pieces["blob"]]
-        step = self.work.step(shard, None if blob is None else bytes(blob), inputs)
+        step = self.work.step(shard, None if blob is None else bytes(blob), inputs, early=send)
+        step.metrics["attempt"] = attempt
         self._maybe_kill(shard, step.metrics["step"])
         state.update((step.state,))
-        if step.backlog:
-            state.setTimeoutDuration(_AGAIN_MS)
         yield _shard_rows(shard, step)
 
     def _maybe_kill(self, shard: int, step: int) -> None:
@@ -186,8 +206,9 @@ class ShardedStream:
     ``start()`` returns the real ``StreamingQuery``; ``lastProgress`` / ``recentProgress`` give one
     record per trigger with every shard's work folded in (the same shape as the driver lane's,
     :mod:`sparkqos.runtime.progress`), also written to the metrics table under ``output``.
-    ``finish()`` (after ``stop()``, at the end of a finite input) drains every shard and writes the
-    last outputs as the next batch id; the stream cannot be started again after it.
+    ``finish()`` (after ``stop()``, or after an available-now query ended) drains every shard and
+    flushes its windows, writing the last outputs as the next batch id; the stream cannot be
+    started again after it.
     """
 
     def __init__(self, df, compiled: CompiledPlan, config: RunConfig, shards: int, shard_by: str):
@@ -200,14 +221,14 @@ class ShardedStream:
                 shard_by,
                 df.columns,
             )
-        if config.interval_s is None:
+        if config.trigger.once:
             raise RunnerError(
-                "the sharded lane runs on a processing-time trigger: its shards keep serving their backlog in "
-                "micro-batches without input, so an available-now query would never end; give trigger_s=SECONDS "
-                "and stop() it (then finish() at the end of a finite input)",
-                parameter="trigger_s",
+                "the sharded lane runs on a processing-time or an available-now trigger: once=True runs one "
+                "micro-batch, and a shard's backlog needs more; give Trigger(availableNow=True) to read what is "
+                "there and drain the shards",
+                parameter="trigger",
                 value=config.trigger,
-                expected="Trigger(processingTime=...)",
+                expected="Trigger(processingTime=...) or Trigger(availableNow=True)",
             )
         check_shardable(compiled, shard_by)
         self.df = df
@@ -231,6 +252,7 @@ class ShardedStream:
         self.query = None
         self._keys: list[int] | None = None
         self._gate = StopGate()  # a new one at each start()
+        self._inbox: EarlyInbox | None = None  # while started, with early writes
 
     @property
     def output(self) -> Path | None:
@@ -251,6 +273,10 @@ class ShardedStream:
     @property
     def _finished_marker(self) -> Path:
         return self.config.recovery.checkpoint / "sparkqos-sharded-finished"
+
+    @property
+    def _ticks(self) -> Ticks:
+        return Ticks(self.config.recovery.checkpoint / "sparkqos-drain-ticks.json")
 
     # -- Spark -----------------------------------------------------------------------------------
     def _shard_fault(self) -> tuple[int, str] | None:
@@ -277,19 +303,32 @@ class ShardedStream:
         self._keys = partition_keys(spark, self.shards)
         keyed = self.df.withColumn(_SHARD, F.pmod(F.hash(F.col(self.shard_by)), F.lit(self.shards)).cast("int"))
         packed = keyed.mapInArrow(_Pack(self._keys), _PACKED)
-        served = packed.groupBy("key").applyInPandasWithState(
-            _ServeShard(self.work, self._keys, self._shard_fault()),
-            SHARD_ROWS,
-            "state binary",
-            "append",
-            GroupStateTimeout.ProcessingTimeTimeout,
+        spark.dataSource.register(TickSource)
+        ticks = (
+            spark.readStream.format(TickSource.name())
+            .option("path", str(self._ticks.path))
+            .option("keys", ",".join(str(k) for k in self._keys))
+            .load()
+        )
+        self._inbox = self._early_inbox(spark)
+        early = None if self._inbox is None else self._inbox.address
+        served = (
+            packed.unionByName(ticks)
+            .groupBy("key")
+            .applyInPandasWithState(
+                _ServeShard(self.work, self._keys, self._shard_fault(), early),
+                SHARD_ROWS,
+                "state binary",
+                "append",
+                GroupStateTimeout.NoTimeout,
+            )
         )
         writer = (
             served.writeStream.foreachBatch(self._batch)
             .option("checkpointLocation", str(self._spark_checkpoint))
             .queryName(self.config.name)
+            .trigger(**self.config.trigger.spark_kwargs())
         )
-        writer = writer.trigger(processingTime=f"{self.config.interval_s} seconds")
         previous = spark.conf.get("spark.sql.shuffle.partitions")
         spark.conf.set("spark.sql.shuffle.partitions", str(self.shards))  # the state partitions: one per shard
         try:
@@ -298,32 +337,67 @@ class ShardedStream:
             spark.conf.set("spark.sql.shuffle.partitions", previous)
         return self.query
 
+    def _early_inbox(self, spark) -> EarlyInbox | None:
+        """The driver's end of the early writes (:mod:`sparkqos.spark.shard_early`), when a class
+        stands above the lowest with class shares on, the sink takes parts, ``early_write_s`` is
+        not 0 and the session has a SparkContext to hand the tasks a token (not under Spark Connect)."""
+        if self._inbox is not None:
+            return self._inbox
+        continuous = self.config.continuous
+        off = continuous is not None and continuous.early_write_s == 0
+        if off or not (self.work.early_queries and self.sink.supports_parts):
+            return None
+        try:
+            spark.sparkContext  # noqa: B018 - Spark Connect has none
+        except Exception:  # noqa: BLE001
+            return None
+        return EarlyInbox(self.sink, spark.conf.get("spark.driver.host"))
+
     def stop(self, wait_s: float = 5.0) -> None:
         """Stop the streaming query between triggers (waiting up to ``wait_s`` for the running one;
         :func:`~sparkqos.spark.batch.stop_between_triggers`)."""
         stop_between_triggers(self.query, wait_s, self._gate)
+        if self._inbox is not None:
+            self._inbox.shutdown()
+            self._inbox = None
 
     def _batch(self, batch_df, batch_id: int) -> None:
         with stop_as_spark_reads_it(batch_id):
             self._gate.enter(batch_df)  # a stop waiting for this trigger lands here, before its shards run
             started = time.time()
             t0 = time.perf_counter()
-            rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
+            early = None
+            if self._inbox is not None:
+                context = batch_df.sparkSession.sparkContext
+                context.setLocalProperty(TOKEN_PROPERTY, self._inbox.open(batch_id))
+            try:
+                rows = batch_df.toArrow()  # the shards run here; Spark commits their state with this job
+            finally:
+                if self._inbox is not None:
+                    early = self._inbox.close()
+                    context.setLocalProperty(TOKEN_PROPERTY, None)
             self.phase_s["stateful"] += time.perf_counter() - t0
             self._fault("after_run", batch_id)
-            self._commit(batch_id, rows, started)
+            progress = self._commit(batch_id, rows, started, early)
+            backlog = [s["shard"] for s in progress["shards"] if s["queuedRows"]]
+            if backlog:  # before Spark commits this batch: a replay of it asks again
+                self._ticks.ask(backlog)
 
     def finish(self) -> dict[str, Any]:
-        """End of a finite input (stop the query first): drain every shard, as a Spark job over
-        the state store's newest committed version, and write the outputs as the next batch."""
+        """End of a finite input (stop the query first, or let an available-now query end): drain
+        every shard and flush its windows, as a Spark job over the state store's newest committed
+        version, and write the outputs as the next batch."""
         if self.query is not None and self.query.isActive:
             raise RunnerError("finish(): stop() the streaming query first")
+        if self._inbox is not None:  # an available-now query ends without stop()
+            self._inbox.shutdown()
+            self._inbox = None
         spark = self.df.sparkSession
         keys = self._keys if self._keys is not None else partition_keys(spark, self.shards)
         batch_id = self.restore() + 1
         if self._planned_with_input(batch_id):
             # its rows are in no committed state: the drain would lose them (Spark replays the
-            # batch on start()); a batch without new input is redone by the drain under its id
+            # batch on start()); a batch of drain ticks only is redone by the drain under its id
             raise RunnerError(
                 f"finish(): batch {batch_id} took new input but Spark did not commit it (the query stopped inside it); "
                 "start() the stream again so Spark completes it, stop() it between triggers, then finish()"
@@ -340,9 +414,9 @@ class ShardedStream:
         return progress
 
     def _planned_with_input(self, batch_id: int) -> bool:
-        """Whether Spark's offset log holds batch ``batch_id`` with source offsets beyond the batch
-        before it (a batch of new rows). Spark plans a batch without new input at every trigger
-        (the processing-time timeouts), so a stop often falls inside one of those."""
+        """Whether Spark's offset log holds batch ``batch_id`` with the input's offsets beyond the
+        batch before it (a batch of new rows), not only the drain ticks' (a stop often falls inside
+        a micro-batch that drains a backlog)."""
         offsets = self._spark_checkpoint / "offsets"
         planned = offsets / str(batch_id)
         if not planned.exists():
@@ -352,27 +426,37 @@ class ShardedStream:
             return True
 
         def sources(path: Path) -> list[str]:  # the log's lines: version, metadata, one per source
-            return path.read_text().splitlines()[2:]
+            return [line for line in path.read_text().splitlines()[2:] if not is_tick_offset(line)]
 
         return sources(planned) != sources(before)
 
     # -- the driver's part of a trigger ----------------------------------------------------------
-    def _commit(self, batch_id: int, rows: pa.Table, started: float) -> dict[str, Any]:
-        """Write the shards' outputs of batch ``batch_id`` (replacing it whole), their dead
+    def _commit(self, batch_id: int, rows: pa.Table, started: float, early: EarlyBatch | None = None) -> dict[str, Any]:
+        """Write the shards' outputs of batch ``batch_id`` (replacing it whole, or keeping the
+        parts written early when they are exactly the early rows of the results), their dead
         letters, and the progress record folding their metrics."""
         t0 = time.perf_counter()
         kinds = rows.column("kind").to_pylist()
         queries = rows.column("query").to_pylist()
+        shards = rows.column("shard").to_pylist()
         blobs = rows.column("blob").to_pylist()
         parts: dict[str, list[pa.Table]] = {q: [] for q in self.compiled.plan.queries}
-        dead_parts, shard_metrics = [], []
-        for kind, query, blob in zip(kinds, queries, blobs, strict=True):
+        sent: dict[str, list[pa.Table]] = {q: [] for q in self.compiled.plan.queries}
+        dead_parts, shard_metrics, sent_by = [], [], set()
+        for kind, query, shard, blob in zip(kinds, queries, shards, blobs, strict=True):
             if kind == "out":
                 parts[query].append(ipc_to_table(blob))
+            elif kind == "early":
+                sent[query].append(ipc_to_table(blob))
+                sent_by.add(shard)
             elif kind == "dead":
                 dead_parts.append(ipc_to_table(blob))
             else:
                 shard_metrics.append(json.loads(blob))
+        attempts = {m["shard"]: m["attempt"] for m in shard_metrics if m["shard"] in sent_by}
+        keep = early is not None and bool(attempts) and early.kept(attempts)
+        if not keep:  # the rows sent early are written with the rest, replacing any part
+            parts = {q: sent[q] + ts for q, ts in parts.items()}
         outputs = {q: self._concat(q, ts) for q, ts in parts.items()}
         dead = None
         if dead_parts:
@@ -385,20 +469,27 @@ class ShardedStream:
                 )
         if self.dead_letter is not None:
             self.dead_letter.write(batch_id, dead)
-        self.sink.write(
-            batch_id, {q: t.drop_columns([c for c in t.column_names if c in INTERNAL or c == EMIT]) for q, t in outputs.items()}
-        )
+        if keep:
+            self.sink.write(batch_id, sink_tables(outputs), keep_parts=True)
+        else:
+            self.sink.write(batch_id, sink_tables(outputs))
         written = time.time()
         delays = {
             q: written - t.column(ARRIVAL).to_numpy(zero_copy_only=False) if t.num_rows else np.empty(0)
             for q, t in outputs.items()
         }
+        rows_out = {q: t.num_rows for q, t in outputs.items()}
+        if keep:  # the parts' rows count their delay from their own write
+            for q, ds in early.parts.delays.items():
+                delays[q] = np.concatenate([*ds, delays[q]])
+                rows_out[q] += early.parts.rows[q]
         if self.config.on_delays is not None:
             self.config.on_delays(batch_id, delays)
         t1 = time.perf_counter()
         self.phase_s["sink"] += t1 - t0
         self._fault("after_sink", batch_id)
-        progress = self._report(batch_id, started, shard_metrics, outputs, delays)
+        progress = self._report(batch_id, started, shard_metrics, rows_out, delays)
+        progress["earlyRows"] = sum(early.parts.rows.values()) if keep else 0
         self.last_batch = batch_id
         self.phase_s["progress"] += time.perf_counter() - t1
         self._fault("after_progress", batch_id)
@@ -410,7 +501,7 @@ class ShardedStream:
         schema = self.compiled.operators[self.compiled.root(query)].schema
         return schema.empty_table()
 
-    def _report(self, batch_id: int, started: float, shards: list[dict[str, Any]], outputs, delays) -> dict[str, Any]:
+    def _report(self, batch_id: int, started: float, shards: list[dict[str, Any]], rows_out, delays) -> dict[str, Any]:
         """One progress record for the trigger: the shards' metrics summed (queues, rows, busy
         and CPU seconds), the strategy most shards ran and its mean scores."""
         plan = self.compiled.plan
@@ -429,7 +520,7 @@ class ShardedStream:
                 seconds=sum(m["busyS"] for m in shards),
                 cpu_s=sum(m["cpuS"] for m in shards),
             ),
-            rows_out={q: t.num_rows for q, t in outputs.items()},
+            rows_out=rows_out,
             delays=delays,
             state=QueuedSizes(rows, nbytes),
             strategy=(strategy, scores),
