@@ -126,9 +126,10 @@ def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | Non
 
 def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:
     """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
-    unless the executor's own is given, and with one cluster thread per core for a strategy that
-    serves clusters (COS §4.2) unless ``cluster_threads`` is given — its operators' pyarrow and
-    numpy kernels release the GIL, so clusters really run side by side."""
+    unless the executor's own is given, with one cluster thread per core for a strategy that
+    serves clusters (COS §4.2) unless ``cluster_threads`` is given, and a row-wise operator's run
+    cut into one slice per core unless ``threads`` is given — pyarrow's and numpy's kernels
+    release the GIL, so clusters and slices really run side by side."""
     options = config.executor
     if options.memory_limit_bytes is None and config.intake.memory_limit_bytes is not None:
         options = dataclasses.replace(options, memory_limit_bytes=config.intake.memory_limit_bytes)  # spill, never OOM
@@ -136,6 +137,8 @@ def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions
     if options.cluster_threads is None:
         threads = cores if isinstance(scheduler, ClusterScheduler) and cores > 1 else 0
         options = dataclasses.replace(options, cluster_threads=threads)
+    if options.threads is None:
+        options = dataclasses.replace(options, threads=cores)
     return options
 
 
