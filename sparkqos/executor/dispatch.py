@@ -23,7 +23,7 @@ from sparkqos.executor.operators import PhysicalOperator
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.queues import workload
 from sparkqos.executor.report import RunReport
-from sparkqos.executor.slices import SlicePool
+from sparkqos.executor.slices import MIN_SLICED_S, SlicePool
 from sparkqos.executor.state import ExecutorState
 from sparkqos.model.state import Unit
 from sparkqos.schedulers.base import Scheduler
@@ -321,7 +321,7 @@ class Dispatcher:
         bytes_before = sum(q.nbytes for q in ports)
         op = self.ops[name]
         t0 = self.clock()
-        if self.slices is not None and op.row_wise:
+        if self.slices is not None and op.row_wise and self.state.cost(name) * min(limit, rows_before) >= MIN_SLICED_S:
             consumed, out = op.run(ports, limit, final, pool=self.slices)
         else:
             consumed, out = op.run(ports, limit, final)

@@ -4,7 +4,9 @@ The executor serves one unit at a time, and the operators that cost most per row
 pandas UDF scoring readings with numpy, a JSON encoding, an expression over strings): an
 operator whose output for a batch is the concatenation of its outputs for that batch's slices
 (:attr:`~sparkqos.executor.operators.base.PhysicalOperator.row_wise`). With
-``ExecutorOptions.threads`` > 1 such a run is cut into that many slices, evaluated at once — the
+``ExecutorOptions.threads`` > 1 such a run, when its rows at the operator's measured cost per row
+take at least :data:`MIN_SLICED_S`, is cut into that many slices (of :data:`MIN_SLICE_ROWS` rows at
+least), evaluated at once — the
 slices but the first on the pool's threads, the first on the thread that runs the unit — and the
 outputs joined in slice order. The run stays one run: the same rows taken off the queue, one
 output, booked once in the statistics, so the strategy's picks, the order of every output and
@@ -25,10 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
-__all__ = ["MIN_SLICE_ROWS", "SlicePool"]
+__all__ = ["MIN_SLICED_S", "MIN_SLICE_ROWS", "SlicePool"]
 
 #: Fewest rows per slice: below that a thread's hand-over costs more than the slice's work.
 MIN_SLICE_ROWS = 2048
+#: Least time a run is expected to take (its rows times the operator's measured cost per row)
+#: for the executor to cut it into slices: a cheap filter's run gains less than the hand-overs cost.
+MIN_SLICED_S = 0.002
 
 Process = Callable[[pa.RecordBatch], "pa.RecordBatch | None"]
 
