@@ -234,6 +234,8 @@ def test_finish_reports_the_time_its_drains_took():
         ({"memory_limit_bytes": -1}, "memory_limit_bytes"),
         ({"memory_limit_bytes": True}, "memory_limit_bytes"),
         ({"cluster_threads": -1}, "cluster_threads"),
+        ({"threads": 0}, "threads"),
+        ({"threads": 1.5}, "threads"),
         ({"stats_period": 0}, "stats_period"),
         ({"starvation_limit": 0}, "starvation_limit"),
         ({"tolerance": -0.1}, "tolerance"),
