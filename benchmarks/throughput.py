@@ -203,7 +203,11 @@ def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: 
     phases["spark per-trigger work"] = spark_own / 1000.0
     phases["finish (drain)"] = seconds - loop_s
     rows_out = {q: t.num_rows for q, t in read_parquet_sink(out / "outputs").items()}
+    records = handle.recentProgress
+    executor_cpu = sum(p.get("executorCpuS") or 0.0 for p in records)
+    executor_busy = sum(p.get("executorBusyS") or 0.0 for p in records)
     return {
+        "executor_cores": executor_cpu / executor_busy if executor_busy > 0 else float("nan"),
         "seconds": seconds,
         "rows_out": rows_out,
         "phases": phases,
@@ -463,6 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in sorted(best["phases"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<24} {s:7.2f} s  {100 * s / total:5.1f}%")
     print("  (the executor works on its own thread between triggers, so parts overlap and need not add up to the wall time)")
+    print(
+        f"  the executor's threads used {best['executor_cores']:.2f} cores while it served "
+        "(executorCpuS over executorBusyS of the triggers' progress records)"
+    )
     print_operator_times(best["operators"], best["phases"].get("executor", 0.0))
     if args.probe_rows > 0 and args.queries == "sensor":
         trace = pq.read_table(work / "trace")
