@@ -143,7 +143,7 @@ def test_a_row_wise_run_gets_one_thread_per_core_unless_told():
     """The runner cuts a row-wise operator's run into one slice per core (``threads``); a given
     number is kept, and an executor built directly serves on one thread."""
     config = RunConfig(checkpoint="/tmp/c")
-    assert executor_options(config, config.make_scheduler()).threads == (os.cpu_count() or 1)
+    assert executor_options(config, config.make_scheduler()).threads == len(os.sched_getaffinity(0))
     given = RunConfig(checkpoint="/tmp/c", threads=1)
     assert executor_options(given, given.make_scheduler()).threads == 1
     assert Executor(sensor_queries().build().fresh(), "chain").dispatcher.slices is None
