@@ -467,3 +467,18 @@ def test_a_slice_that_raises_puts_the_whole_run_back():
     assert port.rows == 30_000
     assert pa.Table.from_batches(port.take(30_000)).column("id").to_pylist() == list(range(30_000))
     ex.close()
+
+
+def test_cluster_threads_and_slices_together_give_one_threads_rows():
+    """COS's cluster threads each cutting their runs into slices on the one pool: the same rows."""
+    compiled = _scored_plan(set())
+    results = []
+    for options in ({}, {"cluster_threads": 2, "threads": 2}):
+        ex = Executor(compiled.fresh(), schedulers.get("cos"), clock=ticking(), **options)
+        for i in range(3):
+            ex.ingest("s", _readings(20_000, seed=i))
+            ex.run(max_units=4)
+        ex.finish()
+        results.append({q: sorted(ex.result(q).to_pylist(), key=str) for q in compiled.roots})
+        ex.close()
+    assert results[0] == results[1]

@@ -60,8 +60,9 @@ class SlicePool:
         k = self.slices(batch.num_rows)
         if k == 1:
             return process(batch)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="sparkqos-slice")
+        with self._cpu_lock:  # COS's cluster threads may cut runs at once
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="sparkqos-slice")
         step = -(-batch.num_rows // k)
         futures = [self._pool.submit(self._timed, process, batch.slice(i * step, step)) for i in range(1, k)]
         outputs: list[pa.RecordBatch | None] = []
