@@ -32,8 +32,9 @@ __all__ = ["MIN_SLICED_S", "MIN_SLICE_ROWS", "SlicePool"]
 #: Fewest rows per slice: below that a thread's hand-over costs more than the slice's work.
 MIN_SLICE_ROWS = 2048
 #: Least time a run is expected to take (its rows times the operator's measured cost per row)
-#: for the executor to cut it into slices: a cheap filter's run gains less than the hand-overs cost.
-MIN_SLICED_S = 0.002
+#: for the executor to cut it into slices: waking a thread and waiting for it costs up to milliseconds
+#: on a busy machine, more than a cheap filter's run gains.
+MIN_SLICED_S = 0.02
 
 Process = Callable[[pa.RecordBatch], "pa.RecordBatch | None"]
 
