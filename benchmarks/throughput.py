@@ -27,7 +27,11 @@ down into Spark's own per-trigger work (planning, offsets, WAL: ``triggerExecuti
 the metrics row, from ``TriggerLoop.phase_s``; the executor's time is broken down further by
 operator (each operator's busy time from the statistics gatherer: a select's expressions show
 what it computes — a pandas UDF, a hash), by operator kind, and the rest of the executor's time
-outside the operators' runs (picking, queues, slicing). The last line is
+outside the operators' runs (picking, queues, slicing). Then the GIL probe (:func:`gil_probe`,
+``--probe-rows``, sensor queries only) serves part of the trace through the same plan outside Spark
+on one thread, by kind of work (each pandas UDF by name, the static join, window aggregation, the
+hash, Arrow concatenation and slicing, queue bookkeeping), with each kind's share of time the GIL
+was free — what several executor threads can gain. The last line is
 ``throughput ratio sparkqos/native: X.XX``.
 
 ``--queries spark-parts`` runs instead four queries over a Kafka-style JSON ``value`` column (the
@@ -199,12 +203,17 @@ def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: 
     phases["spark per-trigger work"] = spark_own / 1000.0
     phases["finish (drain)"] = seconds - loop_s
     rows_out = {q: t.num_rows for q, t in read_parquet_sink(out / "outputs").items()}
+    records = handle.recentProgress
+    executor_cpu = sum(p.get("executorCpuS") or 0.0 for p in records)
+    executor_busy = sum(p.get("executorBusyS") or 0.0 for p in records)
     return {
+        "executor_cores": executor_cpu / executor_busy if executor_busy > 0 else float("nan"),
         "seconds": seconds,
         "rows_out": rows_out,
         "phases": phases,
         "triggers": len(query.recentProgress),
         "operators": operator_times(handle.loop),
+        "compiled": handle.loop.compiled,
     }
 
 
@@ -250,6 +259,148 @@ def print_operator_times(operators: list[dict], executor_s: float) -> None:
     print(f"  by kind: {by_kind}; outside the operators' runs (picking, queues, slicing) {executor_s - busy:.2f} s")
 
 
+def _udfs(expr, found: list[str]) -> list[str]:
+    """The names of the UDFs an expression calls (a walk of its nodes' attributes)."""
+    from sparkqos.executor.expressions import Expr
+    from sparkqos.executor.udf import PythonUdf
+
+    if isinstance(expr, PythonUdf):
+        found.append(expr.udf)
+    for value in vars(expr).values() if hasattr(expr, "__dict__") else ():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, Expr):
+                _udfs(v, found)
+    return found
+
+
+def work_kind(physical) -> str:
+    """What an operator's kernel is, in the words of the breakdown: a pandas UDF (by its name),
+    the static join, window aggregation, a hash, or the operator's class."""
+    udfs = [u for e in getattr(physical, "exprs", ()) for u in _udfs(e, [])]
+    if hasattr(physical, "predicate"):
+        udfs += _udfs(physical.predicate, [])
+    if udfs:
+        return "pandas UDF " + "+".join(dict.fromkeys(udfs))
+    name = type(physical).__name__
+    if name == "StaticJoin":
+        return "static join"
+    if name in ("WindowAgg", "EventWindowAgg") or "window" in physical.name:
+        return "window aggregation"
+    if any(h in repr(e) for e in getattr(physical, "exprs", ()) for h in ("sha2", "md5", "crc32", "xxhash64")):
+        return "hash"
+    return name.lower()
+
+
+class _Spinner:
+    """A thread that runs Python bytecode only (it needs the GIL for every step) and counts its
+    steps: while another thread holds the GIL it cannot step."""
+
+    def __init__(self):
+        import threading
+
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name="gil-probe", daemon=True)
+
+    def _spin(self) -> None:
+        stop = self._stop
+        n = 0
+        while not stop.is_set():
+            for _ in range(1000):
+                n += 1
+            self.count = n
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def rate(self, seconds: float = 0.3) -> float:
+        """Steps per second while this thread sleeps (holds no GIL)."""
+        c0, t0 = self.count, time.perf_counter()
+        time.sleep(seconds)
+        return (self.count - c0) / (time.perf_counter() - t0)
+
+
+def gil_probe(compiled, table, rows: int, batch_rows: int = 100_000) -> dict:
+    """Where the executor's time goes by kind of work, and how much of each holds the GIL.
+
+    A fresh copy of ``compiled`` serves the first ``rows`` rows of ``table`` (fifo, one thread,
+    ``batch_rows`` rows per ingest and run), outside Spark. Each operator run is timed whole and its
+    kernel (``process``) alone; the run less the kernel is taking the rows off the queue and
+    joining the slices taken (Arrow concatenation and slicing); the executor's time outside the
+    runs is picking, queue bookkeeping, statistics and delivering outputs. A second thread spins
+    Python bytecode all along (:class:`_Spinner`): the steps it makes while a kernel runs, over the
+    steps it makes in as long while this thread sleeps, are the share of that time the GIL was free
+    (the rest, the kernel held it, and a second executor thread could not have run Python)."""
+    from sparkqos.executor.loop import Executor
+
+    fresh = compiled.fresh()
+    kinds: dict[str, list[float]] = {}  # kind -> [kernel s, kernel cpu s, spinner steps in kernels]
+    around = {"runs": 0.0, "kernels": 0.0}
+
+    def timed(kind, process, spinner):
+        def inner(batch, port=0):
+            c0, w0, t0 = spinner.count, time.perf_counter(), time.thread_time()
+            try:
+                return process(batch, port)
+            finally:
+                w, t, c = time.perf_counter() - w0, time.thread_time() - t0, spinner.count - c0
+                e = kinds.setdefault(kind, [0.0, 0.0, 0.0])
+                e[0] += w
+                e[1] += t
+                e[2] += c
+                around["kernels"] += w
+
+        return inner
+
+    def whole(run):
+        def inner(*args, **kw):
+            w0 = time.perf_counter()
+            try:
+                return run(*args, **kw)
+            finally:
+                around["runs"] += time.perf_counter() - w0
+
+        return inner
+
+    with _Spinner() as spinner:
+        for op in fresh.operators.values():
+            op.process = timed(work_kind(op), op.process, spinner)
+            op.run = whole(op.run)
+        ex = Executor(fresh, "fifo", threads=1)
+        rate0 = spinner.rate()
+        t0 = time.perf_counter()
+        for i in range(0, min(rows, table.num_rows), batch_rows):
+            ex.ingest("input", table.slice(i, min(batch_rows, rows - i)))
+            ex.run()
+        ex.finish()
+        total = time.perf_counter() - t0
+        rate0 = (rate0 + spinner.rate()) / 2
+    return {"total": total, "kinds": kinds, "rate0": rate0, **around}
+
+
+def print_gil_probe(probe: dict, rows: int) -> None:
+    total = probe["total"]
+    print(
+        f"where the executor's time goes by kind of work, and the GIL ({rows:,} rows of the trace through the plan "
+        f"outside Spark, one thread, a second thread spinning Python: its steps during a kernel over its steps while idle "
+        f"= the share of the kernel's time the GIL was free):"
+    )
+    lines = [(k, w, t, c) for k, (w, t, c) in probe["kinds"].items()]
+    lines.append(("Arrow concat/slicing (taking rows)", probe["runs"] - probe["kernels"], float("nan"), float("nan")))
+    lines.append(("queue bookkeeping, picking, delivery", total - probe["runs"], float("nan"), float("nan")))
+    for kind, w, t, c in sorted(lines, key=lambda r: -r[1]):
+        free = 100 * c / (w * probe["rate0"]) if w > 0 and c == c else float("nan")
+        gil = f"GIL free {min(free, 100.0):5.1f}%" if free == free else ""
+        cpu = f"cpu {t:6.2f} s" if t == t else " " * 12
+        print(f"  {kind:<40} {w:7.2f} s  {100 * w / total:5.1f}%  {cpu}  {gil}")
+    print(f"  (total {total:.2f} s, {rows / total:,.0f} rows/s on one thread)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows in the trace")
@@ -258,6 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--keep", help="keep the work folder here")
+    ap.add_argument(
+        "--probe-rows",
+        type=int,
+        default=100_000,
+        help="rows of the trace the GIL probe serves outside Spark after the rounds (0: no probe; sensor queries only)",
+    )
     ap.add_argument(
         "--queries",
         choices=["sensor", "spark-parts"],
@@ -310,7 +467,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in sorted(best["phases"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<24} {s:7.2f} s  {100 * s / total:5.1f}%")
     print("  (the executor works on its own thread between triggers, so parts overlap and need not add up to the wall time)")
+    print(
+        f"  the executor's threads used {best['executor_cores']:.2f} cores while it served "
+        "(executorCpuS over executorBusyS of the triggers' progress records)"
+    )
     print_operator_times(best["operators"], best["phases"].get("executor", 0.0))
+    if args.probe_rows > 0 and args.queries == "sensor":
+        trace = pq.read_table(work / "trace")
+        print_gil_probe(gil_probe(best["compiled"], trace, args.probe_rows), min(args.probe_rows, trace.num_rows))
     print(f"throughput ratio sparkqos/native: {rate['sparkqos'] / rate['native']:.2f}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

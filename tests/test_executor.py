@@ -234,6 +234,8 @@ def test_finish_reports_the_time_its_drains_took():
         ({"memory_limit_bytes": -1}, "memory_limit_bytes"),
         ({"memory_limit_bytes": True}, "memory_limit_bytes"),
         ({"cluster_threads": -1}, "cluster_threads"),
+        ({"threads": 0}, "threads"),
+        ({"threads": 1.5}, "threads"),
         ({"stats_period": 0}, "stats_period"),
         ({"starvation_limit": 0}, "starvation_limit"),
         ({"tolerance": -0.1}, "tolerance"),
@@ -396,3 +398,87 @@ def test_an_idle_cluster_thread_takes_units_of_another_threads_clusters():
     finally:
         ex.close()
         serial.close()
+
+
+# -- a row-wise run cut into slices on several threads ---------------------------------------------
+
+
+def _scored_plan(seen_threads: set[str], fail_at: int | None = None):
+    """One stream; a pandas UDF (recording the threads it ran on, raising on id ``fail_at``)
+    then a filter, and a filter alone: row-wise operators whose runs threads=3 cuts into slices."""
+    import threading
+
+    from sparkqos.executor.udf import PythonUdf
+
+    def score(ids, temp):
+        seen_threads.add(threading.current_thread().name)
+        if fail_at is not None and (ids == fail_at).any():
+            raise ValueError(f"bad reading {fail_at}")
+        return temp * 2 + ids % 7
+
+    qs = QuerySet(classes={"H": 2, "L": 1})
+    s = qs.stream("s", {"id": pa.int64(), "temp": pa.float64()})
+    scored = PythonUdf("score", score, [col("id"), col("temp")], pa.float64(), "pandas", "scored")
+    s.select("id", scored.alias("score")).where(col("score") > 50).sink("scored", klass="L")
+    s.where(col("temp") > 90).sink("hot", klass="H")
+    return qs.build()
+
+
+def _readings(rows: int, seed: int = 4) -> pa.RecordBatch:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return pa.record_batch({"id": np.arange(rows), "temp": rng.uniform(0, 100, rows).round(1)})
+
+
+@pytest.mark.parametrize("strategy", ["fifo", "chain", "cqc"])
+def test_a_row_wise_run_on_several_threads_gives_one_threads_rows_in_order(strategy):
+    """threads=3 cuts each run of a select or a projection into slices computed at once: the same
+    runs, the same rows in the same order as on one thread, and the UDF ran on the pool too."""
+    results, runs = {}, {}
+    for threads in (1, 3):
+        seen: set[str] = set()
+        compiled = _scored_plan(seen)
+        ex = Executor(compiled.fresh(), schedulers.get(strategy), clock=ticking(), threads=threads)
+        for i in range(4):
+            ex.ingest("s", _readings(30_000, seed=i))
+            ex.run(max_units=3)
+        ex.finish()
+        results[threads] = {q: ex.result(q, internal=True).drop_columns(["__emit"]).to_pylist() for q in compiled.roots}
+        runs[threads] = {n: s.runs for n, s in ex.state.stats.operators().items()}
+        ex.close()
+        assert (len(seen) > 1) == (threads > 1), seen
+    assert results[3] == results[1]
+    assert runs[3] == runs[1]
+
+
+def test_a_slice_that_raises_puts_the_whole_run_back():
+    """An error in one slice (here the last) raises once every slice has ended, and every row of
+    the run is queued again, in order."""
+    from sparkqos.errors import UdfError
+
+    compiled = _scored_plan(set(), fail_at=29_000)
+    ex = Executor(compiled.fresh(), schedulers.get("fifo"), clock=ticking(), threads=3)
+    ex.ingest("s", _readings(30_000))
+    udf_op = next(n for n in compiled.plan.names if n.startswith("scored/1"))
+    with pytest.raises(UdfError, match="bad reading 29000"):
+        ex.serve([udf_op])
+    (port,) = ex.state.ports[udf_op]
+    assert port.rows == 30_000
+    assert pa.Table.from_batches(port.take(30_000)).column("id").to_pylist() == list(range(30_000))
+    ex.close()
+
+
+def test_cluster_threads_and_slices_together_give_one_threads_rows():
+    """COS's cluster threads each cutting their runs into slices on the one pool: the same rows."""
+    compiled = _scored_plan(set())
+    results = []
+    for options in ({}, {"cluster_threads": 2, "threads": 2}):
+        ex = Executor(compiled.fresh(), schedulers.get("cos"), clock=ticking(), **options)
+        for i in range(3):
+            ex.ingest("s", _readings(20_000, seed=i))
+            ex.run(max_units=4)
+        ex.finish()
+        results.append({q: sorted(ex.result(q).to_pylist(), key=str) for q in compiled.roots})
+        ex.close()
+    assert results[0] == results[1]

@@ -139,6 +139,16 @@ def test_a_strategy_that_serves_clusters_is_a_type(tmp_path):
         Executor(sensor_queries().build().fresh(), "chain", cluster_threads=2)
 
 
+def test_a_row_wise_run_gets_one_thread_per_core_unless_told():
+    """The runner cuts a row-wise operator's run into one slice per core (``threads``); a given
+    number is kept, and an executor built directly serves on one thread."""
+    config = RunConfig(checkpoint="/tmp/c")
+    assert executor_options(config, config.make_scheduler()).threads == len(os.sched_getaffinity(0))
+    given = RunConfig(checkpoint="/tmp/c", threads=1)
+    assert executor_options(given, given.make_scheduler()).threads == 1
+    assert Executor(sensor_queries().build().fresh(), "chain").dispatcher.slices is None
+
+
 def test_a_sink_that_takes_parts_is_a_type(tmp_path):
     class Whole(Sink):
         def write(self, batch_id, outputs):

@@ -23,6 +23,7 @@ from sparkqos.executor.operators import PhysicalOperator
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.queues import workload
 from sparkqos.executor.report import RunReport
+from sparkqos.executor.slices import MIN_SLICED_S, SlicePool
 from sparkqos.executor.state import ExecutorState
 from sparkqos.model.state import Unit
 from sparkqos.schedulers.base import Scheduler
@@ -81,6 +82,8 @@ class Dispatcher:
             state.locks = {name: threading.RLock() for name in self.plan.names}
         self._next_window: float | None = None
         self.starved_picks = 0
+        #: Where a row-wise operator's run is computed slice by slice (``options.threads`` > 1).
+        self.slices = SlicePool(options.threads) if (options.threads or 1) > 1 else None
 
     @property
     def stolen_units(self) -> int:
@@ -88,9 +91,11 @@ class Dispatcher:
         return 0 if self._threads is None else self._threads.stolen_units
 
     def close(self) -> None:
-        """Stop the cluster threads."""
+        """Stop the cluster threads and the slices' threads."""
         if self._threads is not None:
             self._threads.close()
+        if self.slices is not None:
+            self.slices.close()
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self, budget_s: float | None = None, max_units: int | None = None, stop: threading.Event | None = None) -> RunReport:
@@ -100,6 +105,7 @@ class Dispatcher:
         self._open_window(start)
         report = RunReport()
         budget = Budget(start, budget_s, max_units, stop, report)
+        helpers0 = self._helper_cpu()
         try:
             if self._threads is not None:
                 self._threads.run(self, budget)
@@ -111,8 +117,13 @@ class Dispatcher:
                     report.cpu_s += time.thread_time() - cpu0
         finally:
             self._deadline = None
+            report.cpu_s += self._helper_cpu() - helpers0
         report.seconds = self.clock() - start
         return report
+
+    def _helper_cpu(self) -> float:
+        """CPU seconds the slices' threads spent so far."""
+        return 0.0 if self.slices is None else self.slices.cpu_s
 
     def _open_window(self, now: float) -> None:
         """Open the first statistics window at the first run."""
@@ -135,7 +146,7 @@ class Dispatcher:
         self._deadline = None if budget_s is None else start + budget_s
         report = RunReport()
         first = True  # the first round runs whatever the budget: every call makes progress
-        cpu0 = time.thread_time()
+        cpu0, helpers0 = time.thread_time(), self._helper_cpu()
         try:
             while True:
                 before = report.rows_consumed
@@ -152,7 +163,7 @@ class Dispatcher:
                 break
         finally:
             self._deadline = None
-            report.cpu_s = time.thread_time() - cpu0
+            report.cpu_s = time.thread_time() - cpu0 + self._helper_cpu() - helpers0
         report.idle = not any(state.runnable(n) for n in names)
         report.seconds = clock() - start
         return report
@@ -308,8 +319,12 @@ class Dispatcher:
         ports = self.state.ports[name]
         rows_before = sum(q.rows for q in ports)
         bytes_before = sum(q.nbytes for q in ports)
+        op = self.ops[name]
         t0 = self.clock()
-        consumed, out = self.ops[name].run(ports, limit, final)
+        if self.slices is not None and op.row_wise and self.state.cost(name) * min(limit, rows_before) >= MIN_SLICED_S:
+            consumed, out = op.run(ports, limit, final, pool=self.slices)
+        else:
+            consumed, out = op.run(ports, limit, final)
         t1 = self.clock()
         return (consumed, out, t0, t1, rows_before - sum(q.rows for q in ports), bytes_before - sum(q.nbytes for q in ports))
 

@@ -40,7 +40,10 @@ class ExecutorOptions:
     operators: fewer, larger kernel calls (benchmarks/executor_overhead.py compares both);
     ``False`` keeps the rule exact, as the papers state it. ``cluster_threads``: threads serving a
     strategy's clusters (COS §4.2) at once; None lets the runner give one per core to a strategy
-    that serves clusters, 0 serves them in the calling thread. ``ratio`` / ``threshold``: fig
+    that serves clusters, 0 serves them in the calling thread. ``threads``: the threads one run
+    of a row-wise operator (a select, a projection, a static join) may use at once, cut into
+    slices (:mod:`sparkqos.executor.slices`); None lets the runner give one per core, 1 runs
+    every operator on the thread that serves it. ``ratio`` / ``threshold``: fig
     4.1's workload rule for units without a quota; ``w``: the statistics' smoothing weight (eq
     3.1); ``tolerance``: how far a smoothed estimate must move before strategies see it;
     ``stats_period``: the statistics window (thesis: one second); ``starvation_limit``: how many
@@ -53,6 +56,7 @@ class ExecutorOptions:
     budget_s: float | None = None
     whole_batches: bool = True
     cluster_threads: int | None = None
+    threads: int | None = None
     ratio: float = RATIO
     threshold: int = THRESHOLD
     w: float = DEFAULT_WEIGHT
@@ -70,6 +74,7 @@ class ExecutorOptions:
             object.__setattr__(self, "budget_s", float(self.budget_s))  # frozen: normalised once, here
         check_choice("whole_batches", self.whole_batches, (True, False), error=err)
         check_number("cluster_threads", self.cluster_threads, integer=True, low=0, none_ok=True, error=err)
+        check_number("threads", self.threads, integer=True, low=1, none_ok=True, error=err)
         check_number("ratio", self.ratio, low=0, low_open=True, high=1, where="workload ", error=err)
         check_number("threshold", self.threshold, integer=True, low=0, where="workload ", error=err)
         check_number("w", self.w, low=0, high=1, error=err)

@@ -40,6 +40,7 @@ __all__ = [
     "serve_trigger",
     "stream_of",
     "top_class",
+    "usable_cores",
 ]
 
 #: Arrival column looked for when none is named.
@@ -126,9 +127,10 @@ def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | Non
 
 def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:
     """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
-    unless the executor's own is given, and with one cluster thread per core for a strategy that
-    serves clusters (COS §4.2) unless ``cluster_threads`` is given — its operators' pyarrow and
-    numpy kernels release the GIL, so clusters really run side by side."""
+    unless the executor's own is given, with one cluster thread per core for a strategy that
+    serves clusters (COS §4.2) unless ``cluster_threads`` is given, and a row-wise operator's run
+    cut into one slice per core it may use unless ``threads`` is given — pyarrow's and numpy's kernels
+    release the GIL, so clusters and slices really run side by side."""
     options = config.executor
     if options.memory_limit_bytes is None and config.intake.memory_limit_bytes is not None:
         options = dataclasses.replace(options, memory_limit_bytes=config.intake.memory_limit_bytes)  # spill, never OOM
@@ -136,7 +138,18 @@ def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions
     if options.cluster_threads is None:
         threads = cores if isinstance(scheduler, ClusterScheduler) and cores > 1 else 0
         options = dataclasses.replace(options, cluster_threads=threads)
+    if options.threads is None:
+        options = dataclasses.replace(options, threads=usable_cores())
     return options
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: ``taskset -c 0`` gives one), where the
+    system says; else the machine's. Slices on one core would only take turns."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not every system has affinities
+        return os.cpu_count() or 1
 
 
 def top_class(compiled: CompiledPlan) -> str | None:

@@ -101,9 +101,11 @@ class ShardWork:
         self.levels = priority_levels(compiled) if config.strategy.class_shares else []
         #: the queries whose rows a step hands to ``early`` once the top class is served
         self.early_queries = above_the_lowest(compiled.plan) if len(self.levels) > 1 else ()
-        # a shard is one Spark task on one core: no cluster threads unless asked for
+        # a shard is one Spark task on one core: no cluster threads, one thread per run, unless asked for
         options = config.executor
-        self.options = options if options.cluster_threads is not None else dataclasses.replace(options, cluster_threads=0)
+        if options.cluster_threads is None:
+            options = dataclasses.replace(options, cluster_threads=0)
+        self.options = options if options.threads is not None else dataclasses.replace(options, threads=1)
 
     def _executor(self, shard: int, blob: bytes | None) -> tuple[Executor, int, int]:
         """A fresh executor of the plan with the run's strategy, restored from ``blob``; with the

@@ -227,6 +227,7 @@ def stream(
     budget_s: float | None = UNSET,
     whole_batches: bool = UNSET,
     cluster_threads: int | None = UNSET,
+    threads: int | None = UNSET,
     ratio: float = UNSET,
     threshold: int = UNSET,
     w: float = UNSET,

@@ -387,6 +387,7 @@ def run(
     budget_s: float | None = UNSET,
     whole_batches: bool = UNSET,
     cluster_threads: int | None = UNSET,
+    threads: int | None = UNSET,
     ratio: float = UNSET,
     threshold: int = UNSET,
     w: float = UNSET,

@@ -20,6 +20,7 @@ from sparkqos.errors import CheckpointError, PlanError
 from sparkqos.executor.expressions import INTERNAL
 from sparkqos.executor.operators.ordering import order_ranks
 from sparkqos.executor.queues import BatchQueue
+from sparkqos.executor.slices import SlicePool
 
 
 def user_names(schema: pa.Schema) -> list[str]:
@@ -113,6 +114,10 @@ class PhysicalOperator:
     cost_s = 1e-6
     #: Output rows keep the order of input rows (so arrival order survives).
     preserves_order = False
+    #: :meth:`process` of a batch is the concatenation of :meth:`process` of its slices, and it
+    #: keeps no state: a run may be computed slice by slice at once
+    #: (:class:`~sparkqos.executor.slices.SlicePool`).
+    row_wise = False
 
     def __init__(self) -> None:
         self.name = "?"
@@ -143,8 +148,11 @@ class PhysicalOperator:
         empty ports."""
         return any(ports)
 
-    def run(self, ports: Sequence[BatchQueue], limit: int, final: bool = False) -> tuple[int, list[pa.RecordBatch]]:
-        """Consume up to ``limit`` rows from the input queues; returns (rows consumed, output)."""
+    def run(
+        self, ports: Sequence[BatchQueue], limit: int, final: bool = False, pool: SlicePool | None = None
+    ) -> tuple[int, list[pa.RecordBatch]]:
+        """Consume up to ``limit`` rows from the input queues; returns (rows consumed, output).
+        ``pool``: the run of a :attr:`row_wise` operator is computed on it, slice by slice."""
         port = ports[0]
         nbytes = port.nbytes
         taken = port.take(limit)
@@ -154,7 +162,7 @@ class PhysicalOperator:
         # kernel once per slice.
         batch = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
         try:
-            res = self.process(batch)
+            res = self.process(batch) if pool is None else pool.map(self.process, batch)
         except BaseException:
             # A user's function (a UDF) may raise: its input goes back to the front of the queue,
             # so the executor still holds every row it was given.

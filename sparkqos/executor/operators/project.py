@@ -24,6 +24,7 @@ class Project(PhysicalOperator):
 
     kind = "map"
     preserves_order = True
+    row_wise = True
 
     def __init__(self, exprs: Sequence[Expr | str]):
         super().__init__()

@@ -24,6 +24,7 @@ class Select(PhysicalOperator):
     kind = "filter"
     selectivity = 0.5
     preserves_order = True
+    row_wise = True
 
     def __init__(self, predicate: Expr):
         super().__init__()

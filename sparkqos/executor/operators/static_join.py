@@ -87,6 +87,7 @@ class StaticJoin(PhysicalOperator):
 
     kind = "join"
     preserves_order = True
+    row_wise = True
 
     def __init__(
         self,
