@@ -174,7 +174,7 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int, queries_name: st
     return {"seconds": seconds, "rows_out": rows_out}
 
 
-def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor") -> dict:
+def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor", threads: int | None = None) -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
     from sparkqos.io.sinks import read_parquet_sink
@@ -190,6 +190,7 @@ def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: 
         checkpoint=out / "_checkpoint",
         output=out,
         name="throughput",
+        **({"threads": threads} if threads else {}),
     )
     query = handle.start()
     query.awaitTermination()
@@ -421,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         default="sensor",
         help="sensor: the main job's four transforms; spark-parts: JSON + regex + filter (evaluated by Spark) then windows",
     )
+    ap.add_argument("--threads", type=int, default=0, help="sparkqos's threads= (0: its default)")
     args = ap.parse_args(argv)
     for name in ("rows", "files", "files_per_trigger", "rounds"):
         if getattr(args, name) < 1:
@@ -447,11 +449,12 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     run_native(spark, work / "warm", work / "warm-native", 1, args.queries)
-    run_sparkqos(spark, work / "warm", work / "warm-sparkqos", 1, args.queries)
+    run_sparkqos(spark, work / "warm", work / "warm-sparkqos", 1, args.queries, args.threads)
     results: dict[str, list[dict]] = {"native": [], "sparkqos": []}
     for r in range(args.rounds):
         for kind, fn in (("native", run_native), ("sparkqos", run_sparkqos)):
-            res = fn(spark, work / "trace", work / f"{kind}-{r}", args.files_per_trigger, args.queries)
+            more = (args.threads,) if kind == "sparkqos" else ()
+            res = fn(spark, work / "trace", work / f"{kind}-{r}", args.files_per_trigger, args.queries, *more)
             results[kind].append(res)
             line = f"  round {r + 1} {kind:<9} {res['seconds']:7.2f} s  {rows / res['seconds']:>10,.0f} rows/s"
             print(f"{line}  out {res['rows_out']}", flush=True)
