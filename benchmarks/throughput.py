@@ -174,7 +174,9 @@ def run_native(spark, trace: Path, out: Path, per_trigger: int, queries_name: st
     return {"seconds": seconds, "rows_out": rows_out}
 
 
-def run_sparkqos(spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor", threads: int | None = None) -> dict:
+def run_sparkqos(
+    spark, trace: Path, out: Path, per_trigger: int, queries_name: str = "sensor", threads: int | None = None
+) -> dict:
     """The four transforms as one sparkqos stream; seconds until the drained outputs are written."""
     import sparkqos
     from sparkqos.io.sinks import read_parquet_sink
