@@ -196,17 +196,36 @@ def connect_jobs(connect_trace, tmp_path_factory) -> dict[str, tuple[Path, dict]
     return {"restart": (restart, summary["restart"]), "transforms": (transforms, summary["transforms"])}
 
 
+#: Whether the run's selection holds slow tests that need Spark (set once collected).
+SLOW_SELECTED = pytest.StashKey[bool]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[SLOW_SELECTED] = any(
+        item.get_closest_marker("slow") and item.get_closest_marker("spark") for item in session.items
+    )
+
+
 def makes_shared_classes(config: pytest.Config) -> bool:
     """Whether this process's session makes the class-data sharing archive: when there is none
-    yet and the run takes the slow set, whose processes start JVMs of their own after the
-    sessions (dumping costs about what the archive saves one JVM). One process makes it: the
-    first xdist worker, or pytest without xdist."""
+    yet and the run takes slow Spark tests, whose processes start JVMs of their own after the
+    sessions (dumping costs about what the archive saves one JVM). One process makes it: the first xdist
+    worker, or pytest without xdist."""
     return (
         SHARED_CLASSES is not None
         and not SHARED_CLASSES.exists()
-        and "not slow" not in config.option.markexpr
+        and config.stash.get(SLOW_SELECTED, False)
         and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_classes_first(request):
+    """On the process that makes the archive, its session starts (and the archive is made) before
+    the first test, whatever that test needs: the Spark Connect tests, which that worker takes
+    first, then start their JVMs with it."""
+    if makes_shared_classes(request.config):
+        request.getfixturevalue("spark")
 
 
 @pytest.fixture(scope="session")
