@@ -51,6 +51,16 @@ def spark_jars() -> Path | None:
     return jars if jars.is_dir() else None
 
 
+def sharing_options(archive: Path) -> str:
+    """The JVM options that map ``archive`` on top of the JDK's own archive of its classes, which
+    a JVM keeps mapping when ``archive`` is missing (``-XX:SharedArchiveFile`` naming the missing
+    file alone turns sharing off altogether)."""
+    exe = java()
+    base = exe.parent.parent / "lib" / "server" / "classes.jsa" if exe else None
+    files = f"{base}:{archive}" if base is not None and base.exists() else str(archive)
+    return f"-XX:SharedArchiveFile={files} {QUIET}"
+
+
 def archive_path(jvm_options: str) -> Path | None:
     """Where this virtualenv's archive for JVMs started with ``jvm_options`` is (None: no
     sharing here, no virtualenv or no JDK or no Spark found)."""
@@ -69,7 +79,7 @@ def usable(archive: Path, jvm_options: str) -> bool:
     exe = java()
     if exe is None:
         return False
-    options = [*jvm_options.split(), f"-XX:SharedArchiveFile={archive}", *QUIET.split()]
+    options = [*jvm_options.split(), *sharing_options(archive).split()]
     try:
         with tempfile.TemporaryDirectory() as crash_dir:  # where a crashing JVM writes its hs_err file
             done = subprocess.run([str(exe), *options, "-version"], cwd=crash_dir, capture_output=True, timeout=120)

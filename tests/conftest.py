@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # user's own SPARK_SUBMIT_OPTS wins.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
 _archive = class_sharing.archive_path(JVM_OPTIONS)
-_ours = JVM_OPTIONS if _archive is None else f"{JVM_OPTIONS} -XX:SharedArchiveFile={_archive} {class_sharing.QUIET}"
+_ours = JVM_OPTIONS if _archive is None else f"{JVM_OPTIONS} {class_sharing.sharing_options(_archive)}"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", _ours)
 #: The class-data sharing archive the tests' JVMs map (None: none, or the user's SPARK_SUBMIT_OPTS).
 SHARED_CLASSES = _archive if os.environ["SPARK_SUBMIT_OPTS"] == _ours else None
