@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from tests import class_sharing
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Every JVM the tests start (the shared session, the Spark Connect server, the subprocess jobs and
@@ -29,8 +31,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # collects with the serial collector: a test's JVM lives for seconds to minutes, where the
 # optimising tier and the parallel collector's threads cost more CPU than they return. It halves
 # the JVM's CPU time (59 s -> 29 s over test_transforms_keyed + test_transforms_stateful) and
-# changes nothing of what Spark computes. A user's own SPARK_SUBMIT_OPTS wins.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# changes nothing of what Spark computes. The bytecode verifier is off for classes outside the JDK
+# (Spark's jars and the classes its code generator compiles, all made by compilers; verifying
+# guards against malformed bytecode and computes nothing): a session's start and a short stream
+# cost the JVM 12.1 CPU-seconds against 16.2, tests/test_transforms.py 68.8 against 72.2. Each JVM
+# maps the virtualenv's class-data sharing archive when there is one (tests/class_sharing.py). A
+# user's own SPARK_SUBMIT_OPTS wins.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
+_archive = class_sharing.archive_path(JVM_OPTIONS)
+_ours = JVM_OPTIONS if _archive is None else f"{JVM_OPTIONS} {class_sharing.sharing_options(_archive)}"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", _ours)
+#: The class-data sharing archive the tests' JVMs map (None: none, or the user's SPARK_SUBMIT_OPTS).
+SHARED_CLASSES = _archive if os.environ["SPARK_SUBMIT_OPTS"] == _ours else None
 
 #: The Python of Spark's Python processes in the tests (UDF workers, Python sources' runners, the
 #: Connect server's): this one, through the launcher spark-submit.sh uses, which imports pyspark from
@@ -117,6 +129,8 @@ WITH_SLOW = "SPARKQOS_SLOW"
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get(WITH_SLOW) == "1" and config.option.markexpr == "not slow":
         config.option.markexpr = ""
+    if SHARED_CLASSES is not None and not hasattr(config, "workerinput"):  # once per run, before any JVM
+        class_sharing.check(SHARED_CLASSES, JVM_OPTIONS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -182,21 +196,64 @@ def connect_jobs(connect_trace, tmp_path_factory) -> dict[str, tuple[Path, dict]
     return {"restart": (restart, summary["restart"]), "transforms": (transforms, summary["transforms"])}
 
 
+#: Whether the run's selection holds slow tests that need Spark (set once collected).
+SLOW_SELECTED = pytest.StashKey[bool]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[SLOW_SELECTED] = any(
+        item.get_closest_marker("slow") and item.get_closest_marker("spark") for item in session.items
+    )
+
+
+def makes_shared_classes(config: pytest.Config) -> bool:
+    """Whether this process's session makes the class-data sharing archive: when there is none
+    yet and the run takes slow Spark tests, whose processes start JVMs of their own after the
+    sessions (dumping costs about what the archive saves one JVM). One process makes it: the first xdist
+    worker, or pytest without xdist."""
+    return (
+        SHARED_CLASSES is not None
+        and not SHARED_CLASSES.exists()
+        and config.stash.get(SLOW_SELECTED, False)
+        and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_classes_first(request):
+    """On the process that makes the archive, its session starts (and the archive is made) before
+    the first test, whatever that test needs: the Spark Connect tests, which that worker takes
+    first, then start their JVMs with it."""
+    if makes_shared_classes(request.config):
+        request.getfixturevalue("spark")
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(request):
     os.environ.setdefault("PYSPARK_PYTHON", SPARK_PYTHON)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
-    s = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparkqos-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
-    )
+    dump = makes_shared_classes(request.config)
+    options = os.environ["SPARK_SUBMIT_OPTS"]
+    if dump:  # this JVM only; the processes started later keep the archive's options
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{JVM_OPTIONS} -XX:+RecordDynamicDumpInfo"
+    try:
+        s = (
+            SparkSession.builder.master("local[2]")
+            .appName("sparkqos-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .getOrCreate()
+        )
+    finally:
+        os.environ["SPARK_SUBMIT_OPTS"] = options
+    if dump:  # a shuffle and an Arrow collect load the classes most sessions load next
+        s.range(8).groupBy((F.col("id") % 2).alias("k")).count().toArrow()
+        class_sharing.dump(s._jvm.java.lang.ProcessHandle.current().pid(), SHARED_CLASSES, JVM_OPTIONS)
     yield s
     s.stop()
 

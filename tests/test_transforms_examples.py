@@ -13,7 +13,7 @@ from sparkqos.errors import ArgumentError, PlanError
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms
 from sparkqos.workloads.sensors import SENSOR_CLASSES, ReadingModel, sensor_trace
-from tests.conftest import closed_by, replay, spark_streams, stream_to_end
+from tests.conftest import closed_by, replay, run_under_each, spark_streams, stream_to_end
 from tests.test_transforms import canonical
 from tests.test_transforms_stateful import assert_same
 
@@ -25,19 +25,21 @@ def readings(spark, tmp_path_factory):
     return spark.read.parquet(str(path))
 
 
-@pytest.mark.parametrize("strategy", ["fifo", "chain", "cqc"])
-def test_synthetic_keeps_the_rows_spark_keeps(readings, strategy):
+def test_synthetic_keeps_the_rows_spark_keeps(readings):
+    """Under fifo, chain and cqc, against Spark's rows asked once."""
     queries = {
         "half": lambda d: sparkqos.synthetic(d, 0.5, seed=11, key="sensor_id"),
         "tenth": lambda d: sparkqos.synthetic(d.where(F.col("temperature") > 20), 0.1, seed=3, key="sensor_id"),
         "all": lambda d: sparkqos.synthetic(d, 1.0, cost_s=1e-6, seed=12, key="sensor_id").select("sensor_id", "ts"),
     }
-    got = sparkqos.run(readings, queries, strategy=strategy, batch_rows=500)
+    runs = run_under_each(readings, queries, ("fifo", "chain", "cqc"), batch_rows=500)
     for name, transform in queries.items():
         want = transform(readings).toArrow()
-        assert got[name].schema == want.schema, name
-        assert canonical(got[name]) == canonical(want), name
-    assert 0 < got["half"].num_rows < readings.count()
+        for strategy, got in runs.items():
+            assert got[name].schema == want.schema, f"{name} under {strategy}"
+            assert canonical(got[name]) == canonical(want), f"{name} under {strategy}"
+    total = readings.count()
+    assert all(0 < got["half"].num_rows < total for got in runs.values())
 
 
 def test_synthetic_is_one_operator_with_the_declared_cost(readings):
