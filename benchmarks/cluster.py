@@ -160,16 +160,9 @@ class _quiet:
 
 # -- the driver (a process of its own: one SparkContext per process) --------------------------------
 def write_trace(folder: Path, rows: int, files: int) -> None:
-    import pyarrow.parquet as pq
+    from sparkqos.workloads.sensors import sensor_trace_files
 
-    from sparkqos.workloads.sensors import sensor_trace
-
-    folder.mkdir(parents=True)
-    table = sensor_trace(folder.parent / "whole.parquet", rows, seconds=rows / 2_000, seed=11, fire_probability=0.05)
-    step = -(-rows // files)
-    for i in range(files):
-        pq.write_table(table.slice(i * step, step), folder / f"part-{i:05d}.parquet")
-    (folder.parent / "whole.parquet").unlink()
+    sensor_trace_files(folder, rows, files, rows_per_s=2_000, seed=11)
 
 
 def transforms():

@@ -51,15 +51,9 @@ QUERIES = ("fire", "anomaly", "readings")
 
 
 def write_trace(folder: Path, rows: int, files: int) -> int:
-    from sparkqos.workloads.sensors import sensor_trace
+    from sparkqos.workloads.sensors import sensor_trace_files
 
-    folder.mkdir(parents=True)
-    table = sensor_trace(folder.parent / "whole.parquet", rows, seconds=rows / 20_000, seed=5, fire_probability=0.05)
-    step = -(-rows // files)
-    for i in range(files):
-        pq.write_table(table.slice(i * step, step), folder / f"part-{i:05d}.parquet")
-    (folder.parent / "whole.parquet").unlink()
-    return table.num_rows
+    return sensor_trace_files(folder, rows, files, rows_per_s=20_000, seed=5)
 
 
 def queries(cost_s: float):

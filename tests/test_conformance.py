@@ -631,26 +631,23 @@ def test_a_crash_and_restart_in_the_middle_changes_no_row(spark, files, answers,
         from sparkqos.io.sinks import MemorySink
 
         sink = MemorySink()
-        first = sparkqos.stream(
-            _stream(spark, files),
-            queries,
-            strategy="cqc",
-            trigger=sparkqos.Trigger(availableNow=True),
-            checkpoint=tmp_path / "ckpt",
-            sink=sink,
-            fault="after_sink:2",
-        )
+
+        def attempt(**fault):
+            return sparkqos.stream(
+                _stream(spark, files),
+                queries,
+                strategy="cqc",
+                trigger=sparkqos.Trigger(availableNow=True),
+                checkpoint=tmp_path / "ckpt",
+                sink=sink,
+                **fault,
+            )
+
+        first = attempt(fault="after_sink:2")
         with pytest.raises(Exception, match="after_sink of batch 2"):
             first.start().awaitTermination(300)
         first.stop()
-        second = sparkqos.stream(
-            _stream(spark, files),
-            queries,
-            strategy="cqc",
-            trigger=sparkqos.Trigger(availableNow=True),
-            checkpoint=tmp_path / "ckpt",
-            sink=sink,
-        )
+        second = attempt()
         assert second.restore() == 1
         query = second.start()
         assert query.awaitTermination(300)

@@ -17,6 +17,8 @@ docs/ARCHITECTURE.md "Operators in the executor"), so the same plan can run near
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -148,3 +150,18 @@ def sensor_trace(
     )
     pq.write_table(table, path)
     return table
+
+
+def sensor_trace_files(folder, rows: int, files: int, rows_per_s: float, seed: int, fire_probability: float = 0.05) -> int:
+    """A :func:`sensor_trace` of ``rows`` readings at ``rows_per_s`` of event time, written as
+    ``files`` Parquet files of consecutive rows in the new folder ``folder`` (a file source reading
+    one per micro-batch replays it in order); the rows written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True)
+    whole = folder.parent / f"{folder.name}-whole.parquet"
+    table = sensor_trace(whole, rows, seconds=rows / rows_per_s, seed=seed, fire_probability=fire_probability)
+    whole.unlink()
+    step = -(-rows // files)
+    for i in range(files):
+        pq.write_table(table.slice(i * step, step), folder / f"part-{i:05d}.parquet")
+    return table.num_rows
