@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,27 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     table = C.print_table("t", C.SUMMARY_HEADER, C.summary_rows([("two", "chain", st)], rows))
     assert "chain" in table and "executor cores" in table
     assert C.jvm_pid(spark) not in (None, os.getpid())
+
+
+def test_cpu_since_leaves_out_a_child_that_exited_instead_of_going_negative():
+    """A child that burned CPU and exited between the two readings: the tree's sum falls, the
+    difference by process does not."""
+    import subprocess
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nsys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+    )
+    time.sleep(1.0)
+    before = C.process_tree_cpu()
+    assert before[child.pid] >= 0.2
+    child.communicate(b"")
+    assert C.process_tree_cpu_s() < sum(before.values())
+    assert C.tree_cpu_since(before) >= 0
 
 
 def test_process_tree_cpu_counts_this_process_and_draining_triggers_count_for_delay_only():

@@ -123,13 +123,20 @@ def session(app: str, warm_up: bool = True):
 def process_tree_cpu_s(*roots: int) -> float:
     """CPU seconds (user + system) used so far by processes ``roots`` (default: this one) and every
     live descendant of theirs, each counted once. Read from /proc; NaN where there is none. (A
-    descendant that already exited is not counted: take differences over a span in which the
-    processes live, as a run's.) Pass :func:`jvm_pid` too to count Spark's JVM: under
+    descendant that already exited is not counted: take differences with :func:`tree_cpu_since`,
+    which counts each process's own.) Pass :func:`jvm_pid` too to count Spark's JVM: under
     ``spark-submit`` the JVM is this process's parent, not its child."""
+    per_pid = process_tree_cpu(*roots)
+    return math.nan if per_pid is None else sum(per_pid.values())
+
+
+def process_tree_cpu(*roots: int) -> dict[int, float] | None:
+    """CPU seconds so far of ``roots`` and each live descendant, by process id (None where no
+    root lives)."""
     roots = roots or (os.getpid(),)
     proc = Path("/proc")
     if not any((proc / str(r) / "stat").exists() for r in roots):
-        return math.nan
+        return None
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
     for d in proc.iterdir():
@@ -142,15 +149,26 @@ def process_tree_cpu_s(*roots: int) -> float:
         # After the command: state, ppid, ... utime and stime are the 12th and 13th fields.
         children.setdefault(int(fields[1]), []).append(int(d.name))
         times[int(d.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total, todo, seen = 0.0, list(roots), set()
+    out: dict[int, float] = {}
+    todo = list(roots)
     while todo:
         pid = todo.pop()
-        if pid in seen:
+        if pid in out:
             continue
-        seen.add(pid)
-        total += times.get(pid, 0.0)
+        out[pid] = times.get(pid, 0.0)
         todo.extend(children.get(pid, ()))
-    return total
+    return out
+
+
+def tree_cpu_since(before: dict[int, float] | None, *roots: int) -> float:
+    """CPU seconds the tree of ``roots`` used since ``before`` (:func:`process_tree_cpu`): each
+    live process's own since then (all of it for one started meanwhile). A process that exited
+    meanwhile is left out, so this is never negative but may fall short (Spark's Python workers
+    come and go)."""
+    after = process_tree_cpu(*roots)
+    if before is None or after is None:
+        return math.nan
+    return sum(max(t - before.get(pid, 0.0), 0.0) for pid, t in after.items())
 
 
 def jvm_pid(spark) -> int | None:
@@ -357,12 +375,12 @@ def run_sparkqos(
     try:
         while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
             if cpu0 is None and time.time() >= stats.replay_start:  # cores while the input arrives
-                cpu0, wall0 = process_tree_cpu_s(*job), time.perf_counter()
+                cpu0, wall0 = process_tree_cpu(*job), time.perf_counter()
                 stats.executor_cpu_s = 0.0
             query.awaitTermination(0.25)
         if cpu0 is not None:
             wall = max(time.perf_counter() - wall0, 1e-9)
-            stats.cores = (process_tree_cpu_s(*job) - cpu0) / wall
+            stats.cores = tree_cpu_since(cpu0, *job) / wall
             stats.executor_cores = stats.executor_cpu_s / wall
         stats.read_all = stats.rows_in >= input_rows
         stats.left_queued = stats.last_queued
