@@ -326,6 +326,38 @@ def stream_to_end(df, queries: Mapping[str, Any], checkpoint: Path, timeout_s: f
     return sink
 
 
+def stream_through_a_crash(monkeypatch, make: Callable[..., Any], fault: str, timeout_s: float = 300.0) -> tuple[Any, int]:
+    """An available-now stream over a finite input that dies once and resumes: ``make(**options)``
+    builds it (on one checkpoint and sink each time). The first attempt, with ``fault=fault``,
+    dies at that point (``TriggerLoop._kill`` raises, where a real fault SIGKILLs the process);
+    the second resumes from the checkpoint to the end of the input, then ``finish()``. Returns
+    the second handle and the batch its checkpoint restored."""
+    from pyspark.errors import StreamingQueryException
+
+    from sparkqos.runtime.trigger import TriggerLoop
+
+    class Crash(RuntimeError):
+        pass
+
+    def crash(self, where, batch_id):
+        raise Crash(f"{where} of batch {batch_id}")
+
+    point, batch = fault.split(":")
+    with monkeypatch.context() as m:
+        m.setattr(TriggerLoop, "_kill", crash)
+        first = make(fault=fault)
+        with pytest.raises(StreamingQueryException, match=f"{point} of batch {batch}"):
+            first.start().awaitTermination(timeout_s)
+        first.stop()
+    second = make()
+    restored = second.restore()
+    if not second.start().awaitTermination(timeout_s):
+        second.stop()
+        raise AssertionError(f"the resumed stream did not end within {timeout_s:g} s")
+    second.finish()
+    return second, restored
+
+
 @dataclass(frozen=True)
 class Streamed:
     """One transform run by Spark's own streaming engine to the end of its input: every row its

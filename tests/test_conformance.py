@@ -28,9 +28,10 @@ from pyspark.sql import functions as F
 import sparkqos
 from sparkqos.compile.supported import supported_markdown
 from sparkqos.errors import UnsupportedTransform
-from sparkqos.runtime.trigger import TriggerLoop
+from sparkqos.io.sinks import MemorySink
 from sparkqos.testing import assert_same_rows
-from tests.conftest import stream_to_end
+from tests.conftest import stream_through_a_crash, stream_to_end
+from tests.test_transforms_native import last_per_key
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -564,17 +565,10 @@ def _plain(table: pa.Table) -> pa.Table:
     return table.cast(schema)
 
 
-def _last_per_key(table: pa.Table, key: str) -> pa.Table:
-    """A running aggregate's changelog → its last row per key."""
-    keys = table.column(key).to_pylist()
-    last = {k: i for i, k in enumerate(keys)}
-    return table.take(sorted(last.values()))
-
-
 def _check(name: str, got: pa.Table, want: pa.Table) -> None:
     kind = CASES[name][1]
     if kind == "update":
-        got = _last_per_key(got, "g")
+        got = last_per_key(got, ["g"])
     if kind == "presence":
         assert got.num_rows == want.num_rows, f"{name}: {got.num_rows} rows, want {want.num_rows}"
         assert_same_rows(got.select(["k"]), want.select(["k"]), name)
@@ -617,41 +611,24 @@ def test_every_construct_streams_as_spark_computes_it(spark, files, answers, tmp
 def test_a_crash_and_restart_in_the_middle_changes_no_row(spark, files, answers, tmp_path, monkeypatch):
     """The trigger of batch 2 dies after its sink write, before its checkpoint; a new stream on
     the same checkpoint replays it. Every query's rows are Spark's, each once."""
-
-    class Crash(RuntimeError):
-        pass
-
-    def crash(self, where, batch_id):
-        raise Crash(f"{where} of batch {batch_id}")
-
-    monkeypatch.setattr(TriggerLoop, "_kill", crash)
     queries = {n: t for n, (t, _) in CASES.items()}
+    sink = MemorySink()
+
+    def attempt(**fault):
+        return sparkqos.stream(
+            _stream(spark, files),
+            queries,
+            strategy="cqc",
+            trigger=sparkqos.Trigger(availableNow=True),
+            checkpoint=tmp_path / "ckpt",
+            sink=sink,
+            **fault,
+        )
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from sparkqos.io.sinks import MemorySink
-
-        sink = MemorySink()
-
-        def attempt(**fault):
-            return sparkqos.stream(
-                _stream(spark, files),
-                queries,
-                strategy="cqc",
-                trigger=sparkqos.Trigger(availableNow=True),
-                checkpoint=tmp_path / "ckpt",
-                sink=sink,
-                **fault,
-            )
-
-        first = attempt(fault="after_sink:2")
-        with pytest.raises(Exception, match="after_sink of batch 2"):
-            first.start().awaitTermination(300)
-        first.stop()
-        second = attempt()
-        assert second.restore() == 1
-        query = second.start()
-        assert query.awaitTermination(300)
-        second.finish()
+        _, restored = stream_through_a_crash(monkeypatch, attempt, "after_sink:2")
+    assert restored == 1
     for name in CASES:
         _check(name, sink.table(name), answers[name])
 

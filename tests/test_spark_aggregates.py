@@ -22,15 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType
 
 import sparkqos
 from sparkqos.errors import UnsupportedTransform
 from sparkqos.io.sinks import MemorySink
-from sparkqos.runtime.trigger import TriggerLoop
-from tests.conftest import stream_to_end
+from tests.conftest import stream_through_a_crash, stream_to_end
 from tests.test_transforms_native import last_per_key, spark_update_mode
 
 BASE_US = 1_700_000_000_000_000
@@ -179,43 +177,25 @@ def test_streamed_aggregates_equal_sparks_on_the_same_rows(spark_sql, folder, tm
         equal(spark_sql, got, want)
 
 
-class Crash(RuntimeError):
-    pass
-
-
 @pytest.mark.slow
 def test_a_crash_in_the_middle_keeps_the_buffered_rows(spark_sql, folder, tmp_path, monkeypatch):
     """Batch 2's outputs reach the sink, its checkpoint does not; the restart replays it from
     batch 1's checkpoint, whose windows still hold their buffered rows, and the end result is
     Spark's."""
-
-    def crash(self, point, batch_id):
-        raise Crash(f"{point} of batch {batch_id}")
-
-    monkeypatch.setattr(TriggerLoop, "_kill", crash)  # a SIGKILL would end the test run
     sink = MemorySink()
-    handle = sparkqos.stream(
-        file_stream(spark_sql, folder),
-        QUERIES,
-        trigger=sparkqos.Trigger(availableNow=True),
-        checkpoint=tmp_path / "ckpt",
-        sink=sink,
-        strategy="chain",
-        fault="after_sink:2",
-    )
-    with pytest.raises(StreamingQueryException, match="after_sink of batch 2"):
-        handle.start().awaitTermination(240)
-    monkeypatch.undo()
-    handle = sparkqos.stream(
-        file_stream(spark_sql, folder),
-        QUERIES,
-        trigger=sparkqos.Trigger(availableNow=True),
-        checkpoint=tmp_path / "ckpt",
-        sink=sink,
-        strategy="chain",
-    )
-    assert handle.start().awaitTermination(240)
-    handle.finish()
+
+    def attempt(**fault):
+        return sparkqos.stream(
+            file_stream(spark_sql, folder),
+            QUERIES,
+            trigger=sparkqos.Trigger(availableNow=True),
+            checkpoint=tmp_path / "ckpt",
+            sink=sink,
+            strategy="chain",
+            **fault,
+        )
+
+    stream_through_a_crash(monkeypatch, attempt, "after_sink:2", timeout_s=240)
     for name, want in sparks_stream(spark_sql, folder, tmp_path).items():
         got = sink.table(name)
         if name == "running":
