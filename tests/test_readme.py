@@ -93,6 +93,7 @@ def test_every_block_says_its_language_and_every_python_snippet_has_a_runner():
         "nesting",
         "explain",
         "slo",
+        "session-settings",
     }
     for page, marker, lang, _ in found:
         if marker.startswith("not run"):
@@ -186,6 +187,27 @@ def test_builder_snippet(spark, tmp_path, capsys):
     batch, queued, strategy = capsys.readouterr().out.split()
     # the adaptive controller may be running any registered member (rr included) or none yet
     assert int(batch) >= 0 and float(queued) >= 0 and (strategy == "-" or strategy in available())
+
+
+def test_session_settings_snippet_builds_the_session_with_the_raw_local_file_system(spark):
+    from sparkqos.spark.settings import LOCAL_CHECKPOINT
+
+    ns: dict = {}
+    exec(snippets()["session-settings"], ns)
+    assert ns["spark"].sparkContext is spark.sparkContext  # getOrCreate: the running session
+    options = ns["configure"](BuilderStub())._options
+    assert options == LOCAL_CHECKPOINT and options["spark.hadoop.fs.AbstractFileSystem.file.impl"].endswith("RawLocalFs")
+
+
+class BuilderStub:
+    """Records what ``configure`` sets on a builder."""
+
+    def __init__(self):
+        self._options: dict[str, str] = {}
+
+    def config(self, key: str, value: str):
+        self._options[key] = value
+        return self
 
 
 def test_databricks_snippets(spark, tmp_path):

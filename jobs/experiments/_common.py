@@ -113,7 +113,9 @@ def session(app: str, warm_up: bool = True):
     before any measured row arrives (otherwise the first batch pays their start-up)."""
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    from sparkqos.spark.settings import configure
+
+    spark = configure(SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if warm_up:
         spark.range(0, 64, numPartitions=2).mapInArrow(lambda it: it, "id bigint").toArrow()
