@@ -61,6 +61,11 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
         "worker_nice": Key(
             int, 0, "the continuous worker's thread runs this much below the job's priority; 0 = the same", low=0, high=19
         ),
+        "fsync": Key(
+            bool,
+            False,
+            "fsync the job's checkpoints and outputs so they survive a machine's crash (Spark's own logs beside them are not)",
+        ),
         "output": Key(str, f"output/{name}", "outputs, metrics and report"),
         "sink": Key(
             str,
@@ -218,6 +223,7 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "worker_nice": job["worker_nice"],
         "warm_up_s": job["warm_up_s"],
         "checkpoint": checkpoint,
+        "fsync": job["fsync"],
         "output": output,
         "sink": _delta_sink(output) if job["sink"] == "delta" else None,
         "name": job["name"],

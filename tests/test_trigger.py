@@ -188,6 +188,22 @@ def test_fault_given_as_option_fires_at_its_point_and_the_restart_is_exactly_onc
     assert rows(read_parquet_sink(tmp_path / "out" / "outputs")) == uninterrupted
 
 
+@pytest.mark.parametrize("fsync", [False, True])
+def test_fsync_is_what_the_recovery_says_for_checkpoints_segments_sink_and_dead_letters(tmp_path, monkeypatch, fsync):
+    """Off by default (every file still renamed into place); on, each of the run's files is fsynced."""
+    import os
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    loop = make_loop(tmp_path, **({"fsync": True} if fsync else {}))
+    assert loop.store.fsync is loop.sink.fsync is loop.dead_letter.fsync is fsync
+    loop.process(BATCHES[0], 0)
+    loop.process(BATCHES[1], 1)
+    assert bool(synced) is fsync
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "sparkqos").glob("*.ckpt"))  # written either way
+
+
 def test_bad_rows_go_to_dead_letters(tmp_path):
     loop = make_loop(tmp_path, checks=RowChecks(required=("sensor_id",), ranges={"humidity": (0, 100)}))
     table = BATCHES[0]
@@ -229,6 +245,7 @@ def test_the_environment_does_not_inject_faults(tmp_path, monkeypatch):
         ({"budget_s": float("nan")}, RunnerError, "budget_s", r"budget_s must be a finite number > 0 or None, got nan"),
         ({"budget_s": -1}, RunnerError, "budget_s", r"budget_s must be"),
         ({"keep_checkpoints": 0}, RunnerError, "keep_checkpoints", r"keep_checkpoints must be an integer >= 1, got 0"),
+        ({"fsync": "yes"}, RunnerError, "fsync", r"fsync must be true or false, got 'yes'"),
         ({"strategy": "chian"}, UnknownStrategy, "strategy", r"unknown strategy 'chian'; registered strategies are: .*chain"),
         (
             {"strategy": "chain", "qos": "low_latency"},

@@ -76,15 +76,15 @@ def assemble(queries: QuerySet | CompiledPlan, config: RunConfig) -> Parts:
     if options.spill_dir is None:  # beside the checkpoint: its segments link spilled files (same file system)
         options = dataclasses.replace(options, spill_dir=str(recovery.checkpoint / "sparkqos" / "spill"))
     executor = Executor(compiled.fresh(), scheduler, clock=time.time, options=options)
-    dead_letter = outputs.make_dead_letter()
+    dead_letter = outputs.make_dead_letter(recovery.fsync)
     checks = config.input.checks if config.input.checks is not None else RowChecks()
     return Parts(
         compiled=compiled,
         scheduler=scheduler,
         executor=executor,
         ingest=Ingest(executor, compiled, stream, arrival_col, checks, keep_dead=dead_letter is not None),
-        store=CheckpointStore(recovery.checkpoint / "sparkqos", keep=recovery.keep_checkpoints),
-        sink=outputs.make_sink(),
+        store=CheckpointStore(recovery.checkpoint / "sparkqos", keep=recovery.keep_checkpoints, fsync=recovery.fsync),
+        sink=outputs.make_sink(recovery.fsync),
         dead_letter=dead_letter,
         progress=ProgressReporter(config.name, compiled.plan, outputs.output, config.on_progress),
     )

@@ -1,7 +1,7 @@
 """Checkpoint store for leftover queues and scheduler/controller state (docs/ARCHITECTURE.md, "One trigger on Spark").
 
-One file per micro-batch, written to a temporary name, fsynced and renamed into place, so a
-reader sees either the whole checkpoint or the previous one; a torn or damaged file raises
+One file per micro-batch, written to a temporary name (fsynced with ``fsync=True``) and renamed
+into place, so a reader sees either the whole checkpoint or the previous one; a torn or damaged file raises
 ``CheckpointCorrupt`` instead of silently restoring empty queues.
 
 File layout (``<batch id, 20 digits>.ckpt``)::

@@ -369,10 +369,20 @@ class StrategyConfig:
 class Recovery:
     """What brings a run back after a crash (bytewax's ``RecoveryConfig``): ``checkpoint`` holds
     our state (``<checkpoint>/sparkqos``, the newest ``keep_checkpoints``) and Spark's
-    (``<checkpoint>/spark``)."""
+    (``<checkpoint>/spark``).
+
+    ``fsync``: the run's own files — checkpoints, the segments they refer to, the default sink's
+    Parquet files and dead letters — are fsynced before they are renamed into place, so they
+    survive a machine's crash (power loss), not only the process's. Off by default: every file
+    is still written atomically (a temporary file renamed over the target), which is what a
+    crashed or killed process needs, and Spark writes its own offset and commit logs beside
+    them in ``<checkpoint>/spark`` through Hadoop's local file system, which does not fsync, so
+    after a machine's crash the pair is no more durable with it; on the 2-core VM's disk each
+    fsync cost about 5 ms, 35–40 ms of each trigger of the main job."""
 
     checkpoint: str | Path
     keep_checkpoints: int = 3
+    fsync: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.checkpoint, (str, Path)) or not str(self.checkpoint):
@@ -384,6 +394,10 @@ class Recovery:
             )
         _set(self, "checkpoint", Path(self.checkpoint))
         check_number("keep_checkpoints", self.keep_checkpoints, low=1, integer=True, error=RunnerError)
+        if not isinstance(self.fsync, bool):
+            raise RunnerError(
+                f"fsync must be true or false, got {self.fsync!r}", parameter="fsync", value=self.fsync, expected="a bool"
+            )
 
 
 @dataclass(frozen=True)
@@ -404,19 +418,20 @@ class Outputs:
                 f"sink must be a Sink, got {self.sink!r}", parameter="sink", value=self.sink, expected="a sparkqos Sink"
             )
 
-    def make_sink(self) -> Sink:
-        """``sink``, else Parquet files in ``<output>/outputs``, else memory."""
+    def make_sink(self, fsync: bool = False) -> Sink:
+        """``sink``, else Parquet files in ``<output>/outputs`` (fsynced with ``fsync``, see
+        :class:`Recovery`), else memory."""
         if self.sink is not None:
             return self.sink
-        return ParquetSink(self.output / "outputs") if self.output is not None else MemorySink()
+        return ParquetSink(self.output / "outputs", fsync=fsync) if self.output is not None else MemorySink()
 
-    def make_dead_letter(self) -> DeadLetterSink | None:
+    def make_dead_letter(self, fsync: bool = False) -> DeadLetterSink | None:
         """``dead_letter`` (a sink or its folder), else ``<output>/deadletter``, else None (bad rows raise)."""
         dead_letter = self.dead_letter
         if dead_letter is None and self.output is not None:
             dead_letter = self.output / "deadletter"
         if dead_letter is not None and not isinstance(dead_letter, DeadLetterSink):
-            dead_letter = DeadLetterSink(dead_letter)
+            dead_letter = DeadLetterSink(dead_letter, fsync=fsync)
         return dead_letter
 
 
@@ -446,12 +461,12 @@ class Storage:
         return Outputs(self.output, self.sink, self.dead_letter)
 
     def make_sink(self) -> Sink:
-        """:meth:`Outputs.make_sink`."""
-        return self.outputs.make_sink()
+        """:meth:`Outputs.make_sink`, fsynced as the recovery says."""
+        return self.outputs.make_sink(self.recovery.fsync)
 
     def make_dead_letter(self) -> DeadLetterSink | None:
-        """:meth:`Outputs.make_dead_letter`."""
-        return self.outputs.make_dead_letter()
+        """:meth:`Outputs.make_dead_letter`, fsynced as the recovery says."""
+        return self.outputs.make_dead_letter(self.recovery.fsync)
 
 
 # -- the worker between triggers ----------------------------------------------------------------------
@@ -529,6 +544,7 @@ SHORTHANDS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
     {
         "checkpoint": ("recovery", "checkpoint"),
         "keep_checkpoints": ("recovery", "keep_checkpoints"),
+        "fsync": ("recovery", "fsync"),
         "output": ("outputs", "output"),
         "sink": ("outputs", "sink"),
         "dead_letter": ("outputs", "dead_letter"),
@@ -583,7 +599,18 @@ UNSET: Any = _Unset()
 NOT_FOR_RUN: Mapping[str, str] = types.MappingProxyType(
     {
         **dict.fromkeys(
-            ("storage", "recovery", "outputs", "checkpoint", "output", "sink", "dead_letter", "keep_checkpoints", "fault"),
+            (
+                "storage",
+                "recovery",
+                "outputs",
+                "checkpoint",
+                "output",
+                "sink",
+                "dead_letter",
+                "keep_checkpoints",
+                "fsync",
+                "fault",
+            ),
             "sparkqos.run returns every query's output in memory: there is no sink, dead letter or checkpoint to write",
         ),
         **dict.fromkeys(

@@ -16,9 +16,9 @@ offset says which rows of the segment are still queued. The store keeps a refere
 it has written, so an address cannot be reused by another batch while it is known; batches no
 queue holds any more are forgotten at the next snapshot.
 
-Files are durable before the checkpoint that refers to them is written (fsync), and a segment is
-deleted only once no kept checkpoint refers to it. A missing or damaged segment raises
-:class:`~sparkqos.errors.CheckpointCorrupt` naming it.
+Files are complete before the checkpoint that refers to them is written (and, with ``fsync``,
+durable: fsynced with their folder), and a segment is deleted only once no kept checkpoint refers
+to it. A missing or damaged segment raises :class:`~sparkqos.errors.CheckpointCorrupt` naming it.
 """
 
 from __future__ import annotations

@@ -249,6 +249,7 @@ def stream(
     sink: Sink | None = UNSET,
     dead_letter: DeadLetterSink | str | Path | None = UNSET,
     keep_checkpoints: int = UNSET,
+    fsync: bool = UNSET,
     trigger: Trigger | None = None,
     trigger_s: float | str = UNSET,
     continuous: Continuous | bool | None = True,

@@ -409,6 +409,7 @@ def run(
     sink: Sink | None = UNSET,
     dead_letter: DeadLetterSink | str | Path | None = UNSET,
     keep_checkpoints: int = UNSET,
+    fsync: bool = UNSET,
     trigger: Trigger | None = None,
     trigger_s: float | str = UNSET,
     continuous: Continuous | bool | None = True,
