@@ -61,6 +61,7 @@ _LAZY = {
     **dict.fromkeys(("BacklogWarning", "Intake"), "sparkqos.runtime.intake"),
     # The two entry points share one keyword-only signature (help(sparkqos.stream) lists it); the
     # Spark-side code they live in loads when they are first looked up.
+    "thread_safe": "sparkqos.executor.threadsafe",
     "stream": "sparkqos.spark.runner",
     "run": "sparkqos.spark.transforms",
 }
@@ -150,4 +151,5 @@ __all__ = [
     "stream",
     "sum_",
     "synthetic",
+    "thread_safe",
 ]

@@ -403,11 +403,13 @@ def test_an_idle_cluster_thread_takes_units_of_another_threads_clusters():
 # -- a row-wise run cut into slices on several threads ---------------------------------------------
 
 
-def _scored_plan(seen_threads: set[str], fail_at: int | None = None):
-    """One stream; a pandas UDF (recording the threads it ran on, raising on id ``fail_at``)
-    then a filter, and a filter alone: row-wise operators whose runs threads=3 cuts into slices."""
+def _scored_plan(seen_threads: set[str], fail_at: int | None = None, safe: bool = True):
+    """One stream; a pandas UDF (recording the threads it ran on, raising on id ``fail_at``;
+    declared thread-safe with ``safe``) then a filter, and a filter alone: row-wise operators
+    whose runs threads=3 cuts into slices."""
     import threading
 
+    from sparkqos.executor.threadsafe import thread_safe
     from sparkqos.executor.udf import PythonUdf
 
     def score(ids, temp):
@@ -416,6 +418,8 @@ def _scored_plan(seen_threads: set[str], fail_at: int | None = None):
             raise ValueError(f"bad reading {fail_at}")
         return temp * 2 + ids % 7
 
+    if safe:
+        thread_safe(score)
     qs = QuerySet(classes={"H": 2, "L": 1})
     s = qs.stream("s", {"id": pa.int64(), "temp": pa.float64()})
     scored = PythonUdf("score", score, [col("id"), col("temp")], pa.float64(), "pandas", "scored")
@@ -450,6 +454,46 @@ def test_a_row_wise_run_on_several_threads_gives_one_threads_rows_in_order(strat
         assert (len(seen) > 1) == (threads > 1), seen
     assert results[3] == results[1]
     assert runs[3] == runs[1]
+
+
+def test_an_operator_calling_a_udf_not_declared_thread_safe_runs_on_one_thread():
+    """threads=3: the filter alone is cut into slices, the UDF's select never (its function may
+    keep state its author never meant two threads to share); the rows are one thread's."""
+    import pickle
+
+    from sparkqos.executor.threadsafe import is_thread_safe, thread_safe, unsafe_udfs
+
+    seen: set[str] = set()
+    compiled = _scored_plan(seen, safe=False)
+    ex = Executor(compiled.fresh(), schedulers.get("fifo"), clock=ticking(), threads=3)
+    udf_op = next(n for n in compiled.plan.names if n.startswith("scored/1"))
+    assert udf_op not in ex.dispatcher.sliceable and any(n.startswith("hot/") for n in ex.dispatcher.sliceable)
+    assert unsafe_udfs(ex.dispatcher.ops[udf_op]) == ["score"]
+    for i in range(3):
+        ex.ingest("s", _readings(30_000, seed=i))
+        ex.run(max_units=3)
+    ex.finish()
+    ex.close()
+    assert len(seen) == 1, seen
+    # the mark is an attribute of the function: it survives pickling, and on a UDF it marks its .func
+    marked = pickle.loads(pickle.dumps(thread_safe(_module_level_score)))
+    assert is_thread_safe(marked)
+
+    class Udf:  # what PySpark's F.pandas_udf returns: a wrapper keeping the function as .func
+        def __init__(self, func):
+            self.func = func
+
+        def __call__(self, *cols):
+            return self.func(*cols)
+
+    def f(x):
+        return x
+
+    assert thread_safe(Udf(f)).func is f and is_thread_safe(f)
+
+
+def _module_level_score(ids, temp):
+    return temp
 
 
 def test_a_slice_that_raises_puts_the_whole_run_back():

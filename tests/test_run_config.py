@@ -139,11 +139,16 @@ def test_a_strategy_that_serves_clusters_is_a_type(tmp_path):
         Executor(sensor_queries().build().fresh(), "chain", cluster_threads=2)
 
 
-def test_a_row_wise_run_gets_one_thread_unless_told():
-    """A row-wise operator's run is computed on one thread unless ``threads`` is given (its UDFs
-    would be called from several threads at once); a given number is kept, and an executor built
-    directly serves on one thread."""
+def test_a_row_wise_run_gets_a_thread_per_usable_core_unless_told(monkeypatch):
+    """The runner gives a row-wise operator's run one thread per core the process may use (its
+    affinity: one under ``taskset -c 0``) unless ``threads`` is given; a given number is kept, and
+    an executor built directly serves on one thread. (Which operators are cut: the executor's
+    tests, UDFs declared thread-safe only.)"""
+    import os
+
     config = RunConfig(checkpoint="/tmp/c")
+    assert executor_options(config, config.make_scheduler()).threads == len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert executor_options(config, config.make_scheduler()).threads == 1
     given = RunConfig(checkpoint="/tmp/c", threads=2)
     assert executor_options(given, given.make_scheduler()).threads == 2

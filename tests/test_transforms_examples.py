@@ -64,6 +64,32 @@ def test_sensor_transforms_compile_with_their_classes(readings):
     assert "synthetic" not in kinds  # the costly steps are real code, not declared work
 
 
+def test_udfs_declared_thread_safe_stay_so_through_sparks_plan_and_their_runs_may_be_sliced(readings, monkeypatch):
+    """The anomaly score and the archive encoder are declared thread-safe: the mark travels with
+    the functions through the plan Spark pickles, so their operators' runs may be cut into
+    slices; a UDF not declared keeps its operator on one thread."""
+    from pyspark.sql.functions import pandas_udf
+
+    from sparkqos import schedulers
+    from sparkqos.executor import threadsafe
+    from sparkqos.executor.loop import Executor
+
+    def plus(x):
+        return x + 1
+
+    queries = {**sensor_transforms(), "plus": lambda d: d.select(pandas_udf(plus, "double")("temperature").alias("t"))}
+    ex = Executor(compile_transforms(readings, queries).fresh(), schedulers.get("fifo"), threads=2)
+    ops, sliced = ex.dispatcher.ops, ex.dispatcher.sliceable
+    unsafe = {n: threadsafe.unsafe_udfs(op) for n, op in ops.items() if threadsafe.unsafe_udfs(op)}
+    with monkeypatch.context() as m:  # every operator that calls a UDF, declared or not
+        m.setattr(threadsafe, "is_thread_safe", lambda fn: False)
+        calling = {n: threadsafe.unsafe_udfs(op) for n, op in ops.items() if threadsafe.unsafe_udfs(op)}
+    assert sorted(q.split("/")[0] for q in calling) == ["anomaly", "archive", "plus"]
+    assert list(unsafe.values()) == [["plus"]] and next(iter(unsafe)).startswith("plus/")
+    assert {n for n in calling if not n.startswith("plus/")} <= sliced and not set(unsafe) & sliced
+    ex.close()
+
+
 def test_the_anomaly_model_scores_each_reading_on_its_own():
     """The model's score of a reading does not depend on the rows scored with it (Spark's Python
     workers and sparkqos's executor hand the pandas UDF different batches); a missing value has

@@ -25,6 +25,7 @@ from sparkqos.executor.queues import workload
 from sparkqos.executor.report import RunReport
 from sparkqos.executor.slices import MIN_SLICED_S, SlicePool
 from sparkqos.executor.state import ExecutorState
+from sparkqos.executor.threadsafe import unsafe_udfs
 from sparkqos.model.state import Unit
 from sparkqos.schedulers.base import Scheduler
 
@@ -84,6 +85,11 @@ class Dispatcher:
         self.starved_picks = 0
         #: Where a row-wise operator's run is computed slice by slice (``options.threads`` > 1).
         self.slices = SlicePool(options.threads) if (options.threads or 1) > 1 else None
+        #: The operators whose runs may be cut into slices: row-wise, and every UDF they call
+        #: declared thread-safe (:func:`~sparkqos.executor.udf.thread_safe`).
+        self.sliceable = (
+            frozenset(n for n, op in self.ops.items() if op.row_wise and not unsafe_udfs(op)) if self.slices else frozenset()
+        )
 
     @property
     def stolen_units(self) -> int:
@@ -321,7 +327,7 @@ class Dispatcher:
         bytes_before = sum(q.nbytes for q in ports)
         op = self.ops[name]
         t0 = self.clock()
-        if self.slices is not None and op.row_wise and self.state.cost(name) * min(limit, rows_before) >= MIN_SLICED_S:
+        if name in self.sliceable and self.state.cost(name) * min(limit, rows_before) >= MIN_SLICED_S:
             consumed, out = op.run(ports, limit, final, pool=self.slices)
         else:
             consumed, out = op.run(ports, limit, final)

@@ -42,9 +42,9 @@ class ExecutorOptions:
     strategy's clusters (COS §4.2) at once; None lets the runner give one per core to a strategy
     that serves clusters, 0 serves them in the calling thread. ``threads``: the threads one run
     of a row-wise operator (a select, a projection, a static join) may use at once, cut into
-    slices (:mod:`sparkqos.executor.slices`); None and 1 run every operator on the thread that
-    serves it (the runner's default: sliced, a UDF's function is called from several threads at
-    once). ``ratio`` / ``threshold``: fig
+    slices (:mod:`sparkqos.executor.slices`) — only an operator whose UDFs, if any, are each
+    declared :func:`~sparkqos.executor.threadsafe.thread_safe`; None and 1 run every operator on
+    the thread that serves it (the streaming runner's None: one per usable core). ``ratio`` / ``threshold``: fig
     4.1's workload rule for units without a quota; ``w``: the statistics' smoothing weight (eq
     3.1); ``tolerance``: how far a smoothed estimate must move before strategies see it;
     ``stats_period``: the statistics window (thesis: one second); ``starvation_limit``: how many

@@ -13,9 +13,10 @@ output, booked once in the statistics, so the strategy's picks, the order of eve
 what a checkpoint holds are those of one thread. pyarrow's and numpy's kernels release the GIL,
 so the slices really run side by side; pure-Python work (a row-at-a-time UDF) does not gain.
 
-A UDF's function may so be called from two threads at once, as Spark calls it from two Python
-workers at once (but here sharing the function's closure): it must not change shared state
-without a lock.
+A UDF's function would so be called from two threads at once, as Spark calls it from two Python
+workers at once but here sharing the function's closure: an operator calling a UDF is cut only
+when each UDF it calls was declared :func:`~sparkqos.executor.threadsafe.thread_safe`
+(``Dispatcher.sliceable``).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from sparkqos.errors import ExpressionError, UdfError
 from sparkqos.executor.expressions import Expr, describe, evaluate_array, kind
+from sparkqos.executor.threadsafe import is_thread_safe
 
 __all__ = ["KINDS", "Chained", "PythonUdf", "udf_type_supported"]
 
@@ -97,6 +98,10 @@ class Chained:
     def __init__(self, functions: Sequence[Callable[..., Any]]):
         self.functions = tuple(functions)
 
+    @property
+    def __sparkqos_thread_safe__(self) -> bool:  # threadsafe.THREAD_SAFE: the chain is safe when each function is
+        return all(is_thread_safe(f) for f in self.functions)
+
     def __call__(self, *args: Any) -> Any:
         first, *rest = self.functions
         out = first(*args)
@@ -108,6 +113,9 @@ class Chained:
 class PythonUdf(Expr):
     """User function ``fn`` named ``udf`` over ``args``, giving ``return_type``; ``kind`` is one
     of :data:`KINDS`; ``query`` names the query in errors."""
+
+    #: A user's code: sliced runs only when ``fn`` is declared thread-safe (:mod:`sparkqos.executor.threadsafe`).
+    calls_user_function = True
 
     def __init__(self, udf: str, fn: Callable[..., Any], args: Sequence[Expr], return_type: pa.DataType, kind: str, query: str):
         if kind not in KINDS:

@@ -129,10 +129,10 @@ def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions
     """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
     unless the executor's own is given, with one cluster thread per core for a strategy that
     serves clusters (COS §4.2) unless ``cluster_threads`` is given — pyarrow's and numpy's kernels
-    release the GIL, so clusters really run side by side. A row-wise operator's run is computed on
-    one thread unless ``threads`` is given: in slices on several threads a UDF's function is called
-    from two threads of one process at once, sharing its closure, which code written for Spark's
-    separate Python workers need not allow (a shared random generator, a counter, a cache)."""
+    release the GIL, so clusters really run side by side. A row-wise operator's run may be cut
+    into slices on one thread per usable core unless ``threads`` is given; an operator calling a
+    UDF is cut only when each UDF it calls is declared :func:`~sparkqos.executor.threadsafe.thread_safe`
+    (code written for Spark's separate Python workers need not allow two calls at once)."""
     options = config.executor
     if options.memory_limit_bytes is None and config.intake.memory_limit_bytes is not None:
         options = dataclasses.replace(options, memory_limit_bytes=config.intake.memory_limit_bytes)  # spill, never OOM
@@ -141,7 +141,7 @@ def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions
         threads = cores if isinstance(scheduler, ClusterScheduler) and cores > 1 else 0
         options = dataclasses.replace(options, cluster_threads=threads)
     if options.threads is None:
-        options = dataclasses.replace(options, threads=1)
+        options = dataclasses.replace(options, threads=usable_cores())
     return options
 
 

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 
 from sparkqos.compile.nodes import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
+from sparkqos.executor.threadsafe import is_thread_safe
 
 __all__ = ["PickledFunction", "check_worker_settings", "read_udfs"]
 
@@ -40,6 +41,10 @@ class PickledFunction:
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args)
+
+    @property
+    def __sparkqos_thread_safe__(self) -> bool:  # threadsafe.THREAD_SAFE: the loaded function's mark
+        return is_thread_safe(self.fn)
 
     def __reduce__(self) -> tuple[Any, tuple[bytes, str]]:
         return PickledFunction, (self.command, self.name)

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkqos.errors import check_number
+from sparkqos.executor.threadsafe import thread_safe
 from sparkqos.workloads.sensors import SENSOR_CLASSES, ReadingModel
 
 __all__ = ["SENSOR_CLASSES", "SENSOR_QUERY_CLASSES", "SENSORS", "sensor_registry", "sensor_transforms"]
@@ -57,7 +58,7 @@ def _scorer(model: ReadingModel):
             model.score(temperature.to_numpy(float, na_value=float("nan")), humidity.to_numpy(float, na_value=float("nan")))
         )
 
-    return pandas_udf(score, "double")
+    return pandas_udf(thread_safe(score), "double")  # numpy on its arguments and a read-only model
 
 
 def _encoder():
@@ -71,7 +72,7 @@ def _encoder():
         lines = frame.to_json(orient="records", lines=True, double_precision=6)
         return pd.Series(lines.splitlines() if len(frame) else [], dtype=object)
 
-    return pandas_udf(encode, "string")
+    return pandas_udf(thread_safe(encode), "string")  # a pandas frame of its own arguments
 
 
 def sensor_transforms(
