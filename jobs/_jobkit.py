@@ -61,6 +61,12 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
         "worker_nice": Key(
             int, 0, "the continuous worker's thread runs this much below the job's priority; 0 = the same", low=0, high=19
         ),
+        "threads": Key(
+            int,
+            0,
+            "threads a run of a row-wise operator may use (UDFs declared thread-safe only); 0 = one per usable core",
+            low=0,
+        ),
         "fsync": Key(
             bool,
             False,
@@ -224,6 +230,7 @@ def stream_options(cfg: dict, args: argparse.Namespace, checkpoint: Path, output
         "warm_up_s": job["warm_up_s"],
         "checkpoint": checkpoint,
         "fsync": job["fsync"],
+        "threads": job["threads"] or None,
         "output": output,
         "sink": _delta_sink(output) if job["sink"] == "delta" else None,
         "name": job["name"],
