@@ -235,20 +235,21 @@ def spark(request):
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from sparkqos.spark.settings import configure
+
     dump = makes_shared_classes(request.config)
     options = os.environ["SPARK_SUBMIT_OPTS"]
     if dump:  # this JVM only; the processes started later keep the archive's options
         os.environ["SPARK_SUBMIT_OPTS"] = f"{JVM_OPTIONS} -XX:+RecordDynamicDumpInfo"
     try:
-        s = (
+        s = configure(  # as the jobs' sessions: Spark's checkpoint logs without .crc files
             SparkSession.builder.master("local[2]")
             .appName("sparkqos-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .getOrCreate()
-        )
+        ).getOrCreate()
     finally:
         os.environ["SPARK_SUBMIT_OPTS"] = options
     if dump:  # a shuffle and an Arrow collect load the classes most sessions load next
