@@ -180,6 +180,10 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     assert st.cores >= 0 and st.first_progress is not None
     # The executor's share of the job's cores (the JVM's are counted in st.cores, not in it).
     assert 0 <= st.executor_cores <= st.cores + 0.1
+    # The executor's operator runs, the time inside them and its fixed cost per run (the runner
+    # sizes runs to it: overhead_share), which path_latency's Fig. 2 verdict names.
+    assert st.operator_runs > 0 and st.run_seconds > 0 and 0 < st.fixed_cost_ms < 50
+    assert 0 < st.fixed_cost_share < 1
     table = C.print_table("t", C.SUMMARY_HEADER, C.summary_rows([("two", "chain", st)], rows))
     assert "chain" in table and "executor cores" in table
     assert C.jvm_pid(spark) not in (None, os.getpid())

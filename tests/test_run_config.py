@@ -131,12 +131,36 @@ def test_a_strategy_that_serves_clusters_is_a_type(tmp_path):
     assert isinstance(Cos(), ClusterScheduler) and not isinstance(schedulers.get("chain"), ClusterScheduler)
     config = RunConfig(checkpoint=tmp_path, strategy="cos", class_shares=False)
     threads = executor_options(config, config.make_scheduler()).cluster_threads
-    assert threads == (0 if (os.cpu_count() or 1) == 1 else os.cpu_count())
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    assert threads == (0 if usable == 1 else usable)
     assert executor_options(config, schedulers.get("chain")).cluster_threads == 0
     given = RunConfig(checkpoint=tmp_path, strategy="cos", class_shares=False, cluster_threads=1)
     assert executor_options(given, given.make_scheduler()).cluster_threads == 1
     with pytest.raises(RunnerError, match="cluster_threads needs a strategy with clusters"):
         Executor(sensor_queries().build().fresh(), "chain", cluster_threads=2)
+
+
+def test_cos_gets_a_thread_per_core_the_process_may_run_on(tmp_path, monkeypatch):
+    """The cluster threads follow the process's CPU affinity, not the machine's cores: under
+    ``taskset -c 0`` COS serves its clusters in one thread (two on one core only take turns)."""
+    config = RunConfig(checkpoint=tmp_path, strategy="cos", class_shares=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert executor_options(config, config.make_scheduler()).cluster_threads == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert executor_options(config, config.make_scheduler()).cluster_threads == 3
+
+
+def test_runs_are_sized_to_their_fixed_cost_in_the_runner_only():
+    """The runner sizes no operator run below what makes its fixed cost 5 % of it
+    (``overhead_share``); a given share is kept, and an executor built directly sizes runs as the
+    strategy and the workload rule say."""
+    from sparkqos.executor.runcost import OVERHEAD_SHARE
+
+    config = RunConfig(checkpoint="/tmp/c")
+    assert executor_options(config, config.make_scheduler()).overhead_share == OVERHEAD_SHARE == 0.05
+    given = RunConfig(checkpoint="/tmp/c", executor=ExecutorOptions(overhead_share=0))
+    assert executor_options(given, given.make_scheduler()).overhead_share == 0
+    assert Executor(sensor_queries().build().fresh(), "chain").dispatcher.run_cost is None
 
 
 def test_a_row_wise_run_gets_a_thread_per_usable_core_unless_told(monkeypatch):

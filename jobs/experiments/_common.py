@@ -219,6 +219,26 @@ class RunStats:
         self.draining = False
         self.first_progress: float | None = None
         self.last_queued = 0.0
+        #: The executor's operator runs over the whole run, the seconds inside them, and its
+        #: estimate of a run's fixed cost at the end (ms; NaN without ``overhead_share``).
+        self.operator_runs = 0
+        self.run_seconds = 0.0
+        self.fixed_cost_ms = math.nan
+
+    def take_executor_counts(self, executor) -> None:
+        """The executor's operator runs, time inside them and fixed cost per run, once it is done."""
+        ops = executor.state.stats.operators().values()
+        self.operator_runs = sum(s.runs for s in ops)
+        self.run_seconds = sum(s.busy_time for s in ops)
+        cost = executor.dispatcher.run_cost
+        self.fixed_cost_ms = math.nan if cost is None else cost.overhead_s * 1000
+
+    @property
+    def fixed_cost_share(self) -> float:
+        """The share of the executor's time the runs' fixed cost took: runs × fixed cost over
+        that plus the time inside the runs (NaN without an estimate)."""
+        fixed = self.operator_runs * self.fixed_cost_ms / 1000
+        return fixed / (fixed + self.run_seconds) if fixed + self.run_seconds > 0 else math.nan
 
     def on_delays(self, batch_id: int, per_query: Mapping[str, np.ndarray]) -> None:
         for q, d in per_query.items():
@@ -409,6 +429,7 @@ def run_sparkqos(
             loop.close()
     if drain:
         handle.finish()
+    stats.take_executor_counts(handle.loop.executor)
     stats.elapsed = time.time() - stats.t0
     shutil.rmtree(ckpt, ignore_errors=True)
     return stats

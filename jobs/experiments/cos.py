@@ -14,6 +14,7 @@ advantage grows with the number of operators.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _common as C  # noqa: E402
 from cos_sim import cos_plan  # noqa: E402
+
+from sparkqos.runtime.assembly import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,12 +80,15 @@ def main(argv=None) -> int:
         lat = {s: C.mean_ms(st.all_delays()) for s, st in runs.items()}
         verdicts.append(memory_verdict(p, mem, lat))
         # cos's cluster threads run side by side. Cores count the whole job (this
-        # process, Spark's JVM, its Python workers); the executor's threads' share is shown beside.
+        # process, Spark's JVM, its Python workers); the executor's threads' share is shown beside,
+        # and the cores the process may use (its CPU affinity: one under --one-core, where the
+        # runner gives cos no cluster threads and the job cannot pass one core).
         verdicts.append(
             C.verdict(
                 f"{p}: the job uses more than 1.5 cores while cos runs",
                 runs["cos"].cores > 1.5,
-                ", ".join(f"{s} {st.cores:.2f} (executor {st.executor_cores:.2f})" for s, st in runs.items()),
+                ", ".join(f"{s} {st.cores:.2f} (executor {st.executor_cores:.2f})" for s, st in runs.items())
+                + f"; {usable_cores()} usable core(s), load average {os.getloadavg()[0]:.1f}",
                 measure=runs["cos"].cores,
                 paper="clusters run in parallel threads (§4.2)",
             )

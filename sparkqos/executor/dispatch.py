@@ -1,10 +1,12 @@
 """What runs next, for how long: the executor's dispatch room.
 
 :class:`Dispatcher` asks the strategy for units (or serves named operators directly), sizes each
-operator run to fig 4.1's workload rule and to what is left of the time budget, runs it and books
-it in the statistics. It never routes a row itself: every run's output goes to
-:meth:`~sparkqos.executor.dataflow.Dataflow.deliver`. With cluster threads
-(:mod:`sparkqos.executor.clusters`) each thread runs this dispatcher's :meth:`~Dispatcher.turns`.
+operator run to fig 4.1's workload rule, to what is left of the time budget and, with
+``overhead_share``, to at least the rows that make a run worth its fixed cost
+(:mod:`sparkqos.executor.runcost`), runs it and books it in the statistics. It never routes a row
+itself: every run's output goes to :meth:`~sparkqos.executor.dataflow.Dataflow.deliver`. With
+cluster threads (:mod:`sparkqos.executor.clusters`) each thread runs this dispatcher's
+:meth:`~Dispatcher.turns`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sparkqos.executor.operators import PhysicalOperator
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.queues import workload
 from sparkqos.executor.report import RunReport
+from sparkqos.executor.runcost import RunCost
 from sparkqos.executor.slices import MIN_SLICED_S, SlicePool
 from sparkqos.executor.state import ExecutorState
 from sparkqos.executor.threadsafe import unsafe_udfs
@@ -86,10 +89,14 @@ class Dispatcher:
         #: Where a row-wise operator's run is computed slice by slice (``options.threads`` > 1).
         self.slices = SlicePool(options.threads) if (options.threads or 1) > 1 else None
         #: The operators whose runs may be cut into slices: row-wise, and every UDF they call
-        #: declared thread-safe (:func:`~sparkqos.executor.udf.thread_safe`).
+        #: declared thread-safe (:func:`~sparkqos.executor.threadsafe.thread_safe`).
         self.sliceable = (
             frozenset(n for n, op in self.ops.items() if op.row_wise and not unsafe_udfs(op)) if self.slices else frozenset()
         )
+        #: The fixed cost of a run and the floor of a run's size it gives (``options.overhead_share``).
+        self.run_cost = RunCost(options.overhead_share) if options.overhead_share else None
+        self._kernel_s = 0.0  # time inside operator runs since the current unit's pick
+        self._unit_runs = 0  # operator runs since the current unit's pick
 
     @property
     def stolen_units(self) -> int:
@@ -180,10 +187,15 @@ class Dispatcher:
         Each turn stops once ``budget`` is spent, closes the statistics window when due, then
         ``pick()`` gives the unit to run, None to stop, or
         :data:`~sparkqos.executor.clusters.AGAIN` to take another turn. In cluster threads the
-        turn holds the executor's lock, which is released while the unit runs."""
+        turn holds the executor's lock, which is released while the unit runs. Serving in this
+        thread, each turn hands the previous unit's time outside its operator runs to
+        :attr:`run_cost` (in cluster threads a unit's time includes waiting for the lock, so they
+        size runs by the estimate as it stands)."""
         clock, state = self.clock, self.state
         start, budget_s, max_units, stop, report = budget.start, budget.budget_s, budget.max_units, budget.stop, budget.report
         lock = None if crew is None else crew.cond  # no null context when serial: this runs once per pick
+        run_cost = self.run_cost if crew is None else None
+        began = None  # when the unit before this turn was picked (run_cost)
         while True:
             if lock is not None:
                 lock.acquire()
@@ -195,6 +207,10 @@ class Dispatcher:
                 else:
                     now = clock()
                     spent = budget_s is not None and now - start >= budget_s
+                    if run_cost is not None:
+                        if began is not None:
+                            run_cost.observe(now - began, self._kernel_s, self._unit_runs)
+                        began, self._kernel_s, self._unit_runs = now, 0.0, 0
                 if spent:
                     if crew is not None:
                         crew.halt()
@@ -246,6 +262,11 @@ class Dispatcher:
         return pick
 
     # -- sizing a run ---------------------------------------------------------------------------------
+    def _floor(self, op: str) -> int:
+        """The fewest rows a run of ``op`` should take for its work to outweigh the fixed cost of a
+        run (:attr:`run_cost`; 0 without it)."""
+        return 0 if self.run_cost is None else self.run_cost.min_rows(self.state.cost(op))
+
     def _limit(self, op: str, quota_tuples: float | None, time_left: float | None = None) -> int:
         ports = self.state.ports[op]
         n = ports[0].rows if len(ports) == 1 else int(self.state.queued(op))
@@ -255,6 +276,8 @@ class Dispatcher:
             a = workload(n, self.ratio, self.threshold)
             if self.whole_batches and a < n and len(ports) == 1:
                 a = ports[0].rows_through(a)
+        if self.run_cost is not None:
+            a = max(a, min(n, self._floor(op)))
         return self._time_cap(op, a, time_left)
 
     def _time_cap(self, op: str, rows: int, time_left: float | None) -> int:
@@ -262,16 +285,18 @@ class Dispatcher:
         trigger's budget (and of the unit's time quota): one run cannot be interrupted, and a
         whole queued batch of a costly operator could otherwise overrun the budget many times
         over (a burst batch of 4,000 rows at 150 µs a row is 0.6 s). Never below the workload
-        threshold, so every pick still makes progress."""
+        threshold, so every pick still makes progress, nor below the run's floor
+        (:meth:`_floor`), so a run cut short by the budget still outweighs its fixed cost."""
         if self._deadline is not None:
             left = self._deadline - self.clock()
             time_left = left if time_left is None else min(time_left, left)
-        if time_left is None or rows <= self.threshold:
+        least = self.threshold if self.run_cost is None else max(self.threshold, self._floor(op))
+        if time_left is None or rows <= least:
             return rows
         c = self.state.cost(op)
         if not c > 0:
             return rows
-        return max(self.threshold, min(rows, int(max(time_left, 0.0) / c)))
+        return max(least, min(rows, int(max(time_left, 0.0) / c)))
 
     # -- running a unit ------------------------------------------------------------------------------
     def _dispatch(self, unit: Unit, report: RunReport) -> None:
@@ -284,8 +309,10 @@ class Dispatcher:
             for op in ops[1:]:
                 if produced <= 0 or not state.runnable(op):
                     break
-                # What the one below produced, within the budget (the rest waits in op's queue).
-                produced = self._run_op(op, self._time_cap(op, produced, None), report)
+                # What the one below produced, within the budget (the rest waits in op's queue);
+                # at least the run's floor of what op holds, older rows first.
+                limit = produced if self.run_cost is None else max(produced, self._floor(op))
+                produced = self._run_op(op, self._time_cap(op, limit, None), report)
         else:
             for op in ops:
                 if state.runnable(op):
@@ -338,6 +365,8 @@ class Dispatcher:
         """Record one finished run of ``name`` and pass its output on; returns the rows produced."""
         produced = sum(b.num_rows for b in out)
         self.state.record_run(name, consumed, produced, t1 - t0)
+        self._kernel_s += t1 - t0
+        self._unit_runs += 1
         report.operator_runs += 1
         report.rows_consumed += consumed
         self._deliver(name, out, t1)

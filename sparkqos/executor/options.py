@@ -39,12 +39,19 @@ class ExecutorOptions:
     ``whole_batches`` rounds fig 4.1's amount up to whole queued batches for single-input
     operators: fewer, larger kernel calls (benchmarks/executor_overhead.py compares both);
     ``False`` keeps the rule exact, as the papers state it. ``cluster_threads``: threads serving a
-    strategy's clusters (COS §4.2) at once; None lets the runner give one per core to a strategy
-    that serves clusters, 0 serves them in the calling thread. ``threads``: the threads one run
-    of a row-wise operator (a select, a projection, a static join) may use at once, cut into
-    slices (:mod:`sparkqos.executor.slices`) — only an operator whose UDFs, if any, are each
-    declared :func:`~sparkqos.executor.threadsafe.thread_safe`; None and 1 run every operator on
-    the thread that serves it (the streaming runner's None: one per usable core). ``ratio`` / ``threshold``: fig
+    strategy's clusters (COS §4.2) at once; None lets the runner give one per core the process
+    may run on to a strategy that serves clusters, 0 serves them in the calling thread.
+    ``threads``: the threads one run of a row-wise operator (a select, a projection, a static
+    join) may use at once, cut into slices (:mod:`sparkqos.executor.slices`) — only an operator
+    whose UDFs, if any, are each declared :func:`~sparkqos.executor.threadsafe.thread_safe`; None
+    and 1 run every operator on the thread that serves it (the streaming runner's None: one per
+    usable core). ``overhead_share``: the largest share of an operator
+    run's time its fixed cost (dispatch, queue bookkeeping, Arrow slicing; measured as it runs,
+    :mod:`sparkqos.executor.runcost`) should take: no run is sized below the rows that make it
+    so, when they are queued — a cost-aware quantum under every strategy, which only ever makes
+    runs larger; None lets the runner set it (:data:`~sparkqos.executor.runcost.OVERHEAD_SHARE`),
+    0 sizes runs as the strategy and the workload rule say, as the papers state them (a bare
+    executor's default). ``ratio`` / ``threshold``: fig
     4.1's workload rule for units without a quota; ``w``: the statistics' smoothing weight (eq
     3.1); ``tolerance``: how far a smoothed estimate must move before strategies see it;
     ``stats_period``: the statistics window (thesis: one second); ``starvation_limit``: how many
@@ -58,6 +65,7 @@ class ExecutorOptions:
     whole_batches: bool = True
     cluster_threads: int | None = None
     threads: int | None = None
+    overhead_share: float | None = None
     ratio: float = RATIO
     threshold: int = THRESHOLD
     w: float = DEFAULT_WEIGHT
@@ -76,6 +84,7 @@ class ExecutorOptions:
         check_choice("whole_batches", self.whole_batches, (True, False), error=err)
         check_number("cluster_threads", self.cluster_threads, integer=True, low=0, none_ok=True, error=err)
         check_number("threads", self.threads, integer=True, low=1, none_ok=True, error=err)
+        check_number("overhead_share", self.overhead_share, low=0, high=1, high_open=True, none_ok=True, error=err)
         check_number("ratio", self.ratio, low=0, low_open=True, high=1, where="workload ", error=err)
         check_number("threshold", self.threshold, integer=True, low=0, where="workload ", error=err)
         check_number("w", self.w, low=0, high=1, error=err)

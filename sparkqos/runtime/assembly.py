@@ -21,6 +21,7 @@ from sparkqos.errors import RunnerError, not_one_of
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.executor.options import ExecutorOptions
 from sparkqos.executor.plan import CompiledPlan
+from sparkqos.executor.runcost import OVERHEAD_SHARE
 from sparkqos.io.deadletter import DeadLetterSink, RowChecks
 from sparkqos.io.sinks import Sink
 from sparkqos.runtime.checkpoint import CheckpointStore
@@ -127,21 +128,26 @@ def stream_of(compiled: CompiledPlan, config: RunConfig) -> tuple[str, str | Non
 
 def executor_options(config: RunConfig, scheduler: Scheduler) -> ExecutorOptions:
     """The Executor's options: ``config.executor``, spilling beyond ``config.intake``'s memory limit
-    unless the executor's own is given, with one cluster thread per core for a strategy that
-    serves clusters (COS §4.2) unless ``cluster_threads`` is given — pyarrow's and numpy's kernels
-    release the GIL, so clusters really run side by side. A row-wise operator's run may be cut
-    into slices on one thread per usable core unless ``threads`` is given; an operator calling a
-    UDF is cut only when each UDF it calls is declared :func:`~sparkqos.executor.threadsafe.thread_safe`
-    (code written for Spark's separate Python workers need not allow two calls at once)."""
+    unless the executor's own is given, with one cluster thread per core this process may run on
+    (:func:`usable_cores`) for a strategy that serves clusters (COS §4.2) unless
+    ``cluster_threads`` is given — pyarrow's and numpy's kernels release the GIL, so clusters
+    really run side by side. A row-wise operator's run may be cut into slices on one thread per
+    usable core unless ``threads`` is given; an operator calling a UDF is cut only when each UDF
+    it calls is declared :func:`~sparkqos.executor.threadsafe.thread_safe` (code written for
+    Spark's separate Python workers need not allow two calls at once). No operator run is sized
+    below what makes its fixed cost at most 5 % of it unless ``overhead_share`` is given
+    (:mod:`sparkqos.executor.runcost`)."""
     options = config.executor
     if options.memory_limit_bytes is None and config.intake.memory_limit_bytes is not None:
         options = dataclasses.replace(options, memory_limit_bytes=config.intake.memory_limit_bytes)  # spill, never OOM
-    cores = os.cpu_count() or 1
+    cores = usable_cores()  # taskset -c 0 leaves one: two cluster threads on one core only take turns
     if options.cluster_threads is None:
         threads = cores if isinstance(scheduler, ClusterScheduler) and cores > 1 else 0
         options = dataclasses.replace(options, cluster_threads=threads)
     if options.threads is None:
-        options = dataclasses.replace(options, threads=usable_cores())
+        options = dataclasses.replace(options, threads=cores)
+    if options.overhead_share is None:
+        options = dataclasses.replace(options, overhead_share=OVERHEAD_SHARE)
     return options
 
 

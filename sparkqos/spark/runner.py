@@ -228,6 +228,7 @@ def stream(
     whole_batches: bool = UNSET,
     cluster_threads: int | None = UNSET,
     threads: int | None = UNSET,
+    overhead_share: float | None = UNSET,
     ratio: float = UNSET,
     threshold: int = UNSET,
     w: float = UNSET,

@@ -388,6 +388,7 @@ def run(
     whole_batches: bool = UNSET,
     cluster_threads: int | None = UNSET,
     threads: int | None = UNSET,
+    overhead_share: float | None = UNSET,
     ratio: float = UNSET,
     threshold: int = UNSET,
     w: float = UNSET,
