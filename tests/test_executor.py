@@ -490,6 +490,11 @@ def test_an_operator_calling_a_udf_not_declared_thread_safe_runs_on_one_thread()
         return x
 
     assert thread_safe(Udf(f)).func is f and is_thread_safe(f)
+    import sparkqos
+
+    assert sparkqos.thread_safe is thread_safe
+    with pytest.raises(sparkqos.ExpressionError, match="thread_safe takes a function or a UDF, got 42"):
+        thread_safe(42)
 
 
 def _module_level_score(ids, temp):
