@@ -252,6 +252,14 @@ def connect_jobs(connect_trace, tmp_path_factory) -> dict[str, tuple[Path, dict]
     return {"restart": (restart, summary["restart"]), "transforms": (transforms, summary["transforms"])}
 
 
+def examples(n: int) -> int:
+    """Hypothesis examples for a test that asks Spark for each example's answer: ``n`` when the
+    run takes the slow set too (``SPARKQOS_SLOW=1``, as .ci/run runs), else a third of ``n``, at
+    least one. The README's test command, the inner loop, draws fewer inputs per run; CI draws
+    every one. Each example costs Spark jobs (its batch answer, its DataFrame's rows read)."""
+    return n if os.environ.get(WITH_SLOW) == "1" else max(1, -(-n // 3))
+
+
 #: Whether the run's selection holds slow tests that need Spark (set once collected).
 SLOW_SELECTED = pytest.StashKey[bool]()
 
