@@ -50,60 +50,56 @@ SHARED_CLASSES = _archive if os.environ["SPARK_SUBMIT_OPTS"] == _ours else None
 SPARK_PYTHON = str(ROOT / "sparkqos" / "spark" / "spark-python")
 os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
 
-#: Each test file's seconds on one xdist worker: (its default set, its slow set), from a run of
-#: .ci/run's command with ``--durations=0`` on the 2-core development VM (load average 7: only
-#: the ratios matter). The files are handed to the workers longest first, as units of
-#: :func:`xdist_scope`, each unit weighed by what the run's selection takes of it (the slow set's
-#: share only when slow tests are selected), so that with ``-n 2`` the long units start first,
-#: the short ones fill the gaps and both workers end at about the same time. A file not listed
-#: counts :data:`UNLISTED_S` a test; a worker's first test also pays its Spark session's start,
-#: which is no file's.
+#: Each test file's seconds on one xdist worker: (its default set, its slow set), each file's
+#: share of three runs of .ci/run's command on the 2-core development VM averaged (loads 5 to 12:
+#: a file's seconds follow the load while it runs; only the ratios matter). The files are handed
+#: to the workers longest first, as units of :func:`xdist_scope`, each unit weighed by what the
+#: run's selection takes of it (the slow set's share only when slow tests are selected), so that
+#: with ``-n 2`` the long units start first, the short ones fill the gaps and both workers end at
+#: about the same time. A file not listed counts :data:`UNLISTED_S` a test; a worker's first test
+#: also pays its Spark session's start, which is no file's.
 SECONDS = {
-    "test_every_type.py": (7, 230),
-    "test_connect.py": (8, 116),
-    "test_spark_aggregates.py": (3, 100),
-    "test_conformance.py": (0, 140),
-    "test_sharded.py": (128, 0),
-    "test_aggregates.py": (120, 0),
-    "test_notebooks.py": (0, 117),
-    "test_readme.py": (52, 57),
-    "test_spark_part.py": (82, 0),
-    "test_transforms_joins.py": (79, 0),
-    "test_transforms.py": (66, 0),
-    "test_contract.py": (63, 0),
-    "test_runner.py": (60, 0),
-    "test_adaptive.py": (12, 40),
-    "test_ais.py": (52, 0),
-    "test_operators.py": (48, 0),
-    "test_transforms_native.py": (47, 0),
-    "test_transforms_udfs.py": (46, 0),
-    "test_transforms_keyed.py": (43, 0),
-    "test_sources.py": (42, 0),
-    "test_transforms_examples.py": (16, 23),
-    "test_transforms_strategies.py": (39, 0),
-    "test_executor.py": (37, 0),
-    "test_session_window.py": (35, 0),
-    "test_vessels.py": (15, 19),
-    "test_class_shares.py": (35, 0),
-    "test_transforms_strictmath.py": (34, 0),
-    "test_wheel.py": (3, 27),
-    "test_transforms_stateful.py": (22, 0),
-    "test_report.py": (19, 0),
-    "test_service.py": (19, 0),
-    "test_hashes.py": (16, 0),
-    "test_continuous.py": (16, 0),
-    "test_reliability.py": (15, 0),
-    "test_experiments.py": (14, 0),
-    "test_update_mode.py": (12, 0),
-    "test_delta.py": (11, 0),
-    "test_class_strategies.py": (11, 0),
-    "test_startup.py": (11, 0),
-    "test_sinks.py": (8, 0),
-    "test_trigger.py": (8, 0),
-    "test_intake.py": (5, 0),
-    "test_connect_transforms.py": (1, 4),
-    "test_path_strategies.py": (3, 0),
-    "test_class_sharing.py": (3, 0),
+    "test_every_type.py": (13, 143),
+    "test_aggregates.py": (99, 0),
+    "test_sharded.py": (87, 0),
+    "test_connect.py": (6, 80),
+    "test_transforms.py": (76, 0),
+    "test_notebooks.py": (0, 73),
+    "test_conformance.py": (0, 71),
+    "test_readme.py": (20, 49),
+    "test_spark_aggregates.py": (4, 62),
+    "test_transforms_keyed.py": (56, 0),
+    "test_runner.py": (53, 0),
+    "test_adaptive.py": (14, 34),
+    "test_contract.py": (47, 0),
+    "test_spark_part.py": (47, 0),
+    "test_transforms_joins.py": (43, 0),
+    "test_session_window.py": (42, 0),
+    "test_transforms_native.py": (41, 0),
+    "test_class_shares.py": (38, 0),
+    "test_wheel.py": (5, 31),
+    "test_experiments.py": (36, 0),
+    "test_operators.py": (34, 0),
+    "test_vessels.py": (15, 20),
+    "test_ais.py": (34, 0),
+    "test_sources.py": (32, 0),
+    "test_transforms_udfs.py": (32, 0),
+    "test_transforms_examples.py": (11, 20),
+    "test_executor.py": (25, 0),
+    "test_transforms_strictmath.py": (24, 0),
+    "test_transforms_strategies.py": (19, 0),
+    "test_continuous.py": (18, 0),
+    "test_transforms_stateful.py": (11, 0),
+    "test_update_mode.py": (10, 0),
+    "test_hashes.py": (9, 0),
+    "test_report.py": (9, 0),
+    "test_service.py": (8, 0),
+    "test_reliability.py": (7, 0),
+    "test_class_strategies.py": (5, 0),
+    "test_connect_transforms.py": (1, 3),
+    "test_startup.py": (4, 0),
+    "test_delta.py": (4, 0),
+    "test_sinks.py": (3, 0),
 }
 UNLISTED_S = 0.02
 
