@@ -50,46 +50,63 @@ SHARED_CLASSES = _archive if os.environ["SPARK_SUBMIT_OPTS"] == _ours else None
 SPARK_PYTHON = str(ROOT / "sparkqos" / "spark" / "spark-python")
 os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
 
-#: Test files, longest first (their wall time on one xdist worker, the slow set's tests included,
-#: as .ci/run runs both sets in one run). Handed out in this order, whole, to whichever worker is
-#: free, the longest start first and the short ones fill the gaps, so that with ``-n 2`` both
-#: workers end at about the same time. The Spark Connect unit (below) comes first: it is the
-#: longest, about a third of one worker's share.
-FIRST = (
-    "test_connect.py",
-    "test_connect_transforms.py",
-    "test_readme.py",
-    "test_aggregates.py",
-    "test_transforms_examples.py",
-    "test_transforms.py",
-    "test_wheel.py",
-    "test_vessels.py",
-    "test_runner.py",
-    "test_sharded.py",
-    "test_contract.py",
-    "test_sources.py",
-    "test_adaptive.py",
-    "test_spark_part.py",
-    "test_transforms_keyed.py",
-    "test_notebooks.py",
-    "test_transforms_native.py",
-    "test_transforms_joins.py",
-    "test_session_window.py",
-    "test_executor.py",
-    "test_experiments.py",
-    "test_continuous.py",
-    "test_class_shares.py",
-    "test_transforms_udfs.py",
-    "test_transforms_strictmath.py",
-    "test_operators.py",
-    "test_transforms_strategies.py",
-    "test_transforms_stateful.py",
-    "test_ais.py",
-)
+#: Each test file's seconds on one xdist worker: (its default set, its slow set), each file's
+#: share of three runs of .ci/run's command on the 2-core development VM averaged (loads 5 to 12:
+#: a file's seconds follow the load while it runs; only the ratios matter). The files are handed
+#: to the workers longest first, as units of :func:`xdist_scope`, each unit weighed by what the
+#: run's selection takes of it (the slow set's share only when slow tests are selected), so that
+#: with ``-n 2`` the long units start first, the short ones fill the gaps and both workers end at
+#: about the same time. A file not listed counts :data:`UNLISTED_S` a test; a worker's first test
+#: also pays its Spark session's start, which is no file's.
+SECONDS = {
+    "test_every_type.py": (13, 143),
+    "test_aggregates.py": (99, 0),
+    "test_sharded.py": (87, 0),
+    "test_connect.py": (6, 80),
+    "test_transforms.py": (76, 0),
+    "test_notebooks.py": (0, 73),
+    "test_conformance.py": (0, 71),
+    "test_readme.py": (20, 49),
+    "test_spark_aggregates.py": (4, 62),
+    "test_transforms_keyed.py": (56, 0),
+    "test_runner.py": (53, 0),
+    "test_adaptive.py": (14, 34),
+    "test_contract.py": (47, 0),
+    "test_spark_part.py": (47, 0),
+    "test_transforms_joins.py": (43, 0),
+    "test_session_window.py": (42, 0),
+    "test_transforms_native.py": (41, 0),
+    "test_class_shares.py": (38, 0),
+    "test_wheel.py": (5, 31),
+    "test_experiments.py": (36, 0),
+    "test_operators.py": (34, 0),
+    "test_vessels.py": (15, 20),
+    "test_ais.py": (34, 0),
+    "test_sources.py": (32, 0),
+    "test_transforms_udfs.py": (32, 0),
+    "test_transforms_examples.py": (11, 20),
+    "test_executor.py": (25, 0),
+    "test_transforms_strictmath.py": (24, 0),
+    "test_transforms_strategies.py": (19, 0),
+    "test_continuous.py": (18, 0),
+    "test_transforms_stateful.py": (11, 0),
+    "test_update_mode.py": (10, 0),
+    "test_hashes.py": (9, 0),
+    "test_report.py": (9, 0),
+    "test_service.py": (8, 0),
+    "test_reliability.py": (7, 0),
+    "test_class_strategies.py": (5, 0),
+    "test_connect_transforms.py": (1, 3),
+    "test_startup.py": (4, 0),
+    "test_delta.py": (4, 0),
+    "test_sinks.py": (3, 0),
+}
+UNLISTED_S = 0.02
 
 #: The tests that start a local Spark Connect server (``remote("local[2]")``): it always listens
 #: on port 15002, so two of them at once fail to bind. They run one after another on one worker,
-#: where the two files share one run of the :func:`connect_jobs` fixture (one server for both).
+#: where the two files share one run of the :func:`connect_jobs` fixture (one server for both);
+#: :class:`LongestFirst` weighs them as one unit.
 CONNECT = (
     "tests/test_connect.py",
     "tests/test_connect_transforms.py",
@@ -127,20 +144,55 @@ WITH_SLOW = "SPARKQOS_SLOW"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(LongestFirst(), "sparkqos-longest-first")
     if os.environ.get(WITH_SLOW) == "1" and config.option.markexpr == "not slow":
         config.option.markexpr = ""
     if SHARED_CLASSES is not None and not hasattr(config, "workerinput"):  # once per run, before any JVM
         class_sharing.check(SHARED_CLASSES, JVM_OPTIONS)
 
 
+#: Per test file, how many of its collected tests are in the default set and in the slow set.
+COLLECTED = pytest.StashKey[dict[str, list[int]]]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that takes the ``spark`` fixture ``spark`` (``-m "not spark"`` is the quick
-    subset), and order the files of :data:`FIRST` first (whole files, in its order)."""
+    subset), and count each file's default and slow tests before ``-m`` deselects any
+    (:class:`LongestFirst` orders what is left)."""
+    counts: dict[str, list[int]] = {}
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-    first = {name: rank for rank, name in enumerate(FIRST)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))
+        counts.setdefault(item.path.name, [0, 0])[item.get_closest_marker("slow") is not None] += 1
+    config.stash[COLLECTED] = counts
+
+
+class LongestFirst:
+    """Orders the selected tests by unit of :func:`xdist_scope`, the longest unit first (its
+    seconds from :data:`SECONDS`: each test a share of its file's default or slow seconds), the
+    tests of a unit together and in collection order; the Spark Connect unit first of all, so that
+    the first worker, which makes the class-data sharing archive before its first test
+    (:func:`_shared_classes_first`), takes it and its Connect server's JVM maps the archive. It
+    runs after ``-m`` has deselected."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        counts = config.stash.get(COLLECTED, {})
+
+        def seconds(item: pytest.Item) -> float:
+            name, slow = item.path.name, item.get_closest_marker("slow") is not None
+            if name not in SECONDS:
+                return UNLISTED_S
+            return SECONDS[name][slow] / max(counts.get(name, [1, 1])[slow], 1)
+
+        units: dict[str, float] = {}
+        for item in items:
+            scope = xdist_scope(item.nodeid)
+            units[scope] = units.get(scope, 0.0) + seconds(item)
+        if "spark-connect" in units:  # first: the worker making the class-data archive takes it
+            units["spark-connect"] = float("inf")
+        first_seen = {scope: rank for rank, scope in enumerate(units)}
+        items.sort(key=lambda item: (-units[xdist_scope(item.nodeid)], first_seen[xdist_scope(item.nodeid)]))
 
 
 def run_connect_job(script: str, *args: str, cwd: Path, timeout: float) -> dict:
@@ -194,6 +246,14 @@ def connect_jobs(connect_trace, tmp_path_factory) -> dict[str, tuple[Path, dict]
     # timed assertion failed at 128 s on a loaded machine where the jobs were otherwise correct)
     summary = run_connect_job("connect_jobs.py", str(connect_trace), str(restart), str(transforms), cwd=restart, timeout=900)
     return {"restart": (restart, summary["restart"]), "transforms": (transforms, summary["transforms"])}
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples for a test that asks Spark for each example's answer: ``n`` when the
+    run takes the slow set too (``SPARKQOS_SLOW=1``, as .ci/run runs), else a third of ``n``, at
+    least one. The README's test command, the inner loop, draws fewer inputs per run; CI draws
+    every one. Each example costs Spark jobs (its batch answer, its DataFrame's rows read)."""
+    return n if os.environ.get(WITH_SLOW) == "1" else max(1, -(-n // 3))
 
 
 #: Whether the run's selection holds slow tests that need Spark (set once collected).

@@ -37,14 +37,14 @@ from sparkqos.errors import UnsupportedTransform
 from sparkqos.runtime.config import StrategyConfig
 from sparkqos.spark.transforms import compile_transforms, input_tables, run_compiled
 from sparkqos.testing import sorted_rows
-from tests.conftest import run_under_each, stream_to_end
+from tests.conftest import examples, run_under_each, stream_to_end
 from tests.test_transforms_native import last_per_key
 
 BASE_US = 1_700_000_000_000_000
 SCHEMA = pa.schema(
     [("k", pa.string()), ("i", pa.int32()), ("d", pa.float64()), ("s", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))]
 )
-EXAMPLES = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 #: Output columns holding a moment (compared with a tolerance) and a set (compared sorted).
 MOMENT_COLUMNS = ("sd", "sdp", "var", "vp", "skew", "kurt", "isd", "ikurt")
 SET_COLUMNS = ("ds", "ss")
@@ -283,7 +283,7 @@ def typed_frames(spark_sql):
     function=st.sampled_from(sorted(FUNCTIONS)),
     shape=st.sampled_from(sorted(SHAPES)),
 )
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_a_query_runs_or_is_refused_when_compiled_never_fails_on_its_data(spark_sql, typed_frames, ddl, function, shape):
     df, rows = typed_frames[ddl]
 

@@ -30,7 +30,7 @@ from sparkqos.executor import Executor
 from sparkqos.executor.operators import SessionWindowAggregate, WindowAgg
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.spark.transforms import compile_transforms
-from tests.conftest import closed_by, replay, spark_streams, stream_to_end
+from tests.conftest import closed_by, examples, replay, spark_streams, stream_to_end
 from tests.test_transforms_stateful import BASE_US, SCHEMA, assert_same, make_df
 
 TS = SCHEMA.field("ts").type
@@ -82,7 +82,7 @@ SMALL_QUERIES = {"sessions": sessions, "no_keys": no_keys}
 
 
 @given(data=rows, strategy=st.sampled_from(schedulers.available()), batch_rows=st.integers(1, 9))
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_session_windows_equal_spark(spark_sql, data, strategy, batch_rows):
     df = make_df(spark_sql, data)
     got = sparkqos.run(df, QUERIES, strategy=strategy, batch_rows=batch_rows, units_between=2)

@@ -146,14 +146,16 @@ def file_stream(spark, folder):
     return spark.readStream.schema(spark.read.parquet(str(folder)).schema).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
-def sparks_stream(spark, folder, tmp_path) -> dict[str, pa.Table]:
+@pytest.fixture(scope="module")
+def sparks_stream(spark_sql, folder, tmp_path_factory) -> dict[str, pa.Table]:
     """Spark's own streaming run of each query over the same files: append mode for windows and
     sessions (every one closes by the end: finish() flushes the rest, Spark's batch answer has
-    them), the table a running aggregate's changelog leaves."""
-    static = spark.createDataFrame(trace()).coalesce(1)
+    them), the table a running aggregate's changelog leaves. Computed once for the module: every
+    stream below reads the same files, under another strategy or through a crash."""
+    static = spark_sql.createDataFrame(trace()).coalesce(1)
     want = {name: QUERIES[name](static) for name in ("windowed", "sessions", "pandas_windowed")}
-    changelog = spark_update_mode(running, file_stream(spark, folder), tmp_path / "spark_running")
-    want["running"] = spark.createDataFrame(last_per_key(changelog, ["k"]), running(static).schema)
+    changelog = spark_update_mode(running, file_stream(spark_sql, folder), tmp_path_factory.mktemp("spark_running"))
+    want["running"] = spark_sql.createDataFrame(last_per_key(changelog, ["k"]), running(static).schema)
     return want
 
 
@@ -168,9 +170,9 @@ def test_a_running_aggregation_on_a_stream_warns_that_its_buffered_rows_grow(spa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["chain", "adaptive", "fifo"])
-def test_streamed_aggregates_equal_sparks_on_the_same_rows(spark_sql, folder, tmp_path, strategy):
+def test_streamed_aggregates_equal_sparks_on_the_same_rows(spark_sql, folder, sparks_stream, tmp_path, strategy):
     sink = stream_to_end(file_stream(spark_sql, folder), QUERIES, tmp_path / "ckpt", timeout_s=240, strategy=strategy)
-    for name, want in sparks_stream(spark_sql, folder, tmp_path).items():
+    for name, want in sparks_stream.items():
         got = sink.table(name)
         if name == "running":
             got = last_per_key(got.select(want.columns), ["k"])
@@ -178,7 +180,7 @@ def test_streamed_aggregates_equal_sparks_on_the_same_rows(spark_sql, folder, tm
 
 
 @pytest.mark.slow
-def test_a_crash_in_the_middle_keeps_the_buffered_rows(spark_sql, folder, tmp_path, monkeypatch):
+def test_a_crash_in_the_middle_keeps_the_buffered_rows(spark_sql, folder, sparks_stream, tmp_path, monkeypatch):
     """Batch 2's outputs reach the sink, its checkpoint does not; the restart replays it from
     batch 1's checkpoint, whose windows still hold their buffered rows, and the end result is
     Spark's."""
@@ -196,7 +198,7 @@ def test_a_crash_in_the_middle_keeps_the_buffered_rows(spark_sql, folder, tmp_pa
         )
 
     stream_through_a_crash(monkeypatch, attempt, "after_sink:2", timeout_s=240)
-    for name, want in sparks_stream(spark_sql, folder, tmp_path).items():
+    for name, want in sparks_stream.items():
         got = sink.table(name)
         if name == "running":
             got = last_per_key(got.select(want.columns), ["k"])

@@ -35,7 +35,7 @@ from sparkqos.errors import PlacementError, SparkPartError, UnsupportedTransform
 from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms, input_tables, run_compiled
 from sparkqos.testing import assert_same_rows
-from tests.conftest import replay
+from tests.conftest import examples, replay
 
 JSON = "a int, b string, x double"
 SCHEMA = "id int, value string, s string, d double, ts timestamp"
@@ -168,7 +168,7 @@ doubles = st.one_of(st.none(), st.sampled_from([math.nan, math.inf, -math.inf, -
 data = st.lists(st.tuples(st.one_of(st.none(), st.integers(-3, 9)), jsons, texts, doubles, st.integers(0, 20)), max_size=10)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(5), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=data)
 def test_hypothesis_rows_equal_spark(spark, rows):
     df = frame(spark, [(*r[:4], T0 + dt.timedelta(seconds=r[4])) for r in rows])

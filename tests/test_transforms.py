@@ -31,7 +31,7 @@ from pyspark.sql.window import Window
 import sparkqos
 from sparkqos import sources
 from sparkqos.errors import UnsupportedTransform
-from tests.conftest import replay, run_under_each, stream_to_end
+from tests.conftest import examples, replay, run_under_each, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 
@@ -58,7 +58,7 @@ strings = st.one_of(st.none(), st.text(alphabet="abAB%_ \\é", max_size=4))
 bools = st.one_of(st.none(), st.booleans())
 rows = st.lists(st.tuples(ints, longs, doubles, strings, bools), max_size=12)
 
-EXAMPLES = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,14 +29,14 @@ from sparkqos.executor.operators import IntervalJoin, StaticJoin
 from sparkqos.spark.static_tables import MAX_ROWS_CONF
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
-from tests.conftest import replay, run_under_each, stream_to_end
+from tests.conftest import examples, replay, run_under_each, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("k", pa.int32()), ("s", pa.string()), ("d", pa.float64()), ("ts", TS)])
 STATIC = pa.schema([("k", pa.int64()), ("name", pa.string()), ("w", pa.float64())])
-EXAMPLES = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(5), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 small_keys = st.one_of(st.none(), st.integers(-1, 3))
 strings = st.one_of(st.none(), st.sampled_from(["a", "b", ""]))

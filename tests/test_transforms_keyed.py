@@ -35,7 +35,7 @@ from sparkqos.executor.operators import Deduplicate, KeyedLag, Lag
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
-from tests.conftest import replay, run_under_each, spark_streams, stream_to_end
+from tests.conftest import examples, replay, run_under_each, spark_streams, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
@@ -43,7 +43,7 @@ TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema(
     [("k", pa.string()), ("seq", pa.int32()), ("lat", pa.float64()), ("lon", pa.float64()), ("t", pa.int64()), ("ts", TS)]
 )
-EXAMPLES = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(5), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 keys = st.one_of(st.none(), st.sampled_from(["a", "b", ""]))
 doubles = st.one_of(st.none(), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e308, -1e308]), st.floats(-90, 90))

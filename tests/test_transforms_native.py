@@ -30,13 +30,13 @@ from sparkqos.executor.expressions.numeric import printed, spark_round
 from sparkqos.executor.loop import replay as replay_plan
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
-from tests.conftest import replay, stream_to_end
+from tests.conftest import examples, replay, stream_to_end
 
 STRATEGIES = schedulers.available()
 BASE_US = 1_700_000_000_000_000
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("k", pa.string()), ("i", pa.int32()), ("d", pa.float64()), ("s", pa.string()), ("ts", TS)])
-EXAMPLES = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 #: Doubles whose shortest decimal form sits on a half (2.675 is 2.67499999… in binary), ±0, huge and tiny.
 HARD = [2.675, 0.125, 1.005, -2.5, 2.5, 0.5, -0.0, 0.285, 1.115, 4.35, -1.005, 1e300, 5e-324, 123456789.125, 1e16 + 2]

@@ -25,12 +25,12 @@ from sparkqos.executor.operators import EventWindowAggregate, KeyedAggregate, Wi
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
-from tests.conftest import run_under_each
+from tests.conftest import examples, run_under_each
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
 BASE_US = 1_700_000_000_000_000
 SCHEMA = pa.schema([("k", pa.string()), ("i", pa.int32()), ("d", pa.float64()), ("ts", pa.timestamp("us", tz="UTC"))])
-EXAMPLES = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 keys = st.one_of(st.none(), st.sampled_from(["a", "b", ""]))
 ints = st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1), st.integers(-5, 5))

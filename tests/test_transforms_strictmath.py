@@ -28,9 +28,10 @@ from pyspark.sql import functions as F
 import sparkqos
 from sparkqos.executor import fdlibm
 from sparkqos.testing import assert_same_rows
+from tests.conftest import examples
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
-EXAMPLES = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("y", pa.float64()), ("i", pa.int32())])
 
 #: Arguments where fdlibm's branches change: exp's overflow and underflow thresholds and the edges

@@ -36,10 +36,10 @@ from sparkqos.errors import UdfError, UnsupportedTransform
 from sparkqos.executor.loop import Executor
 from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
-from tests.conftest import replay, run_under_each, stream_to_end
+from tests.conftest import examples, replay, run_under_each, stream_to_end
 
 STRATEGIES = ("fifo", "chain", "cqc", "adaptive")
-EXAMPLES = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 SCHEMA = pa.schema([("i", pa.int32()), ("l", pa.int64()), ("d", pa.float64()), ("s", pa.string())])
 ints = st.one_of(st.none(), st.sampled_from([-(2**31), 2**31 - 1, 0, 1, -1, 3]), st.integers(-100, 100))
