@@ -100,27 +100,23 @@ def test_a_quota_in_tuples_is_raised_to_the_floor():
     """pc's quota is its path capacity × quantum in tuples; a quota of 10 rows at 100 µs (1 ms of
     work against 0.2 ms of fixed cost, 17 %) becomes 40 rows (4 ms, 5 %), for the head and, with
     carry, for the operator above, which takes its floor from its own queue, oldest rows first."""
-    ex = _sized(0.05, 1e-4, 2e-4)
-    ex.scheduler.quantum = 10 * 2e-4  # 10 tuples of a 2-operator path at 100 µs each
-    ex.ingest("s", pa.table({"x": list(range(100))}))
+    assert _first_unit_of_a_pc_quota(0.05, 100) == [("q/1:synthetic", 40), ("q/2:synthetic", 40)]
+    assert _first_unit_of_a_pc_quota(0, 100) == [("q/1:synthetic", 10), ("q/2:synthetic", 10)]
+
+
+def _first_unit_of_a_pc_quota(share: float, rows: int) -> list:
+    """The runs of one unit whose quota is 10 tuples of a 2-operator path at 100 µs each (0.2 ms
+    of fixed cost), with ``rows`` queued."""
+    ex = _sized(share, 1e-4, 2e-4)
+    ex.scheduler.quantum = 10 * 2e-4
+    ex.ingest("s", pa.table({"x": list(range(rows))}))
     log = _runs(ex)
     ex.run(max_units=1)
-    assert log == [("q/1:synthetic", 40), ("q/2:synthetic", 40)]
-    bare = _sized(0, 1e-4, 2e-4)
-    bare.scheduler.quantum = 10 * 2e-4
-    bare.ingest("s", pa.table({"x": list(range(100))}))
-    log = _runs(bare)
-    bare.run(max_units=1)
-    assert log == [("q/1:synthetic", 10), ("q/2:synthetic", 10)]
+    return log
 
 
 def test_the_floor_takes_only_what_is_queued():
-    ex = _sized(0.05, 1e-4, 2e-4)
-    ex.scheduler.quantum = 10 * 2e-4
-    ex.ingest("s", pa.table({"x": list(range(25))}))
-    log = _runs(ex)
-    ex.run(max_units=1)
-    assert log == [("q/1:synthetic", 25), ("q/2:synthetic", 25)]
+    assert _first_unit_of_a_pc_quota(0.05, 25) == [("q/1:synthetic", 25), ("q/2:synthetic", 25)]
 
 
 def test_a_run_cut_to_the_budget_keeps_its_floor():
