@@ -305,34 +305,6 @@ def test_cos_reclusters_at_most_once_per_recluster_period(monkeypatch):
         cos_module.Cos(recluster_period=-1)
 
 
-def test_cos_follows_statistics_moves_at_most_once_per_recluster_period(monkeypatch):
-    """A statistics move within recluster_period of the last rebuild waits: on a large plan some
-    estimate moves every few runs, and each rebuild (Chain's envelopes over every path, the heaps)
-    holds the executor's lock the cluster threads share. The move is taken in at the first pick
-    once the period has passed, even when nothing moves then."""
-    cos_module, plan, state, cost, calls = _counted_s_means(monkeypatch)
-
-    class Moving:  # the simulator's state, with a clock and a statistics version the test moves
-        now, stats_version = 10.0, 0
-
-        def __getattr__(self, name):
-            return getattr(state, name)
-
-    moving = Moving()
-    cos = cos_module.Cos(T=0.3, recluster_period=1.0)
-    rebuilds = []
-    real = cos._rebuild
-    monkeypatch.setattr(cos, "_rebuild", lambda st: rebuilds.append(st.now) or real(st))
-    cos.attach(moving)
-    for dt, moved in ((0.3, True), (0.3, True), (0.3, False), (0.3, False), (0.3, True), (0.3, False)):
-        moving.now += dt
-        moving.stats_version += moved
-        cos.pick_cluster(0, moving)
-    # attach at 10.0; moves at 10.3 and 10.6 wait; due at 11.2 (nothing moves then); the move at
-    # 11.5 waits until 12.2, past the last pick
-    assert [round(t, 1) for t in rebuilds] == [10.0, 11.2]
-
-
 def test_cos_one_cluster_is_chain():
     """T = 1: one cluster running Chain — the same schedule as chain."""
     plan = load_job("cos_sim").cos_plan(queries=3, seed=5)

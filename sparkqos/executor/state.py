@@ -96,10 +96,7 @@ class ExecutorState(EngineState):
 
     @property
     def spilled_bytes(self) -> int:
-        """Queued bytes currently on disk (none when nothing was ever spilled: then no queue is
-        scanned, which on a large plan every enqueue under a memory limit would do)."""
-        if not self.spilled_bytes_total:
-            return 0
+        """Queued bytes currently on disk."""
         return sum(q.spilled_bytes for ports in self.ports.values() for q in ports)
 
     @property
