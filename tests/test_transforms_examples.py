@@ -80,10 +80,10 @@ def test_udfs_declared_thread_safe_stay_so_through_sparks_plan_and_their_runs_ma
     queries = {**sensor_transforms(), "plus": lambda d: d.select(pandas_udf(plus, "double")("temperature").alias("t"))}
     ex = Executor(compile_transforms(readings, queries).fresh(), schedulers.get("fifo"), threads=2)
     ops, sliced = ex.dispatcher.ops, ex.dispatcher.sliceable
-    unsafe = {n: threadsafe.unsafe_udfs(op) for n, op in ops.items() if threadsafe.unsafe_udfs(op)}
+    unsafe = {n: u for n, op in ops.items() if (u := threadsafe.unsafe_udfs(op))}
     with monkeypatch.context() as m:  # every operator that calls a UDF, declared or not
         m.setattr(threadsafe, "is_thread_safe", lambda fn: False)
-        calling = {n: threadsafe.unsafe_udfs(op) for n, op in ops.items() if threadsafe.unsafe_udfs(op)}
+        calling = {n: u for n, op in ops.items() if (u := threadsafe.unsafe_udfs(op))}
     assert sorted(q.split("/")[0] for q in calling) == ["anomaly", "archive", "plus"]
     assert list(unsafe.values()) == [["plus"]] and next(iter(unsafe)).startswith("plus/")
     assert {n for n in calling if not n.startswith("plus/")} <= sliced and not set(unsafe) & sliced
