@@ -7,12 +7,14 @@
   ``shed``, and across a crash between the sink write and the checkpoint the replayed batch sheds
   the same rows — 0 lost beyond the shed, 0 duplicated.
 * The parts of a row's delay add up to its delay.
+* A target out of reach is said once, with the capacity measured.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections import Counter
 
 import pyarrow as pa
@@ -24,6 +26,7 @@ from sparkqos.io.deadletter import read_dead_letters
 from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.decompose import PARTS, column
+from sparkqos.runtime.service import Service, SloWarning
 from sparkqos.runtime.targets import parse_durations
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.schedulers.deadline import EarliestDeadline
@@ -200,3 +203,72 @@ def test_a_job_running_some_queries_keeps_only_the_targets_of_their_classes(caps
     )
     assert kept == {"H": "500ms", "X": "1s"}
     assert "scheduler.slo for class C left out" in capsys.readouterr().out
+
+
+class _Stats:
+    """What :meth:`Service.check_capacity` reads of an executor's statistics."""
+
+    def __init__(self):
+        self.consumed = dict.fromkeys(("a", "b"), 0.0)
+
+    def operator(self, op):
+        return type("OpStats", (), {"consumed": self.consumed[op]})()
+
+
+class _State:
+    def __init__(self, cost_s: float):
+        self.stats = _Stats()
+        self._cost = cost_s
+
+    def cost(self, op):
+        return self._cost
+
+    def selectivity(self, op):
+        return 1.0
+
+
+def _service(target_s: float = 1.0):
+    from types import SimpleNamespace
+
+    plan = Plan([Operator("a", ("S",), 1.0, 1.0, query="q"), Operator("b", ("S",), 1.0, 1.0, query="r")], streams=["S"])
+    return Service(SimpleNamespace(plan=plan), SimpleNamespace(slo={"q": target_s}, shed={}), keeps_dead=False)
+
+
+def _record(t: float, rate: float, behind: float, busy: float) -> dict:
+    return {
+        "timestamp": t,
+        "inputRowsPerSecond": rate,
+        "numInputRows": int(rate * 0.5),
+        "executorBusyS": 0.5,
+        "queries": [
+            {"query": "q", "behindS": behind, "executorBusyS": busy},
+            {"query": "r", "behindS": 0.1, "executorBusyS": 0.0},
+        ],
+    }
+
+
+def test_a_target_out_of_reach_is_said_once_with_the_capacity_measured():
+    """A query falling further behind its target although targets serve it first: the warning
+    says so once, with the rows per second it could take in (measured) and its share of the
+    executor; its own work estimated at more than the executor's time says so too."""
+    service, state = _service(), _State(cost_s=1e-5)  # 10 us a row: 1,000 rows/s need 0.01 s/s
+    with pytest.warns(SloWarning) as said:
+        for i in range(30):
+            state.stats.consumed["a"] += 250.0  # 500 rows/s taken in, at a trigger each 0.5 s
+            service.check_capacity(state, _record(100 + 0.5 * i, 1000.0, 1.5 + 0.2 * i, busy=0.45))
+    (w,) = said
+    text = str(w.message)
+    assert "'q' (1000 ms) cannot be met" in text and "took in 500 rows/s of the 1000 rows/s that came in" in text
+    assert "90% of the executor's time" in text and "shed=" in text
+
+    quiet, state = _service(), _State(cost_s=1e-5)  # past the target but not falling further behind
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SloWarning)
+        for i in range(30):
+            quiet.check_capacity(state, _record(100 + 0.5 * i, 1000.0, 1.5 + 0.2 * (i % 2), busy=0.45))
+            quiet.check_capacity(state, _record(200 + 0.5 * i, 1000.0, 0.5, busy=0.45))  # within the target
+
+    heavy, state = _service(), _State(cost_s=2e-3)  # 2 ms a row: 1,000 rows/s need 2 s/s
+    with pytest.warns(SloWarning, match=r"needs 2\.00 executor seconds per second .* at most 500 rows/s"):
+        for i in range(Service.OVER + 1):
+            heavy.check_capacity(state, _record(100 + 0.5 * i, 1000.0, 0.2, busy=0.45))

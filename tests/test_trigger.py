@@ -547,3 +547,19 @@ def test_the_typed_progress_row_is_the_metrics_tables_row():
     assert progress.rows() == [row.as_row(), progress.plan.as_row()]
     record = progress.to_json()
     assert (record["numInputRows"], record["processedRows"], record["queries"]) == (5, 4, [row.as_row()])
+
+
+def test_each_querys_executor_seconds_add_up_to_the_executors_even_after_a_restart(tmp_path):
+    """A query's row holds the seconds the executor ran its operators since the last record:
+    what each query costs. Their sum is within the executor's busy time (the plan's row: the runs
+    and the picks between them), and the first record after a restart counts only that run's
+    seconds, not those restored with the checkpoint's statistics."""
+    first = make_loop(tmp_path)
+    for b, t in enumerate(BATCHES[:2]):
+        p = first.process(t, b)
+        per_query = [q["executorBusyS"] for q in p["queries"]]
+        assert all(s >= 0 for s in per_query) and sum(per_query) > 0
+        assert sum(per_query) <= p["executorBusyS"]
+    again = make_loop(tmp_path)
+    p = again.process(BATCHES[2], 2)
+    assert 0 < sum(q["executorBusyS"] for q in p["queries"]) <= p["executorBusyS"]

@@ -68,16 +68,22 @@ class QueuedSizes:
     taken while the executor is still (the record is written after the worker went on), or
     summed over the shards of the sharded lane."""
 
-    def __init__(self, rows: dict[str, float], nbytes: dict[str, float]):
+    def __init__(self, rows: dict[str, float], nbytes: dict[str, float], busy: dict[str, float] | None = None):
         self._rows = rows
         self._bytes = nbytes
+        self._busy = busy
         self.total_queued = float(sum(rows.values()))
         self.total_queued_bytes = float(sum(nbytes.values()))
 
     @classmethod
     def of(cls, state: Any, plan: Any) -> QueuedSizes:
-        """The sizes of ``state``'s queues now, for every operator of ``plan``."""
-        sizes = cls({op: state.queued(op) for op in plan.names}, {op: state.queued_bytes(op) for op in plan.names})
+        """The sizes of ``state``'s queues now, and each operator's busy seconds so far, for
+        every operator of ``plan``."""
+        sizes = cls(
+            {op: state.queued(op) for op in plan.names},
+            {op: state.queued_bytes(op) for op in plan.names},
+            {op: state.stats.operator(op).busy_time for op in plan.names},
+        )
         sizes.total_queued, sizes.total_queued_bytes = state.total_queued, state.total_queued_bytes
         return sizes
 
@@ -86,6 +92,15 @@ class QueuedSizes:
 
     def queued_bytes(self, op: str) -> float:
         return self._bytes[op]
+
+    def busy_s(self, op: str) -> float:
+        """Seconds the executor has run ``op`` (NaN: not taken, as for the sharded lane's sums)."""
+        return math.nan if self._busy is None else self._busy[op]
+
+
+def _busy_s(state: Any, op: str) -> float:
+    """Seconds the executor has run ``op``: read from the live state or from its sizes' snapshot."""
+    return state.busy_s(op) if isinstance(state, QueuedSizes) else state.stats.operator(op).busy_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +248,19 @@ class ProgressReporter:
         self.recent: list[dict[str, Any]] = []
         self._last_start: float | None = None
         self._last_report: float | None = None
+        self._busy: dict[str, float] = {}  # each operator's busy seconds at the last record
+
+    def baseline(self, state: SchedulerState) -> None:
+        """Count each query's executor seconds from here (a restored checkpoint's statistics
+        hold the seconds served before it)."""
+        self._busy = {op: _busy_s(state, op) for op in self.plan.names}
+
+    def _query_busy(self, state: SchedulerState) -> dict[str, float]:
+        """Per query, the seconds the executor ran its operators since the last record."""
+        now = {op: _busy_s(state, op) for op in self.plan.names}
+        ran = {op: t - self._busy.get(op, 0.0) for op, t in now.items()}
+        self._busy = now
+        return {q: float(sum(ran[op] for op in query.operators)) for q, query in self.plan.queries.items()}
 
     @property
     def last(self) -> dict[str, Any] | None:
@@ -271,6 +299,7 @@ class ProgressReporter:
         query_columns = query_columns or {}
         consumed, busy_s, cpu_s = served.rows_consumed, served.seconds, served.cpu_s
         common, wall = self._common(batch_id, started, rows_in, consumed, continuous, strategy)
+        busy_of = self._query_busy(state)
         per_query = tuple(
             ProgressRow(
                 query=qname,
@@ -278,6 +307,7 @@ class ProgressReporter:
                 rowsOut=float(rows_out[qname]),
                 queuedRows=float(sum(state.queued(op) for op in query.operators)),
                 queuedBytes=float(sum(state.queued_bytes(op) for op in query.operators)),
+                executorBusyS=busy_of[qname],
                 **metrics.delay_summary(delays[qname]),
                 **_spark_columns([spark_parts[qname]] if qname in spark_parts else []),
                 **query_columns.get(qname, {}),

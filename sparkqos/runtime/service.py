@@ -4,10 +4,11 @@
 :mod:`sparkqos.runtime.targets`) against the plan, sheds what a query with an age let fall behind
 (:class:`~sparkqos.runtime.shedding.Shedder`), reports each trigger's targets met
 (``sloTargetS``, ``sloViolations``: rows written later than the target, ``sloMet``) and says once
-per query when a target cannot be met because the query's own work exceeds what the executor can
-give it: its rows per second in, times the executor seconds one row costs along its operators,
-more than one second per second for :attr:`Service.OVER` triggers in a row
-(:class:`SloWarning`, with the measured capacity).
+per query when a target cannot be met (:class:`SloWarning`, with the measured capacity): its own
+work needs more than the executor's whole time (its rows per second in, times the executor seconds
+one row costs along its operators), or it keeps falling further behind its target although the
+targets serve it first (the executor's share the run leaves it — between triggers, beside Spark
+and the other targets — is below what its input needs), for :attr:`Service.OVER` triggers in a row.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class Service:
         #: The newest event time taken in (checkpointed): what shedding ages count from.
         self.stream_time = -math.inf
         self._over = dict.fromkeys(self.slo, 0)
+        #: Per query with a target, the triggers since its oldest row went past the target: their
+        #: time, how old that row was, the rows the query had taken in, its and the executor's busy
+        #: seconds, the trigger's rows in.
+        self._falling: dict[str, list[tuple[float, float, float, float, float, int]]] = {}
+        inner = set(plan.names)
+        self._leaves = {q: [op for op in plan.queries[q].operators if not set(plan[op].inputs) & inner] for q in self.slo}
         self._said: set[str] = set()
         self._input_rate = math.nan  # rows per second into the stream, smoothed
 
@@ -100,22 +107,67 @@ class Service:
         return total
 
     def check_capacity(self, state: ExecutorState, progress: dict[str, Any]) -> None:
-        """Say once per query with a target that the target cannot be met, when its own work has
-        exceeded the executor's capacity for :attr:`OVER` triggers."""
-        rate = progress.get("inputRowsPerSecond", math.nan)
-        if not self.slo or not math.isfinite(rate):
+        """Say once per query with a target that the target cannot be met: when its own work
+        has needed more than the executor's whole time for :attr:`OVER` triggers (its rows in
+        per second times its executor seconds per row), or when for :attr:`OVER` triggers its
+        oldest queued row has been older than the target and grown older although latency
+        targets put it first (what it could take in is then its capacity, measured)."""
+        if not self.slo:
             return
-        self._input_rate = rate if math.isnan(self._input_rate) else 0.875 * self._input_rate + 0.125 * rate
+        rate = progress.get("inputRowsPerSecond", math.nan)
+        if math.isfinite(rate):
+            self._input_rate = rate if math.isnan(self._input_rate) else 0.875 * self._input_rate + 0.125 * rate
+        rows = {r["query"]: r for r in progress.get("queries", ())}
+        now, total_busy = progress.get("timestamp", math.nan), progress.get("executorBusyS", math.nan)
         for query, target in self.slo.items():
-            need = self._input_rate * self.work_s(state, query)  # executor seconds per second
-            self._over[query] = self._over[query] + 1 if need > 1.0 else 0
-            if self._over[query] >= self.OVER and query not in self._said:
-                self._said.add(query)
-                capacity = self._input_rate / need
-                warnings.warn(
-                    f"sparkqos: the latency target of query {query!r} ({target * 1000:.0f} ms) cannot be met: its own work "
-                    f"needs {need:.2f} executor seconds per second at {self._input_rate:.0f} rows/s in, so it can take "
-                    f"at most {capacity:.0f} rows/s; lower the input rate, add capacity, or let it shed (shed=)",
-                    SloWarning,
-                    stacklevel=2,
-                )
+            if query in self._said:
+                continue
+            if math.isfinite(self._input_rate):
+                need = self._input_rate * self.work_s(state, query)  # executor seconds per second
+                self._over[query] = self._over[query] + 1 if need > 1.0 else 0
+                if self._over[query] >= self.OVER:
+                    self._say(
+                        query,
+                        target,
+                        f"its own work needs {need:.2f} executor seconds per second at {self._input_rate:.0f} rows/s "
+                        f"in, so it can take at most {self._input_rate / need:.0f} rows/s",
+                    )
+                    continue
+            row = rows.get(query, {})
+            behind = row.get("behindS", math.nan)
+            taken = sum(state.stats.operator(op).consumed for op in self._leaves[query])
+            rows_in = progress.get("numInputRows", 0)
+            mark = (now, behind, taken, row.get("executorBusyS", math.nan), total_busy, rows_in)
+            if not (behind > target):  # also NaN: nothing queued
+                self._falling.pop(query, None)
+                continue
+            streak = self._falling.setdefault(query, [])
+            streak.append(mark)
+            if len(streak) <= self.OVER:
+                continue
+            first = streak.pop(0)
+            if not all(b[1] >= first[1] for b in streak) or not streak[-1][1] > first[1]:
+                continue  # older than the target, but not falling further behind
+            span = streak[-1][0] - first[0]
+            if not span > 0:
+                continue
+            took = (streak[-1][2] - first[2]) / span
+            came = sum(m[5] for m in streak) / span
+            own = sum(m[3] for m in streak)
+            share = own / max(sum(m[4] for m in streak), 1e-9)
+            self._say(
+                query,
+                target,
+                f"for {self.OVER} triggers its oldest queued row aged from {first[1]:.1f} s to {streak[-1][1]:.1f} s "
+                f"while its operators had {min(share, 1.0):.0%} of the executor's time; it took in {took:.0f} rows/s "
+                f"of the {came:.0f} rows/s that came in",
+            )
+
+    def _say(self, query: str, target: float, why: str) -> None:
+        self._said.add(query)
+        warnings.warn(
+            f"sparkqos: the latency target of query {query!r} ({target * 1000:.0f} ms) cannot be met: {why}; "
+            "lower the input rate, add capacity, or let it shed (shed=)",
+            SloWarning,
+            stacklevel=3,
+        )

@@ -192,6 +192,7 @@ class TriggerLoop:
                 self.early.parts_batch = ckpt.batch_id + 1
             self.dead_lettered_total = int(ckpt.state.get("dead_lettered_total", 0))
             self.service.stream_time = float(ckpt.state.get("stream_time", -math.inf))
+        self.progress.baseline(self.executor.state)
         self.life.step("restore")
         return self.last_batch
 
