@@ -69,7 +69,12 @@ for arg in "$@"; do
   esac
   prev="$arg"
 done
+# A job can ask for JVM options the same way: "# sparkqos-java-options: OPTIONS" (the main and
+# vessel jobs: -XX:TieredStopAtLevel=1, see docs/guide.md "A small machine"). Scripts without the
+# line (the benchmarks, which compare with native Spark) run the JVM's defaults.
+java_options=""
 if [ -n "$job" ]; then
+  java_options="$(head -n 40 "$job" | sed -n 's/^# sparkqos-java-options: *\(.*[^ ]\) *$/\1/p' | head -n 1)"
   extras="$(head -n 40 "$job" | sed -n 's/^# sparkqos-extras: *\([a-z,]*\) *$/\1/p' | head -n 1)"
   [ -n "$config" ] || config="$here/conf/$(basename "$job" .py).toml"
   if [ -z "$sink" ] && [ -f "$config" ]; then
@@ -99,7 +104,7 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 # and draws no stage progress bars: a job prints its own line per trigger.
 exec "$venv/bin/spark-submit" \
   --master 'local[*]' \
-  --conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$here/conf/log4j2.properties" \
+  --conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$here/conf/log4j2.properties${java_options:+ $java_options}" \
   --conf spark.ui.showConsoleProgress=false \
   --conf spark.sql.shuffle.partitions=4 \
   --conf spark.sql.execution.arrow.pyspark.enabled=true \

@@ -15,6 +15,11 @@ environment variable ``SPARKQOS_FAULT``, read here and nowhere else): the job SI
 that point of batch 3 (points: sparkqos.runtime.config.FAULT_POINTS).
 """
 
+# sparkqos-java-options: -XX:TieredStopAtLevel=1
+# (spark-submit.sh starts the JVM with it: C1 code only. On a small machine the C2 compiler's threads
+# take a core for the first ten seconds or so, while the first micro-batches need it; the driver's
+# JVM work per trigger — offsets, planning, handing small Arrow batches over — gains little from C2.)
+
 from __future__ import annotations
 
 import sys
