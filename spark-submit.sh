@@ -70,7 +70,7 @@ for arg in "$@"; do
   prev="$arg"
 done
 # A job can ask for JVM options the same way: "# sparkqos-java-options: OPTIONS" (the main and
-# vessel jobs: -XX:TieredStopAtLevel=1, see docs/guide.md "A small machine"). Scripts without the
+# vessel jobs: C1 code only and the serial collector, see docs/guide.md "A small machine"). Scripts without the
 # line (the benchmarks, which compare with native Spark) run the JVM's defaults.
 java_options=""
 if [ -n "$job" ]; then

@@ -15,10 +15,11 @@ environment variable ``SPARKQOS_FAULT``, read here and nowhere else): the job SI
 that point of batch 3 (points: sparkqos.runtime.config.FAULT_POINTS).
 """
 
-# sparkqos-java-options: -XX:TieredStopAtLevel=1
-# (spark-submit.sh starts the JVM with it: C1 code only. On a small machine the C2 compiler's threads
-# take a core for the first ten seconds or so, while the first micro-batches need it; the driver's
-# JVM work per trigger — offsets, planning, handing small Arrow batches over — gains little from C2.)
+# sparkqos-java-options: -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+# (spark-submit.sh starts the JVM with them: C1 code only, and the serial collector. On a small
+# machine the C2 compiler's threads take a core for the first ten seconds or so, while the first
+# micro-batches need it, and G1's concurrent threads compete with the trigger's; the driver's JVM
+# work per trigger — offsets, planning, handing Arrow batches over — gains little from either.)
 
 from __future__ import annotations
 

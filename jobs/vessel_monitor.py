@@ -16,8 +16,8 @@ installs the ``data`` extra (the package tracktable-data) on first use, as the l
 """
 
 # sparkqos-extras: data
-# sparkqos-java-options: -XX:TieredStopAtLevel=1
-# (C1 code only, as the main job: see jobs/sensor_monitor.py)
+# sparkqos-java-options: -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+# (as the main job: see jobs/sensor_monitor.py)
 
 from __future__ import annotations
 

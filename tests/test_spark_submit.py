@@ -36,7 +36,7 @@ def _java_options(argv: list[str]) -> str:
 def test_a_jobs_java_options_line_reaches_the_jvm_and_a_script_without_one_keeps_the_defaults(tmp_path):
     for job in ("jobs/sensor_monitor.py", "jobs/vessel_monitor.py"):
         argv = _submitted(tmp_path / job.replace("/", "_"), job, "--duration", "5")
-        assert _java_options(argv).endswith("log4j2.properties -XX:TieredStopAtLevel=1")
+        assert _java_options(argv).endswith("log4j2.properties -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         assert argv[-3:] == [job, "--duration", "5"]
     argv = _submitted(tmp_path / "bench", "benchmarks/throughput.py")
     assert _java_options(argv).endswith("log4j2.properties")
