@@ -8,6 +8,8 @@ restore, start, run until the duration or Ctrl-C, stop between triggers, drain w
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib.util
 import math
 import os
@@ -198,10 +200,52 @@ def check_extras(cfg: dict) -> None:
             )
 
 
+#: The lock files of the folders this process runs on (by folder), held open until it exits.
+_HELD: dict[Path, Any] = {}
+
+
+def hold(folder: Path) -> None:
+    """Lock ``folder`` for this process until it exits (``flock`` on ``.<name>.lock`` beside it,
+    which holds the process id). Raises ConfigError naming the process that holds it already:
+    two runs on one checkpoint would each delete (``--fresh``) or overwrite what the other wrote.
+    A folder this process holds already stays held (a job run again in the same process)."""
+    folder = folder.resolve()
+    if folder in _HELD:
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = (folder.parent / f".{folder.name}.lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise ConfigError(
+            f"{folder} is in use by another run of a job (process {holder}): stop that run, or give this one "
+            "another --output (or --checkpoint)"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    _HELD[folder] = lock
+
+
+def release() -> None:
+    """Let go of every folder :func:`hold` locked (the process's exit does it too)."""
+    while _HELD:
+        with contextlib.suppress(OSError):
+            _HELD.popitem()[1].close()
+
+
 def folders(args: argparse.Namespace, job: dict) -> tuple[Path, Path]:
-    """(output, checkpoint); ``--fresh`` empties both first."""
+    """(output, checkpoint), held by this process until it exits (:func:`hold`: another run on
+    either is refused); ``--fresh`` empties both first."""
     output = Path(job["output"])
     checkpoint = Path(job["checkpoint"]) if job["checkpoint"] else output / "_checkpoint"
+    for folder in dict.fromkeys((output.resolve(), checkpoint.resolve())):
+        if not folder.is_relative_to(output.resolve()) or folder == output.resolve():
+            hold(folder)
     if args.fresh:
         shutil.rmtree(output, ignore_errors=True)
         shutil.rmtree(checkpoint, ignore_errors=True)

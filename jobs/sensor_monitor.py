@@ -104,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sensor_monitor: configuration error: {exc}", file=sys.stderr)
         return 2
-    output, checkpoint = kit.folders(args, cfg["job"])
+    try:
+        output, checkpoint = kit.folders(args, cfg["job"])
+    except ConfigError as exc:
+        print(f"sensor_monitor: {exc}", file=sys.stderr)
+        return 2
 
     from sparkqos import sources
     from sparkqos.workloads.sensor_transforms import SENSOR_QUERY_CLASSES, sensor_transforms

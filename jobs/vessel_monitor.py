@@ -67,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     except SourceError as exc:
         print(f"vessel_monitor: {exc}", file=sys.stderr)
         return 2
-    output, checkpoint = kit.folders(args, cfg["job"])
+    try:
+        output, checkpoint = kit.folders(args, cfg["job"])
+    except ConfigError as exc:
+        print(f"vessel_monitor: {exc}", file=sys.stderr)
+        return 2
 
     from sparkqos import sources
     from sparkqos.workloads.vessels import VESSEL_PRIORITIES, VESSEL_QUERY_CLASSES, vessel_transforms

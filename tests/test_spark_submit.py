@@ -1,6 +1,6 @@
-"""What ``spark-submit.sh`` hands to Spark's ``spark-submit`` for a job: the JVM options and
-extras a job's header lines ask for. A stand-in ``spark-submit`` in a stand-in virtualenv prints
-its arguments, so no JVM starts."""
+"""Starting a job: what ``spark-submit.sh`` hands to Spark's ``spark-submit`` (the JVM options a
+job's header line asks for; a stand-in ``spark-submit`` in a stand-in virtualenv prints its
+arguments, so no JVM starts), and the lock a job holds on its folders."""
 
 from __future__ import annotations
 
@@ -40,3 +40,37 @@ def test_a_jobs_java_options_line_reaches_the_jvm_and_a_script_without_one_keeps
         assert argv[-3:] == [job, "--duration", "5"]
     argv = _submitted(tmp_path / "bench", "benchmarks/throughput.py")
     assert _java_options(argv).endswith("log4j2.properties")
+
+
+HOLD = "from jobs import _jobkit as k; from pathlib import Path; k.hold(Path({!r})); print('held', flush=True); input()"
+
+
+def test_a_second_run_on_the_same_folders_is_refused_and_deletes_nothing(tmp_path, capsys):
+    """Two runs of a job on one output folder would each delete (``--fresh``) or overwrite the
+    other's checkpoint: the second is refused before it touches anything, naming the process
+    that holds the folder; once that process is gone the folder is free again."""
+    output = tmp_path / "out"
+    (output / "_checkpoint").mkdir(parents=True)
+    (output / "_checkpoint" / "kept").write_text("the first run's")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD.format(str(output))],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        from jobs import sensor_monitor
+
+        code = sensor_monitor.main(["--fresh", "--set", f"job.output={output}", "--quiet"])
+        assert code == 2
+        assert f"is in use by another run of a job (process {holder.pid})" in capsys.readouterr().err
+        assert (output / "_checkpoint" / "kept").read_text() == "the first run's"
+    finally:
+        holder.communicate("\n", timeout=30)
+    from jobs import _jobkit
+
+    _jobkit.hold(output)  # free again
+    _jobkit.hold(output)  # and a process may take a folder it holds once more
+    _jobkit.release()
