@@ -155,12 +155,12 @@ class Service:
             came = sum(m[5] for m in streak) / span
             own = sum(m[3] for m in streak)
             share = own / max(sum(m[4] for m in streak), 1e-9)
+            had = f" while its operators had {min(share, 1.0):.0%} of the executor's time" if math.isfinite(share) else ""
             self._say(
                 query,
                 target,
-                f"for {self.OVER} triggers its oldest queued row aged from {first[1]:.1f} s to {streak[-1][1]:.1f} s "
-                f"while its operators had {min(share, 1.0):.0%} of the executor's time; it took in {took:.0f} rows/s "
-                f"of the {came:.0f} rows/s that came in",
+                f"for {self.OVER} triggers its oldest queued row aged from {first[1]:.1f} s to {streak[-1][1]:.1f} s"
+                f"{had}; it took in {took:.0f} rows/s of the {came:.0f} rows/s that came in",
             )
 
     def _say(self, query: str, target: float, why: str) -> None:
