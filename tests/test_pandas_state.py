@@ -1,0 +1,268 @@
+"""Users' own stateful functions: ``groupBy(keys).applyInPandasWithState(...)`` as a native operator.
+
+* Streamed through ``sparkqos.stream`` (a replayed trace, several micro-batches, available-now,
+  then ``finish()``), its rows equal Spark's own streaming run of the same PySpark code: an
+  event-time timeout in update mode (sessions closed by the watermark, timestamps in and out), and
+  a running count in append mode without timeout.
+* A crash after a batch's sink write and a restart from the checkpoint give the same rows, each once.
+* A processing-time timeout fires at the first trigger whose clock is past it, on the operator
+  (Spark's own run of one depends on its wall clock).
+* What sparkqos does not run is refused before data moves, naming it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+import sparkqos
+from sparkqos.errors import UdfError, UnsupportedTransform
+from sparkqos.executor.operators import PandasWithState
+from sparkqos.executor.queues import stamp, with_internal
+from sparkqos.io.sinks import MemorySink
+from sparkqos.spark.transforms import compile_transforms
+from tests.conftest import replay, spark_streams, stream_through_a_crash, stream_to_end
+from tests.test_transforms_stateful import BASE_US, assert_same
+
+pytestmark = pytest.mark.spark
+
+GAP_MS = 3_000
+
+
+def sessions_of(key, frames, state):
+    """A session per key: rows and their sum while open; closed (and forgotten) once the watermark
+    passes its last row plus the gap."""
+    if state.hasTimedOut:
+        n, total, last_ms = state.get
+        state.remove()
+        yield pd.DataFrame(
+            {"k": [key[0]], "status": ["closed"], "n": [n], "total": [total], "last": [pd.Timestamp(last_ms, unit="ms")]}
+        )
+        return
+    n, total, last_ms = state.get if state.exists else (0, 0.0, 0)
+    for frame in frames:
+        n += len(frame)
+        total += float(frame["i"].sum())
+        last_ms = max(last_ms, int(frame["ts"].max().value // 1_000_000))
+    state.update((n, total, last_ms))
+    state.setTimeoutTimestamp(last_ms + GAP_MS)
+    yield pd.DataFrame(
+        {"k": [key[0]], "status": ["open"], "n": [n], "total": [total], "last": [pd.Timestamp(last_ms, unit="ms")]}
+    )
+
+
+def sessions(df):
+    return (
+        df.withWatermark("ts", "2 seconds")
+        .groupBy("k")
+        .applyInPandasWithState(
+            sessions_of,
+            "k string, status string, n long, total double, last timestamp",
+            "n long, total double, last_ms long",
+            "update",
+            GroupStateTimeout.EventTimeTimeout,
+        )
+    )
+
+
+def counts_of(key, frames, state):
+    n = state.get[0] if state.exists else 0
+    for frame in frames:
+        n += len(frame)
+    state.update((n,))
+    yield pd.DataFrame({"k": [key[0]], "n": [n], "watermark": [state.getCurrentWatermarkMs()]})
+
+
+def counts(df):
+    return (
+        df.withWatermark("ts", "4 seconds")
+        .groupBy("k")
+        .applyInPandasWithState(counts_of, "k string, n long, watermark long", "n long", "append", GroupStateTimeout.NoTimeout)
+    )
+
+
+QUERIES = {"sessions": sessions, "counts": counts}
+
+
+def trace(n: int = 80, seed: int = 7) -> pa.Table:
+    """Rows in time order at half seconds, bursts and pauses longer than the gap, nulls in keys
+    and values."""
+    rng = np.random.default_rng(seed)
+    names = ["u1", "u2", None, ""]
+    t, data = 0, []
+    for _ in range(n):
+        t += int(rng.choice([0, 1, 1, 2, 16]))
+        i = None if rng.random() < 0.1 else int(rng.integers(-50, 50))
+        data.append((names[int(rng.integers(4))], i, float(rng.normal()), BASE_US + t * 500_000))
+    k, i, d, ts = zip(*data, strict=True)
+    return pa.table(
+        {
+            "k": pa.array(k, pa.string()),
+            "i": pa.array(i, pa.int32()),
+            "d": pa.array(d, pa.float64()),
+            "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pandas_state")
+    pq.write_table(trace(), folder / "trace.parquet")
+    return folder / "trace.parquet"
+
+
+@pytest.fixture(scope="module")
+def sparks_run(spark_sql, path, tmp_path_factory):
+    modes = {"sessions": "update"}
+    return spark_streams(QUERIES, lambda: replay(spark_sql, path, 8), tmp_path_factory.mktemp("spark"), output_modes=modes)
+
+
+def _check(got: pa.Table, want: pa.Table, name: str) -> None:
+    assert want.num_rows > 0, name
+    assert_same(got.select(want.column_names).cast(want.schema), want, name)
+
+
+def test_streamed_state_equals_sparks_streaming_run(spark_sql, path, sparks_run, tmp_path):
+    sink = stream_to_end(replay(spark_sql, path, 8), QUERIES, tmp_path / "ckpt", strategy="chain")
+    for name in QUERIES:
+        _check(sink.table(name), sparks_run[name].rows, name)
+    closed = sink.table("sessions").filter(pa.compute.equal(sink.table("sessions").column("status"), "closed"))
+    assert closed.num_rows > 0  # event-time timeouts fired, in batches and after the input's end
+
+
+def test_a_crash_and_restart_in_the_middle_gives_each_row_once(spark_sql, path, sparks_run, tmp_path, monkeypatch):
+    sink = MemorySink()
+
+    def attempt(**fault):
+        return sparkqos.stream(
+            replay(spark_sql, path, 8),
+            QUERIES,
+            strategy="cqc",
+            trigger=sparkqos.Trigger(availableNow=True),
+            checkpoint=tmp_path / "ckpt",
+            sink=sink,
+            **fault,
+        )
+
+    _, restored = stream_through_a_crash(monkeypatch, attempt, "after_sink:2")
+    assert restored == 1
+    for name in QUERIES:
+        _check(sink.table(name), sparks_run[name].rows, name)
+
+
+def test_the_plan_runs_it_natively(spark, path):
+    compiled = compile_transforms(replay(spark, path, 8), QUERIES)
+    op = compiled.operators["sessions/1:state"]
+    assert isinstance(op, PandasWithState)
+    assert (op.keys, op.timeout, op.time_col, op.delay_us) == (["k"], "EventTimeTimeout", "ts", 2_000_000)
+    text = sparkqos.explain(replay(spark, path, 8), QUERIES)
+    assert "native  sessions/1:state" in text and "applyInPandasWithState" in text
+
+
+# -- the operator alone ------------------------------------------------------------------------------
+def _timing_out(key, frames, state):
+    if state.hasTimedOut:
+        state.remove()
+        yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+        return
+    n = sum(len(f) for f in frames) + (state.get[0] if state.exists else 0)
+    state.update((n,))
+    state.setTimeoutDuration(1_000)
+    yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+
+def test_a_processing_time_timeout_fires_at_the_first_trigger_past_it():
+    now = [100.0]
+    op = PandasWithState(
+        ["k"], ["k"], _timing_out, pa.schema([("k", pa.string()), ("n", pa.int64())]),
+        pa.struct([("n", pa.int64())]), "ProcessingTimeTimeout", clock=lambda: now[0],
+    )  # fmt: skip
+    op.bind("q/state", [with_internal(pa.schema([("k", pa.string())]))])
+
+    def trigger(keys, at):
+        now[0] = at
+        if keys:
+            op.process(stamp(pa.record_batch({"k": pa.array(keys, pa.string())}), at, 0))
+        return sorted((r["k"], r["n"]) for b in op.end_trigger() for r in b.to_pylist())
+
+    assert trigger(["a", "b"], 100.0) == [("a", 1), ("b", 1)]
+    assert trigger(["a"], 100.5) == [("a", 2)]  # a's timeout moves to 101.5 s; b's stays at 101 s
+    assert trigger([], 101.0) == []  # not past 101 s yet
+    assert trigger([], 101.2) == [("b", -1)]
+    state = op.to_state()
+    again = op.copy()
+    again.bind("q/state", op.input_schemas)
+    again.from_state(state)
+    op = again
+    assert trigger([], 101.6) == [("a", -1)] and op.state_rows() == 0
+
+
+def test_a_failing_function_is_named_and_keeps_its_rows():
+    def broken(key, frames, state):
+        raise ZeroDivisionError("boom")
+
+    op = PandasWithState(
+        ["k"],
+        ["k"],
+        broken,
+        pa.schema([("k", pa.string())]),
+        pa.struct([("n", pa.int64())]),
+        "NoTimeout",
+        query="q",
+        udf="broken",
+    )
+    op.bind("q/state", [with_internal(pa.schema([("k", pa.string())]))])
+    op.process(stamp(pa.record_batch({"k": ["a"]}), 0.0, 0))
+    with pytest.raises(UdfError, match="query 'q': UDF 'broken' raised ZeroDivisionError: boom"):
+        op.end_trigger()
+    assert op.state_rows() == 1  # the micro-batch's rows wait for the next try
+
+
+def _bad_state(key, frames, state):
+    state.update(("many",))
+    yield pd.DataFrame({"k": [key[0]]})
+
+
+def test_a_state_value_of_another_type_is_refused_in_the_call():
+    op = PandasWithState(["k"], ["k"], _bad_state, pa.schema([("k", pa.string())]), pa.struct([("n", pa.int64())]), "NoTimeout")
+    op.bind("q/state", [with_internal(pa.schema([("k", pa.string())]))])
+    op.process(stamp(pa.record_batch({"k": ["a"]}), 0.0, 0))
+    with pytest.raises(UdfError, match="does not fit the state type"):
+        op.end_trigger()
+
+
+# -- refusals ------------------------------------------------------------------------------------------
+def _nothing(key, frames, state):
+    yield from ()
+
+
+REFUSED = {
+    "EventTimeTimeout on a stream without withWatermark": lambda d: d.groupBy("k").applyInPandasWithState(
+        _nothing, "k string", "n long", "update", GroupStateTimeout.EventTimeTimeout
+    ),
+    "state field 'xs' of type": lambda d: d.groupBy("k").applyInPandasWithState(
+        _nothing, "k string", "xs array<long>", "update", GroupStateTimeout.NoTimeout
+    ),
+    "output field 'm' of type": lambda d: d.groupBy("k").applyInPandasWithState(
+        _nothing, "k string, m map<string, long>", "n long", "update", GroupStateTimeout.NoTimeout
+    ),
+}
+
+
+@pytest.mark.parametrize("named", REFUSED)
+def test_what_sparkqos_does_not_run_is_refused_naming_it(spark, path, named, tmp_path):
+    with pytest.raises(UnsupportedTransform, match=named):
+        sparkqos.stream(replay(spark, path, 8), {"q": REFUSED[named]}, checkpoint=tmp_path / "ckpt")
+
+
+def test_a_finite_dataframe_is_refused_as_spark_refuses_it(spark):
+    df = spark.createDataFrame([("a", 1)], "k string, v long")
+    with pytest.raises(UnsupportedTransform, match="on a finite DataFrame"):
+        sparkqos.run(
+            df, {"q": lambda d: d.groupBy("k").applyInPandasWithState(_nothing, "k string", "n long", "update", "NoTimeout")}
+        )
