@@ -1,6 +1,6 @@
 """Users' own stateful functions: ``groupBy(keys).applyInPandasWithState(...)`` as a native operator.
 
-* Streamed through ``sparkqos.stream`` (a replayed trace, several micro-batches, available-now,
+* Streamed through ``sparkqos.stream`` (a file stream, one file per micro-batch, available-now,
   then ``finish()``), its rows equal Spark's own streaming run of the same PySpark code: an
   event-time timeout in update mode (sessions closed by the watermark, timestamps in and out), and
   a running count in append mode without timeout.
@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -20,12 +22,14 @@ import pytest
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 import sparkqos
+from sparkqos import schedulers
 from sparkqos.errors import UdfError, UnsupportedTransform
+from sparkqos.executor import Executor
 from sparkqos.executor.operators import PandasWithState
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
-from tests.conftest import replay, spark_streams, stream_through_a_crash, stream_to_end
+from tests.conftest import spark_streams, stream_through_a_crash
 from tests.test_transforms_stateful import BASE_US, assert_same
 
 pytestmark = pytest.mark.spark
@@ -89,15 +93,16 @@ QUERIES = {"sessions": sessions, "counts": counts}
 
 
 def trace(n: int = 80, seed: int = 7) -> pa.Table:
-    """Rows in time order at half seconds, bursts and pauses longer than the gap, nulls in keys
-    and values."""
+    """Rows at half seconds, bursts and pauses longer than the gap, nulls in keys and values, and
+    every tenth row up to a minute behind the others (some late, some not)."""
     rng = np.random.default_rng(seed)
     names = ["u1", "u2", None, ""]
-    t, data = 0, []
-    for _ in range(n):
+    t, data = 40, []
+    for j in range(n):
         t += int(rng.choice([0, 1, 1, 2, 16]))
+        behind = int(rng.integers(1, 121)) if j % 10 == 9 else 0
         i = None if rng.random() < 0.1 else int(rng.integers(-50, 50))
-        data.append((names[int(rng.integers(4))], i, float(rng.normal()), BASE_US + t * 500_000))
+        data.append((names[int(rng.integers(4))], i, float(rng.normal()), BASE_US + (t - behind) * 500_000))
     k, i, d, ts = zip(*data, strict=True)
     return pa.table(
         {
@@ -109,17 +114,31 @@ def trace(n: int = 80, seed: int = 7) -> pa.Table:
     )
 
 
-@pytest.fixture(scope="module")
-def path(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("pandas_state")
-    pq.write_table(trace(), folder / "trace.parquet")
-    return folder / "trace.parquet"
+FILES = 10
 
 
 @pytest.fixture(scope="module")
-def sparks_run(spark_sql, path, tmp_path_factory):
+def folder(tmp_path_factory):
+    """The trace in files of 8 rows, one per micro-batch, in the trace's order (so the rows
+    behind the others arrive after them)."""
+    folder = tmp_path_factory.mktemp("pandas_state") / "input"
+    folder.mkdir()
+    table, step = trace(), 8
+    for f in range(FILES):
+        path = folder / f"part-{f:05d}.parquet"
+        pq.write_table(table.slice(f * step, step), path)
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+    return folder
+
+
+def file_stream(spark, folder):
+    return spark.readStream.schema(spark.read.parquet(str(folder)).schema).option("maxFilesPerTrigger", 1).parquet(str(folder))
+
+
+@pytest.fixture(scope="module")
+def sparks_run(spark_sql, folder, tmp_path_factory):
     modes = {"sessions": "update"}
-    return spark_streams(QUERIES, lambda: replay(spark_sql, path, 8), tmp_path_factory.mktemp("spark"), output_modes=modes)
+    return spark_streams(QUERIES, lambda: file_stream(spark_sql, folder), tmp_path_factory.mktemp("spark"), output_modes=modes)
 
 
 def _check(got: pa.Table, want: pa.Table, name: str) -> None:
@@ -127,20 +146,31 @@ def _check(got: pa.Table, want: pa.Table, name: str) -> None:
     assert_same(got.select(want.column_names).cast(want.schema), want, name)
 
 
-def test_streamed_state_equals_sparks_streaming_run(spark_sql, path, sparks_run, tmp_path):
-    sink = stream_to_end(replay(spark_sql, path, 8), QUERIES, tmp_path / "ckpt", strategy="chain")
+def test_streamed_state_equals_sparks_streaming_run(spark_sql, folder, sparks_run, tmp_path):
+    sink = MemorySink()
+    handle = sparkqos.stream(
+        file_stream(spark_sql, folder),
+        QUERIES,
+        trigger=sparkqos.Trigger(availableNow=True),
+        checkpoint=tmp_path / "ckpt",
+        sink=sink,
+        strategy="chain",
+    )
+    assert handle.start().awaitTermination(180)
+    late = handle.loop.executor.compiled.operators["sessions/1:state"].late_rows
+    handle.finish()
     for name in QUERIES:
         _check(sink.table(name), sparks_run[name].rows, name)
     closed = sink.table("sessions").filter(pa.compute.equal(sink.table("sessions").column("status"), "closed"))
-    assert closed.num_rows > 0  # event-time timeouts fired, in batches and after the input's end
+    assert closed.num_rows > 0 and late > 0  # event-time timeouts fired; rows behind the watermark were dropped
 
 
-def test_a_crash_and_restart_in_the_middle_gives_each_row_once(spark_sql, path, sparks_run, tmp_path, monkeypatch):
+def test_a_crash_and_restart_in_the_middle_gives_each_row_once(spark_sql, folder, sparks_run, tmp_path, monkeypatch):
     sink = MemorySink()
 
     def attempt(**fault):
         return sparkqos.stream(
-            replay(spark_sql, path, 8),
+            file_stream(spark_sql, folder),
             QUERIES,
             strategy="cqc",
             trigger=sparkqos.Trigger(availableNow=True),
@@ -155,13 +185,30 @@ def test_a_crash_and_restart_in_the_middle_gives_each_row_once(spark_sql, path, 
         _check(sink.table(name), sparks_run[name].rows, name)
 
 
-def test_the_plan_runs_it_natively(spark, path):
-    compiled = compile_transforms(replay(spark, path, 8), QUERIES)
+def test_the_plan_runs_it_natively(spark, folder):
+    compiled = compile_transforms(file_stream(spark, folder), QUERIES)
     op = compiled.operators["sessions/1:state"]
     assert isinstance(op, PandasWithState)
     assert (op.keys, op.timeout, op.time_col, op.delay_us) == (["k"], "EventTimeTimeout", "ts", 2_000_000)
-    text = sparkqos.explain(replay(spark, path, 8), QUERIES)
+    text = sparkqos.explain(file_stream(spark, folder), QUERIES)
     assert "native  sessions/1:state" in text and "applyInPandasWithState" in text
+
+
+def test_a_triggers_end_serves_the_rows_still_below_the_function(spark, folder):
+    """Spark calls the function once per key with the whole micro-batch: rows of the trigger
+    still queued below it are served before the calls, whatever the strategy left."""
+    compiled = compile_transforms(file_stream(spark, folder), {"counts": lambda d: counts(d.where(d.i.isNotNull()))})
+    ex = Executor(compiled.fresh(), schedulers.get("fifo"))
+    batch = trace().slice(0, 8).cast(compiled.sources["input"])
+    ex.ingest("input", batch, arrival=0.0)
+    assert ex.result("counts").num_rows == 0  # nothing ran yet
+    ex.end_trigger()
+    got = ex.result("counts")
+    want = batch.filter(pa.compute.is_valid(batch.column("i"))).group_by("k").aggregate([("i", "count")])
+    assert dict(zip(got.column("k").to_pylist(), got.column("n").to_pylist(), strict=True)) == dict(
+        zip(want.column("k").to_pylist(), want.column("i_count").to_pylist(), strict=True)
+    )
+    assert got.num_rows == want.num_rows  # one call per key
 
 
 # -- the operator alone ------------------------------------------------------------------------------
@@ -255,9 +302,9 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("named", REFUSED)
-def test_what_sparkqos_does_not_run_is_refused_naming_it(spark, path, named, tmp_path):
+def test_what_sparkqos_does_not_run_is_refused_naming_it(spark, folder, named, tmp_path):
     with pytest.raises(UnsupportedTransform, match=named):
-        sparkqos.stream(replay(spark, path, 8), {"q": REFUSED[named]}, checkpoint=tmp_path / "ckpt")
+        sparkqos.stream(file_stream(spark, folder), {"q": REFUSED[named]}, checkpoint=tmp_path / "ckpt")
 
 
 def test_a_finite_dataframe_is_refused_as_spark_refuses_it(spark):

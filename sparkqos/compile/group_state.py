@@ -11,9 +11,10 @@ The watermark of ``EventTimeTimeout`` (and of ``getCurrentWatermarkMs``) is the 
 watermarked column among the DataFrame's columns (plan context ``watermarks``). Refused with
 :class:`~sparkqos.errors.UnsupportedTransform`, naming what: a grouping key that is not a column,
 ``EventTimeTimeout`` without ``withWatermark`` (Spark refuses it too), a watermarked column the
-DataFrame no longer holds, a finite DataFrame (Spark runs it on streams only), a column, output or
-state field of a type other than integers, floats, strings, booleans and timestamps, a Spark
-Connect plan (whose node carries no function here).
+DataFrame no longer holds, a finite DataFrame (Spark runs it on streams only), a key, output or
+state field of a type other than integers, floats, strings, booleans and timestamps, a column the
+function reads that pandas would get otherwise than from Spark (a map, a timestamp inside an array
+or struct), a Spark Connect plan (whose node carries no function here).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pyarrow as pa
 from sparkqos.compile.nodes import Node, Rel, parse_expr, spark_type
 from sparkqos.executor.expressions import Col
 from sparkqos.executor.operators import PandasWithState
-from sparkqos.executor.operators.group_state import state_type_supported
+from sparkqos.executor.operators.group_state import frame_type_supported, state_type_supported
 
 _OPERATION = "applyInPandasWithState"
 _TYPES = "integers, floats, strings, booleans and timestamps"
@@ -70,10 +71,18 @@ def apply_in_pandas_with_state(qc: Any, node: Node) -> Rel:
         if not isinstance(e, Col):  # PySpark passes the DataFrame's columns, never expressions
             raise qc.unsupported(f"{_OPERATION} {name!r} over an expression")
         columns.append(e.column)
-    for column in dict.fromkeys([*keys, *columns]):
+    for column in keys:
         t = child.schema.field(column).type
         if not state_type_supported(t):
-            raise qc.unsupported(f"{_OPERATION} over column {column!r} of type {t}", f"sparkqos runs it over {_TYPES}")
+            raise qc.unsupported(f"{_OPERATION} grouped by {column!r} of type {t}", f"sparkqos groups it by {_TYPES}")
+    for column in columns:
+        t = child.schema.field(column).type
+        if not frame_type_supported(t):
+            raise qc.unsupported(
+                f"{_OPERATION} over column {column!r} of type {t}",
+                "sparkqos gives the function integers, floats, strings, booleans, timestamps, decimals, dates, binary, "
+                "and arrays and structs of them without timestamps; select the columns it needs first",
+            )
     output = pa.schema(
         [
             pa.field(a.fields["name"], _field_type(qc, "output", a.fields["name"], a.fields.get("dataType")))

@@ -3,8 +3,9 @@
 The sharded lane (:mod:`sparkqos.spark.sharded`) splits the stream by a column (``shard_by``)
 and runs one executor per shard; a shard sees only its keys' rows. A query gives the same answer
 there as on one executor when every operator that keeps state across rows keeps it per a key
-that includes the shard key — window aggregates grouped by it, joins on it (both sides), dedup
-and lag keyed by it. Stateless operators (selections, projections, UDFs, unions, the synthetic
+that includes the shard key — window aggregates grouped by it, joins on it (both sides), dedup,
+lag and a user's stateful function (applyInPandasWithState) keyed by it; the columns that
+function yields carry no shard key. Stateless operators (selections, projections, UDFs, unions, the synthetic
 operator, joins with a static table, which every shard holds whole) are shardable wherever
 they stand.
 
@@ -42,6 +43,7 @@ from sparkqos.executor.operators import (
     Generate,
     IntervalJoin,
     KeyedLag,
+    PandasWithState,
     PhysicalOperator,
     Project,
     Select,
@@ -81,7 +83,7 @@ class Refusal:
 #: keep the shard key wherever their output keeps its column.
 _STATELESS = (Select, Synthetic, StaticJoin, Union, Generate)
 #: Operators keeping state per key: the attribute(s) naming their keys.
-_KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate)
+_KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate, PandasWithState)
 
 
 def _column(expr: Expr | str) -> str | None:
@@ -98,6 +100,8 @@ def _carried(op: PhysicalOperator, inputs: Sequence[frozenset[str]]) -> frozense
     out = frozenset(op.schema.names) if op.schema is not None else frozenset()
     if isinstance(op, Project):
         return frozenset(e.name for e in op.exprs if _column(e) in inputs[0])
+    if isinstance(op, PandasWithState):  # its columns are what the user's function yields
+        return frozenset()
     if isinstance(op, Union):
         return frozenset.intersection(*inputs) & out
     return frozenset().union(*inputs) & out

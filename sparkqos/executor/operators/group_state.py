@@ -9,12 +9,12 @@ yields pandas DataFrames of the declared output schema.
 
 Spark calls the function once per key per micro-batch. So do runs here: a run only queues its
 rows in this operator's state, and at the end of the trigger
-(:meth:`~sparkqos.executor.operators.base.TriggerEndOperator.end_trigger`) the rows taken since
-the last one are that micro-batch: every key among them is called once with its rows in arrival
-order, then every key whose timeout has passed without rows is called with ``hasTimedOut`` true
-and one empty DataFrame, as Spark does. With every row of a micro-batch served within its trigger
-the calls are Spark's; rows a trigger leaves queued join the next trigger's calls. The timeouts,
-as Spark defines them:
+(:meth:`~sparkqos.executor.operators.base.TriggerEndOperator.end_trigger`; a
+:class:`~sparkqos.executor.operators.base.MicroBatchOperator`, so the executor first serves the
+operators below it until every row of the trigger's micro-batch has reached it) the rows taken
+since the last one are that micro-batch: every key among them is called once with its rows in
+arrival order, then every key whose timeout has passed without rows is called with
+``hasTimedOut`` true and one empty DataFrame, as Spark does. The timeouts, as Spark defines them:
 
 * ``NoTimeout``: never;
 * ``ProcessingTimeTimeout``: ``setTimeoutDuration(ms)`` times the key out at the first trigger
@@ -48,9 +48,9 @@ import pyarrow.compute as pc
 
 from sparkqos.errors import ExpressionError, PlanError, UdfError
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
-from sparkqos.executor.operators.base import TriggerEndOperator, group_codes, ipc_to_table, table_to_ipc
+from sparkqos.executor.operators.base import MicroBatchOperator, group_codes, ipc_to_table, table_to_ipc
 
-__all__ = ["TIMEOUTS", "GroupState", "PandasWithState", "state_type_supported"]
+__all__ = ["TIMEOUTS", "GroupState", "PandasWithState", "frame_type_supported", "state_type_supported"]
 
 #: Spark's GroupStateTimeout values.
 TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout", "EventTimeTimeout")
@@ -68,6 +68,27 @@ def state_type_supported(t: pa.DataType) -> bool:
         or pa.types.is_large_string(t)
         or pa.types.is_boolean(t)
         or pa.types.is_timestamp(t)
+    )
+
+
+def frame_type_supported(t: pa.DataType, nested: bool = False) -> bool:
+    """Whether a column of type ``t`` may reach the function's frames, converted as Spark's worker
+    converts it: besides :func:`state_type_supported`'s types, decimals, dates, binary, arrays and
+    structs of them (a timestamp inside an array or a struct, or a map, is not: Spark converts
+    those its own way)."""
+    if pa.types.is_timestamp(t):
+        return not nested
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return frame_type_supported(t.value_type, True)
+    if pa.types.is_struct(t):
+        return all(frame_type_supported(f.type, True) for f in t)
+    return (
+        state_type_supported(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_null(t)
     )
 
 
@@ -177,7 +198,7 @@ class GroupState:
         return f"GroupState({self._value})" if self.exists else "GroupState(<undefined>)"
 
 
-class PandasWithState(TriggerEndOperator):
+class PandasWithState(MicroBatchOperator):
     """Calls ``fn(key, frames, state)`` per key of ``keys`` on the rows of each micro-batch (see
     the module docstring); ``columns`` are the columns the function's frames hold, ``output`` the
     declared output schema, ``state_type`` the declared state (a struct type), ``timeout`` one of
@@ -262,8 +283,11 @@ class PandasWithState(TriggerEndOperator):
         for name in [*self.keys, *self.columns, *([self.time_col] if self.time_col else [])]:
             if src.get_field_index(name) < 0:
                 raise ExpressionError(f"operator {self.name!r}: unknown column {name!r}; columns are {src.names}")
-        for name in dict.fromkeys([*self.keys, *self.columns]):
+        for name in self.keys:
             if not state_type_supported(src.field(name).type):
+                raise ExpressionError(f"operator {self.name!r}: key column {name!r} of type {src.field(name).type}")
+        for name in self.columns:
+            if not frame_type_supported(src.field(name).type):
                 raise ExpressionError(f"operator {self.name!r}: column {name!r} of type {src.field(name).type}")
         for where, fields in (("output", list(self.output)), ("state", list(self.state_type))):
             for f in fields:
@@ -368,6 +392,8 @@ class PandasWithState(TriggerEndOperator):
                 self._max_time_ms = max(self._max_time_ms or newest // 1000, newest // 1000)
         if rows is not None and rows.num_rows:
             self._newest = (float(pc.max(rows.column(ARRIVAL)).as_py()), int(pc.max(rows.column(SEQ)).as_py()))
+        if len(outputs) > 1:  # one batch for the operators above, not one per key
+            outputs = pa.Table.from_batches(outputs).combine_chunks().to_batches()
         if self.delay_us is not None and self._max_time_ms is not None:
             self._late_ms = self._watermark_ms
             self._watermark_ms = max(self._watermark_ms, self._max_time_ms - self.delay_us // 1000)
