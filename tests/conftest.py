@@ -75,6 +75,7 @@ SECONDS = {
     "test_spark_part.py": (47, 0),
     "test_transforms_joins.py": (43, 0),
     "test_session_window.py": (42, 0),
+    "test_pandas_state.py": (40, 20),
     "test_transforms_native.py": (41, 0),
     "test_class_shares.py": (38, 0),
     "test_wheel.py": (5, 31),

@@ -23,7 +23,8 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 import sparkqos
 from sparkqos import schedulers
-from sparkqos.errors import UdfError, UnsupportedTransform
+from sparkqos.compile.shardable import check_shardable
+from sparkqos.errors import NotShardable, UdfError, UnsupportedTransform
 from sparkqos.executor import Executor
 from sparkqos.executor.operators import PandasWithState
 from sparkqos.executor.queues import stamp, with_internal
@@ -165,6 +166,7 @@ def test_streamed_state_equals_sparks_streaming_run(spark_sql, folder, sparks_ru
     assert closed.num_rows > 0 and late > 0  # event-time timeouts fired; rows behind the watermark were dropped
 
 
+@pytest.mark.slow
 def test_a_crash_and_restart_in_the_middle_gives_each_row_once(spark_sql, folder, sparks_run, tmp_path, monkeypatch):
     sink = MemorySink()
 
@@ -305,6 +307,28 @@ REFUSED = {
 def test_what_sparkqos_does_not_run_is_refused_naming_it(spark, folder, named, tmp_path):
     with pytest.raises(UnsupportedTransform, match=named):
         sparkqos.stream(file_stream(spark, folder), {"q": REFUSED[named]}, checkpoint=tmp_path / "ckpt")
+
+
+def test_the_sharded_lane_refuses_it(spark, folder):
+    compiled = compile_transforms(file_stream(spark, folder), QUERIES)
+    with pytest.raises(NotShardable, match=r"\['counts', 'sessions'\] call a user's stateful function"):
+        check_shardable(compiled, "k")
+
+
+def test_a_spark_connect_plan_is_refused_naming_it(spark):
+    """Spark Connect's plan rewrite (sparkqos.spark.connect_plan) writes the node without the
+    function: refused by name."""
+    import json
+
+    from sparkqos.compile.spark_plan import compile_plans
+
+    table = trace(4)
+    analyzed = spark.createDataFrame(table)._jdf.queryExecution().analyzed()
+    source = json.loads(analyzed.toJSON())
+    ids = [int(analyzed.output().apply(i).exprId().id()) for i in range(analyzed.output().size())]
+    plan = [{"class": "FlatMapGroupsInPandasWithState", "num-children": 1}, *source]
+    with pytest.raises(UnsupportedTransform, match="applyInPandasWithState under Spark Connect"):
+        compile_plans({"q": plan}, source, ids, table.schema)
 
 
 def test_a_finite_dataframe_is_refused_as_spark_refuses_it(spark):
