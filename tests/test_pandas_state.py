@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import os
 
 import numpy as np
@@ -27,6 +29,7 @@ from sparkqos.compile.shardable import check_shardable
 from sparkqos.errors import NotShardable, UdfError, UnsupportedTransform
 from sparkqos.executor import Executor
 from sparkqos.executor.operators import PandasWithState
+from sparkqos.executor.operators.group_state import state_type_supported
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms
@@ -249,6 +252,56 @@ def test_a_processing_time_timeout_fires_at_the_first_trigger_past_it():
     again.from_state(state)
     op = again
     assert trigger([], 101.6) == [("a", -1)] and op.state_rows() == 0
+
+
+def _echo(key, frames, state):
+    for frame in frames:
+        yield frame[["k", "v"]] if "v" in frame else frame
+
+
+def _rows_of(key, frames, state):
+    yield pd.DataFrame({"k": [key[0]], "n": [sum(len(frame) for frame in frames)]})
+
+
+TS_UTC = pa.timestamp("us", tz="UTC")
+#: Arrow types of the columns a function may read, with two values and a null each.
+FRAME_TYPES = {
+    pa.int8(): [1, -2],
+    pa.int16(): [300, -2],
+    pa.int32(): [70_000, -2],
+    pa.int64(): [2**40, -2],
+    pa.float32(): [1.5, float("nan")],
+    pa.float64(): [1e300, -0.0],
+    pa.string(): ["", "ü"],
+    pa.bool_(): [True, False],
+    TS_UTC: [BASE_US, BASE_US + 1],
+    pa.decimal128(10, 2): [decimal.Decimal("1.25"), decimal.Decimal("-3.00")],
+    pa.date32(): [dt.date(2024, 2, 29), dt.date(1970, 1, 1)],
+    pa.binary(): [b"\x00\x01", b""],
+    pa.list_(pa.string()): [["a", None], []],
+    pa.struct([("a", pa.int32()), ("b", pa.string())]): [{"a": 1, "b": None}, {"a": None, "b": "x"}],
+}
+
+
+@pytest.mark.parametrize("t", list(FRAME_TYPES), ids=str)
+def test_every_column_type_it_takes_reaches_the_function_and_back(t):
+    """Integers, floats, strings, booleans and timestamps go through the function and back
+    unchanged (nulls too); the other types it may read reach it."""
+    values = [*FRAME_TYPES[t], None]
+    schema = with_internal(pa.schema([("k", pa.string()), ("v", t)]))
+    echo = state_type_supported(t)
+    output = pa.schema([("k", pa.string()), ("v", t)] if echo else [("k", pa.string()), ("n", pa.int64())])
+    op = PandasWithState(["k"], ["k", "v"], _echo if echo else _rows_of, output, pa.struct([("n", pa.int64())]), "NoTimeout")
+    op.bind("q/state", [schema])
+    op.process(stamp(pa.record_batch({"k": ["a", "a", "b"], "v": pa.array(values, t)}), 0.0, 0))
+    got = pa.Table.from_batches(op.end_trigger())
+    if echo:
+        want = pa.array(values, t)
+        if pa.types.is_floating(t):  # NaN is null, as Spark takes a pandas result
+            want = pa.array([None if v is None or v != v else v for v in values], t)
+        assert got.column("v").combine_chunks().equals(want)
+    else:
+        assert sorted(got.select(["k", "n"]).to_pylist(), key=str) == [{"k": "a", "n": 2}, {"k": "b", "n": 1}]
 
 
 def test_a_failing_function_is_named_and_keeps_its_rows():
