@@ -29,6 +29,7 @@ from sparkqos.compile.shardable import check_shardable
 from sparkqos.errors import NotShardable, UdfError, UnsupportedTransform
 from sparkqos.executor import Executor
 from sparkqos.executor.operators import PandasWithState
+from sparkqos.executor.operators.base import ipc_to_table
 from sparkqos.executor.operators.group_state import state_type_supported
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.io.sinks import MemorySink
@@ -302,6 +303,31 @@ def test_every_column_type_it_takes_reaches_the_function_and_back(t):
         assert got.column("v").combine_chunks().equals(want)
     else:
         assert sorted(got.select(["k", "n"]).to_pylist(), key=str) == [{"k": "a", "n": 2}, {"k": "b", "n": 1}]
+
+
+def test_a_timestamp_in_the_state_is_naive_in_the_session_time_zone_as_spark_gives_it():
+    """The function sees the state's timestamps as its rows' (naive, in the session's time zone)
+    and stores them the same way, so the two compare."""
+
+    def newest(key, frames, state):
+        seen = state.get[0] if state.exists else None
+        for frame in frames:
+            top = frame["ts"].max()
+            seen = top if seen is None else max(seen, top)
+        state.update((seen,))
+        yield pd.DataFrame({"k": [key[0]], "newest": [seen]})
+
+    schema = with_internal(pa.schema([("k", pa.string()), ("ts", TS_UTC)]))
+    output = pa.schema([("k", pa.string()), ("newest", TS_UTC)])
+    op = PandasWithState(["k"], ["k", "ts"], newest, output, pa.struct([("t", TS_UTC)]), "NoTimeout", time_zone="Europe/Paris")
+    op.bind("q/state", [schema])
+    for i, secs in enumerate(([5, 3], [1])):
+        ts = pa.array([BASE_US + s * 1_000_000 for s in secs], TS_UTC)
+        op.process(stamp(pa.record_batch({"k": ["a"] * len(secs), "ts": ts}), float(i), i))
+        got = pa.Table.from_batches(op.end_trigger()).column("newest").to_pylist()
+        assert got == [pa.scalar(BASE_US + 5_000_000, TS_UTC).as_py()]
+    held = op.to_state()
+    assert ipc_to_table(held["groups"]).column("__value").to_pylist() == [{"t": pa.scalar(BASE_US + 5_000_000, TS_UTC).as_py()}]
 
 
 def test_a_failing_function_is_named_and_keeps_its_rows():

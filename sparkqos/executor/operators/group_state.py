@@ -37,9 +37,11 @@ the rows waiting for the trigger's end, the watermark) is serialisable (Arrow IP
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
@@ -97,7 +99,10 @@ class GroupState:
     the function of ``applyInPandasWithState``: ``exists``, ``get``, ``getOption``, ``update``,
     ``remove``, ``hasTimedOut``, ``setTimeoutDuration``, ``setTimeoutTimestamp``,
     ``getCurrentProcessingTimeMs``, ``getCurrentWatermarkMs`` (a misuse raises ``ValueError`` or
-    ``RuntimeError`` with PySpark's reason).
+    ``RuntimeError`` with PySpark's reason). ``value`` is the held state as Arrow gives it
+    (timestamps in UTC); the function sees timestamps as Spark gives them, naive in the session's
+    ``time_zone``, and a naive one it stores is read in that zone; :attr:`stored` is the value to
+    hold.
 
     >>> s = GroupState(None, pa.struct([("n", pa.int64())]), 1_000, 0, "ProcessingTimeTimeout", False, False)
     >>> s.exists, s.getOption
@@ -118,12 +123,26 @@ class GroupState:
         timeout_conf: str,
         has_timed_out: bool,
         watermark_present: bool,
+        time_zone: str = "UTC",
     ):
-        self._value, self._type = value, value_type
+        self._type, self._zone = value_type, ZoneInfo(time_zone)
+        self._value = None if value is None else self._local(value)
         self._processing_time_ms, self._watermark_ms = processing_time_ms, watermark_ms
         self._timeout_conf, self._has_timed_out, self._watermark_present = timeout_conf, has_timed_out, watermark_present
         #: The timeout this call set (Spark starts every call without one).
         self.timeout_ms = NO_TIMESTAMP
+
+    def _local(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(
+            v.astimezone(self._zone).replace(tzinfo=None) if isinstance(v, datetime.datetime) and v.tzinfo else v for v in values
+        )
+
+    @property
+    def stored(self) -> tuple[Any, ...] | None:
+        """The value to hold (timestamps aware), None when removed or never set."""
+        if self._value is None:
+            return None
+        return tuple(v.replace(tzinfo=self._zone) if isinstance(v, datetime.datetime) else v for v in self._value)
 
     @property
     def exists(self) -> bool:
@@ -147,11 +166,15 @@ class GroupState:
         if newValue is None:
             raise TypeError("[CANNOT_BE_NONE] Argument `newValue` cannot be None.")
         values = [v.item() if isinstance(v, np.generic) else v for v in newValue]
+        values = [
+            v.to_pydatetime() if isinstance(v, pd.Timestamp) else v for v in values
+        ]  # pandas' timestamps as datetimes; a naive one is in the session's time zone
+        values = [v.replace(tzinfo=self._zone) if isinstance(v, datetime.datetime) and not v.tzinfo else v for v in values]
         try:  # held as the declared type: a value it cannot hold fails here, in the call that gave it
             row = pa.array([dict(zip(self._type.names, values, strict=True))], self._type)[0].as_py()
         except (pa.ArrowException, ValueError, TypeError) as e:
             raise ValueError(f"state {tuple(newValue)!r} does not fit the state type {self._type}: {e}") from None
-        self._value = tuple(row[n] for n in self._type.names)
+        self._value = self._local([row[n] for n in self._type.names])
 
     def remove(self) -> None:
         self._value = None
@@ -367,10 +390,10 @@ class PandasWithState(MicroBatchOperator):
                     st = self._group_state(value, now_ms, watermark_ms, False)
                     outputs += self._call(part.select(self.keys), [part.select(self.columns)], st, part)
                     if at is None:
-                        added.append((part.select(self.keys).slice(0, 1), st.getOption, st.timeout_ms))
+                        added.append((part.select(self.keys).slice(0, 1), st.stored, st.timeout_ms))
                     else:
                         called_held.add(at)
-                        entries[at] = (st.getOption, st.timeout_ms)
+                        entries[at] = (st.stored, st.timeout_ms)
             if held and self.timeout != "NoTimeout":
                 tos = state.column(_TIMEOUT).to_numpy()
                 for at in np.flatnonzero((tos != NO_TIMESTAMP) & (tos < threshold)).tolist():
@@ -379,7 +402,7 @@ class PandasWithState(MicroBatchOperator):
                     st = self._group_state(self._held_value(at), now_ms, watermark_ms, True)
                     empty = pa.table({c: pa.array([], self.input_schemas[0].field(c).type) for c in self.columns})
                     outputs += self._call(state.select(self.keys).slice(at, 1), [empty], st, None)
-                    entries[at] = (st.getOption, st.timeout_ms)
+                    entries[at] = (st.stored, st.timeout_ms)
         except BaseException:
             self._pending = pending  # nothing taken: the micro-batch runs again
             raise
@@ -416,7 +439,9 @@ class PandasWithState(MicroBatchOperator):
 
     def _group_state(self, value: Any, now_ms: int, watermark_ms: int, timed_out: bool) -> GroupState:
         watermark = watermark_ms if self.watermark_present else NO_TIMESTAMP
-        return GroupState(value, self.state_type, now_ms, watermark, self.timeout, timed_out, self.watermark_present)
+        return GroupState(
+            value, self.state_type, now_ms, watermark, self.timeout, timed_out, self.watermark_present, self.time_zone
+        )
 
     def _commit(self, entries: dict[int, tuple[Any, int]], added: list[tuple[pa.Table, Any, int]]) -> None:
         """The state after the calls: each called key's value and timeout; a key with neither is dropped."""
