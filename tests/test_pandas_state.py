@@ -191,6 +191,49 @@ def test_a_crash_and_restart_in_the_middle_gives_each_row_once(spark_sql, folder
         _check(sink.table(name), sparks_run[name].rows, name)
 
 
+def _closing(key, frames, state):
+    if state.hasTimedOut:
+        n = state.get[0]
+        state.remove()
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "closed": [True]})
+        return
+    n = (state.get[0] if state.exists else 0) + sum(len(frame) for frame in frames)
+    state.update((n,))
+    state.setTimeoutDuration(1)
+    yield pd.DataFrame({"k": [key[0]], "n": [n], "closed": [False]})
+
+
+def test_a_processing_time_timeout_through_a_stream_closes_every_key_once(spark_sql, folder, tmp_path):
+    """Each key times out a millisecond after its last rows: at a later trigger without rows for
+    it, or at ``finish()``; its count then is every row it had, and it is closed once per run of
+    rows (Spark's own run depends on its wall clock, so the rows are checked against the input)."""
+
+    def closing(d):
+        return d.groupBy("k").applyInPandasWithState(
+            _closing, "k string, n long, closed boolean", "n long", "update", GroupStateTimeout.ProcessingTimeTimeout
+        )
+
+    sink = MemorySink()
+    handle = sparkqos.stream(
+        file_stream(spark_sql, folder),
+        {"closing": closing},
+        trigger=sparkqos.Trigger(availableNow=True),
+        checkpoint=tmp_path / "ckpt",
+        sink=sink,
+        strategy="fifo",
+    )
+    assert handle.start().awaitTermination(180)
+    handle.finish()
+    rows = sink.table("closing").to_pylist()
+    keys = set(trace().column("k").to_pylist())
+    closed = [r for r in rows if r["closed"]]
+    assert {r["k"] for r in closed} == keys  # every key timed out at least once, none stays open
+    for k in keys:  # between two closes, the counts of a key's open rows run up to its closed count
+        mine = [r for r in rows if r["k"] == k]
+        assert mine[-1]["closed"] and all(a["n"] <= b["n"] or a["closed"] for a, b in zip(mine, mine[1:], strict=False))
+    assert sum(r["n"] for r in closed) == trace().num_rows
+
+
 def test_the_plan_runs_it_natively(spark, folder):
     compiled = compile_transforms(file_stream(spark, folder), QUERIES)
     op = compiled.operators["sessions/1:state"]

@@ -72,7 +72,8 @@ def emission(op: PhysicalOperator) -> str:
             "ProcessingTimeTimeout": "a key times out when the trigger's clock passes its timeout",
             "EventTimeTimeout": (
                 f"a key times out when the watermark (the newest event time of earlier triggers minus "
-                f"{duration(op.delay_us or 0)}) passes its timeout; a row at or below it is dropped as late"
+                f"{duration(op.delay_us or 0)}) passes its timeout; a row at or below the previous trigger's "
+                "watermark is dropped as late"
             ),
         }[op.timeout]
         return (
