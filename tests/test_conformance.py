@@ -329,6 +329,15 @@ def partitions(d):
     )
 
 
+def with_state(d):
+    def running_count(key, frames, state):
+        n = (state.get[0] if state.exists else 0) + sum(len(frame) for frame in frames)
+        state.update((n,))
+        yield pd.DataFrame({"g": [key[0]], "n": [n]})
+
+    return d.groupBy("g").applyInPandasWithState(running_count, "g string, n long", "n long", "update", "NoTimeout")
+
+
 #: query → (transform, how its rows compare: "append", "update" (last row per key), "presence")
 CASES = {
     "native_functions": (native_functions, "append"),
@@ -348,6 +357,7 @@ CASES = {
     "lagged": (lagged, "append"),
     "unioned": (unioned, "append"),
     "partitions": (partitions, "append"),
+    "with_state": (with_state, "update"),
 }
 
 #: What each case runs of the support list (the names as the list spells them).
@@ -486,6 +496,7 @@ COVERS = {
     "lagged": ["lag(...).over(window)"],
     "unioned": ["union"],
     "partitions": ["alias", "mapInArrow", "mapInPandas", "repartition"],
+    "with_state": ["groupBy().applyInPandasWithState"],
 }
 
 
@@ -498,8 +509,17 @@ def _refused_cases(spark):
             for w in (text or "").split():
                 yield (w,)
 
-    def state(key, frames, st):
-        yield from frames
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class Passing(StatefulProcessor):
+        def init(self, handle):
+            pass
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802,N803 - PySpark's names
+            yield from rows
+
+        def close(self):
+            pass
 
     return {
         "cube/rollup": lambda d: d.cube("g").count(),
@@ -512,8 +532,8 @@ def _refused_cases(spark):
         "sample": lambda d: d.sample(0.5, seed=1),
         "SELECT DISTINCT or UNION in SQL": lambda d: spark.sql("SELECT DISTINCT g FROM {d}", d=d),
         "subtract/exceptAll": lambda d: d.select("g").subtract(d.select("g")),
-        "applyInPandasWithState": lambda d: d.groupBy("g").applyInPandasWithState(
-            state, "g string", "n long", "append", "NoTimeout"
+        "transformWithStateInPandas": lambda d: d.groupBy("g").transformWithStateInPandas(
+            Passing(), "g string", "append", "None"
         ),
     }
 
@@ -522,7 +542,7 @@ def _refused_cases(spark):
 #: node is tested on the JVM side only).
 NOT_WRITABLE = {
     "a Scala UDF": "a UDF compiled into a jar; PySpark can only call one a jar registers",
-    "mapGroupsWithState": "the Scala API's FlatMapGroupsWithState; PySpark's is applyInPandasWithState, refused here",
+    "mapGroupsWithState": "the Scala API's FlatMapGroupsWithState; PySpark's is applyInPandasWithState, a case above",
     "transformWithState": "the Scala API's TransformWithState; PySpark's transformWithStateInPandas is its own node",
 }
 
@@ -580,7 +600,11 @@ def _check(name: str, got: pa.Table, want: pa.Table) -> None:
 
 #: Spark's batch answer where the streaming transform has no batch form: dropDuplicatesWithinWatermark
 #: with a delay longer than the input's event-time span drops what dropDuplicates drops.
-BATCH_FORM = {"dedup_within": lambda d: d.dropDuplicates(["k"]).select("k")}
+#: applyInPandasWithState runs on streams only: a running count's last row per key is the batch count.
+BATCH_FORM = {
+    "dedup_within": lambda d: d.dropDuplicates(["k"]).select("k"),
+    "with_state": lambda d: d.groupBy("g").agg(F.count("*").alias("n")),
+}
 
 
 def _spark_answers(spark, files) -> dict[str, pa.Table]:

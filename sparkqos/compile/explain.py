@@ -16,6 +16,7 @@ from sparkqos.executor.operators import (
     Deduplicate,
     EventWindowAggregate,
     KeyedAggregate,
+    PandasWithState,
     PhysicalOperator,
     SessionWindowAggregate,
     SparkAggregates,
@@ -40,7 +41,8 @@ def duration(us: int) -> str:
 
 def emission(op: PhysicalOperator) -> str:
     """When a stateful operator writes its rows ('' for a stateless one): a window or session
-    when the watermark passes its end, an update-mode aggregate at every trigger.
+    when the watermark passes its end, an update-mode aggregate at every trigger, a user's
+    stateful function (applyInPandasWithState) at every trigger and when its keys time out.
 
     >>> from sparkqos.executor.operators import WindowAgg
     >>> n = [WindowAgg("count_all", None, "n")]
@@ -63,6 +65,20 @@ def emission(op: PhysicalOperator) -> str:
         return (
             f"a {what} is emitted when the watermark passes {end}; the watermark is the newest event time so far "
             f"minus {duration(op.delay_us)}, and a row below it is dropped as late"
+        )
+    if isinstance(op, PandasWithState):
+        timeout = {
+            "NoTimeout": "no timeout",
+            "ProcessingTimeTimeout": "a key times out when the trigger's clock passes its timeout",
+            "EventTimeTimeout": (
+                f"a key times out when the watermark (the newest event time of earlier triggers minus "
+                f"{duration(op.delay_us or 0)}) passes its timeout; a row at or below the previous trigger's "
+                "watermark is dropped as late"
+            ),
+        }[op.timeout]
+        return (
+            f"applyInPandasWithState's function {op.udf!r} runs natively, called at each trigger's end once per key "
+            f"with the key's rows of that trigger, its state kept in sparkqos's checkpoint; {timeout}"
         )
     if isinstance(op, Deduplicate) and op.delay_us is not None:
         return (

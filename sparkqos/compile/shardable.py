@@ -4,7 +4,9 @@ The sharded lane (:mod:`sparkqos.spark.sharded`) splits the stream by a column (
 and runs one executor per shard; a shard sees only its keys' rows. A query gives the same answer
 there as on one executor when every operator that keeps state across rows keeps it per a key
 that includes the shard key — window aggregates grouped by it, joins on it (both sides), dedup
-and lag keyed by it. Stateless operators (selections, projections, UDFs, unions, the synthetic
+and lag keyed by it. A user's stateful function (applyInPandasWithState) runs on the driver lane
+only: :func:`check_shardable` refuses it (its report still says whether it is keyed by the shard
+key; the columns it yields carry none). Stateless operators (selections, projections, UDFs, unions, the synthetic
 operator, joins with a static table, which every shard holds whole) are shardable wherever
 they stand.
 
@@ -42,6 +44,7 @@ from sparkqos.executor.operators import (
     Generate,
     IntervalJoin,
     KeyedLag,
+    PandasWithState,
     PhysicalOperator,
     Project,
     Select,
@@ -81,7 +84,7 @@ class Refusal:
 #: keep the shard key wherever their output keeps its column.
 _STATELESS = (Select, Synthetic, StaticJoin, Union, Generate)
 #: Operators keeping state per key: the attribute(s) naming their keys.
-_KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate)
+_KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate, PandasWithState)
 
 
 def _column(expr: Expr | str) -> str | None:
@@ -98,6 +101,8 @@ def _carried(op: PhysicalOperator, inputs: Sequence[frozenset[str]]) -> frozense
     out = frozenset(op.schema.names) if op.schema is not None else frozenset()
     if isinstance(op, Project):
         return frozenset(e.name for e in op.exprs if _column(e) in inputs[0])
+    if isinstance(op, PandasWithState):  # its columns are what the user's function yields
+        return frozenset()
     if isinstance(op, Union):
         return frozenset.intersection(*inputs) & out
     return frozenset().union(*inputs) & out
@@ -158,8 +163,18 @@ def refuse_spark_parts(compiled: CompiledPlan) -> None:
 def check_shardable(compiled: CompiledPlan, shard_by: str) -> None:
     """Raise :class:`~sparkqos.errors.NotShardable` naming the first query (and its operator)
     that cannot run sharded by ``shard_by``; a stream without that column refuses every query,
-    and so do parts Spark evaluates in each micro-batch (the shards run only native operators)."""
+    and so do parts Spark evaluates in each micro-batch (the shards run only native operators)
+    and users' stateful functions (applyInPandasWithState: the driver lane only)."""
     refuse_spark_parts(compiled)
+    stateful = sorted({compiled.plan.query_of(n) for n, op in compiled.operators.items() if isinstance(op, PandasWithState)})
+    if stateful:
+        raise NotShardable(
+            f"queries {stateful} call a user's stateful function (applyInPandasWithState), which runs on the driver "
+            "lane only; leave out shards=",
+            parameter="queries",
+            value=stateful,
+            expected="queries without applyInPandasWithState",
+        )
     for stream, schema in compiled.sources.items():
         if shard_by not in schema.names:
             raise not_one_of(

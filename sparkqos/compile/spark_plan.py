@@ -97,6 +97,7 @@ _LABEL_WORDS = {
     "session_window": "groupBy(session_window(...)).agg(...)",
     "dedup": "dropDuplicates",
     "lag": "lag(...).over(...)",
+    "state": "groupBy(...).applyInPandasWithState(...)",
 }
 
 #: SQL names of common Spark functions whose class names differ from them.

@@ -49,6 +49,7 @@ _OPERATIONS = {
     "Deduplicate": "dropDuplicates/distinct()",
     "DeduplicateWithinWatermark": "dropDuplicatesWithinWatermark",
     "Generate": "explode",
+    "FlatMapGroupsInPandasWithState": "groupBy().applyInPandasWithState",
     "EventTimeWatermark": "withWatermark",
     "Repartition": "repartition",
     "RepartitionByExpression": "repartition",

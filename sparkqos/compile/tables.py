@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from sparkqos.compile import hashes, joins, keyed, nested, numeric, sessions, stateful, udf
+from sparkqos.compile import group_state, hashes, joins, keyed, nested, numeric, sessions, stateful, udf
 
 #: Time windows a groupBy may group by, as users write them → the reader of the analyzer's
 #: rewrite of each under an Aggregate (``reader(node) -> stateful.TimeWindow | None``).
@@ -28,6 +28,7 @@ RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
     "Deduplicate": keyed.deduplicate,
     "DeduplicateWithinWatermark": keyed.deduplicate,
     "Generate": nested.generate,
+    "FlatMapGroupsInPandasWithState": group_state.apply_in_pandas_with_state,
 }
 #: For a handler of RELATIONS that maps some nodes under its own as part of itself (an Aggregate
 #: and the analyzer's rewrite of its time window): Spark class name → ``inputs(node)``, the nodes below

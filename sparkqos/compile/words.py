@@ -32,6 +32,7 @@ OPERATION_HINTS = {
     "FlatMapGroupsInPandas": "groupBy().applyInPandas",
     "FlatMapGroupsWithState": "mapGroupsWithState",
     "TransformWithState": "transformWithState",
+    "TransformWithStateInPySpark": "transformWithStateInPandas",
     "Offset": "offset",
     "LateralJoin": "lateralJoin, e.g. with a Python UDTF",
 }

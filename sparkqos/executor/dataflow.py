@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from sparkqos.errors import SchedulerError, SchemaMismatch
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL
 from sparkqos.executor.operators import PhysicalOperator
-from sparkqos.executor.operators.base import TriggerEndOperator
+from sparkqos.executor.operators.base import MicroBatchOperator, TriggerEndOperator
 from sparkqos.executor.plan import CompiledPlan
 from sparkqos.executor.queues import stamp
 from sparkqos.executor.report import RunReport
@@ -166,6 +166,8 @@ class Dataflow:
         operators above each one whose output came due."""
         report = RunReport()
         for name in self.trigger_end:
+            if isinstance(self.ops[name], MicroBatchOperator):  # every row of the micro-batch reaches it first
+                report.add(serve([*self.below(name), name]))
             out = self.ops[name].end_trigger()
             if not out:
                 continue
@@ -174,6 +176,17 @@ class Dataflow:
             if above:
                 report.add(serve(above))
         return report
+
+    def below(self, name: str) -> list[str]:
+        """The operators whose rows reach ``name``, bottom-up."""
+        found: list[str] = []
+        todo = [i for i in self.plan[name].inputs if i in self.ops]
+        while todo:
+            n = todo.pop()
+            if n not in found:
+                found.append(n)
+                todo.extend(i for i in self.plan[n].inputs if i in self.ops)
+        return self.bottom_up(found)
 
     # -- results --------------------------------------------------------------------------------------
     def result(self, query: str, internal: bool = False) -> pa.Table:

@@ -79,6 +79,7 @@ _RELATIONS = {
     "with_watermark": "EventTimeWatermark",
     "map_partitions": "MapInPandas",
     "group_map": "FlatMapGroupsInPandas",
+    "apply_in_pandas_with_state": "FlatMapGroupsInPandasWithState",
     "local_relation": "LocalRelation",
     "read": "DataSourceV2Relation",
     "range": "Range",

@@ -3,7 +3,8 @@
 One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.synthetic`,
 :mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
 aggregation, for PySpark transforms), :mod:`.lag` (per-key lag), :mod:`.dedup` (streaming
-deduplication), :mod:`.generate` (explode), :mod:`.keyed_agg` (aggregation
+deduplication), :mod:`.generate` (explode), :mod:`.group_state` (a user's
+function with per-key state, applyInPandasWithState), :mod:`.keyed_agg` (aggregation
 without a time window, update mode), :mod:`.session_window` (Spark's session windows), :mod:`.spark_aggregates` (the aggregates
 Spark computes over a group's buffered rows),
 :mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
@@ -26,6 +27,7 @@ from sparkqos.executor.operators.base import PhysicalOperator
 from sparkqos.executor.operators.dedup import Deduplicate
 from sparkqos.executor.operators.event_window import EventWindowAggregate, WindowAgg
 from sparkqos.executor.operators.generate import Generate
+from sparkqos.executor.operators.group_state import PandasWithState
 from sparkqos.executor.operators.interval_join import IntervalJoin
 from sparkqos.executor.operators.join import WindowJoin
 from sparkqos.executor.operators.keyed_agg import KeyedAggregate
@@ -47,6 +49,7 @@ __all__ = [
     "KeyedAggregate",
     "KeyedLag",
     "Lag",
+    "PandasWithState",
     "PhysicalOperator",
     "Project",
     "Select",

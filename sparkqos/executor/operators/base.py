@@ -202,6 +202,13 @@ class TriggerEndOperator(PhysicalOperator):
         raise NotImplementedError
 
 
+class MicroBatchOperator(TriggerEndOperator):
+    """A trigger-end operator whose output at a trigger's end must cover every row of that
+    trigger's micro-batch (a user's stateful function, which Spark calls once per key and
+    micro-batch): before asking it, the executor serves the operators below it and the operator
+    itself until their queues are empty, so no row of the micro-batch is still on its way."""
+
+
 class TableStateOperator(PhysicalOperator):
     """An operator whose state is one Arrow table (``_state``, None when empty) and a few plain
     values: checkpointed as the table's IPC bytes under :attr:`STATE_TABLE` and each attribute
