@@ -52,7 +52,9 @@ os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
 
 #: Each test file's seconds on one xdist worker: (its default set, its slow set), each file's
 #: share of three runs of .ci/run's command on the 2-core development VM averaged (loads 5 to 12:
-#: a file's seconds follow the load while it runs; only the ratios matter). The files are handed
+#: a file's seconds follow the load while it runs; only the ratios matter); a file some of whose
+#: tests moved to the slow set has its seconds split by those tests' share of the file in a run of
+#: the README's command, test_operators' cut by its measured CPU time. The files are handed
 #: to the workers longest first, as units of :func:`xdist_scope`, each unit weighed by what the
 #: run's selection takes of it (the slow set's share only when slow tests are selected), so that
 #: with ``-n 2`` the long units start first, the short ones fill the gaps and both workers end at
@@ -60,8 +62,8 @@ os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
 #: also pays its Spark session's start, which is no file's.
 SECONDS = {
     "test_every_type.py": (13, 143),
-    "test_aggregates.py": (99, 0),
-    "test_sharded.py": (87, 0),
+    "test_aggregates.py": (92, 7),
+    "test_sharded.py": (37, 50),
     "test_connect.py": (6, 80),
     "test_transforms.py": (76, 0),
     "test_notebooks.py": (0, 73),
@@ -77,18 +79,18 @@ SECONDS = {
     "test_session_window.py": (42, 0),
     "test_pandas_state.py": (40, 20),
     "test_transforms_native.py": (41, 0),
-    "test_class_shares.py": (38, 0),
+    "test_class_shares.py": (11, 27),
     "test_wheel.py": (5, 31),
-    "test_experiments.py": (36, 0),
-    "test_operators.py": (34, 0),
+    "test_experiments.py": (19, 17),
+    "test_operators.py": (22, 0),
     "test_vessels.py": (15, 20),
     "test_ais.py": (34, 0),
     "test_sources.py": (32, 0),
     "test_transforms_udfs.py": (32, 0),
     "test_transforms_examples.py": (11, 20),
     "test_executor.py": (25, 0),
-    "test_transforms_strictmath.py": (24, 0),
-    "test_transforms_strategies.py": (19, 0),
+    "test_transforms_strictmath.py": (5, 19),
+    "test_transforms_strategies.py": (4, 15),
     "test_continuous.py": (18, 0),
     "test_transforms_stateful.py": (11, 0),
     "test_update_mode.py": (10, 0),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +152,7 @@ def test_vs_fair_pools_measures_every_variant_from_its_sink_files(tmp_path):
     assert set(summary["digest"]) == {"fire"}
 
 
+@pytest.mark.slow  # an experiment's harness end to end: a replayed trace streamed in real time
 def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     """chain_memory's 'two' plan under chain on a 3 s trace: every row read, the queues drained,
     outputs and metrics written, delays measured."""
@@ -198,11 +198,13 @@ def test_cpu_since_leaves_out_a_child_that_exited_instead_of_going_negative():
         [
             sys.executable,
             "-c",
-            "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nsys.stdin.read()",
+            "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+            "print(flush=True)\nsys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
-    time.sleep(1.0)
+    child.stdout.readline()  # it has burned its 0.3 s, however long a busy machine took to give them
     before = C.process_tree_cpu()
     assert before[child.pid] >= 0.2
     child.communicate(b"")
@@ -229,6 +231,7 @@ def test_process_tree_cpu_counts_this_process_and_draining_triggers_count_for_de
     assert st.query_delays("q").tolist() == [0.5, 0.25]  # rows written while draining count for delay
 
 
+@pytest.mark.slow  # a benchmark's harness end to end: two measured runs of a plan
 def test_cos_threads_benchmark_drains_under_every_run(spark, tmp_path):
     """benchmarks/cos_threads.py on one small plan: each run (one thread, cluster threads) drains
     the trace and reports the threads' CPU time."""

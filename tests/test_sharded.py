@@ -306,6 +306,7 @@ def keyed_files(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # two available-now streams end to end (sharded, then the driver lane) over a drain-forcing budget
 def test_available_now_sharded_ends_drained_with_the_driver_lanes_rows(spark_sql, keyed_files, tmp_path):
     """``Trigger(availableNow=True)`` on the sharded lane: with a budget so small that the shards
     keep rows queued after each input batch, the query goes on in micro-batches without input
@@ -352,6 +353,7 @@ def test_available_now_sharded_ends_drained_with_the_driver_lanes_rows(spark_sql
         assert_same_aggregates(got, want, f"{name}: sharded vs Spark", sets)
 
 
+@pytest.mark.slow  # a sharded stream served to its end, then watched idle for 10 s
 def test_an_idle_sharded_stream_runs_no_micro_batch(spark_sql, tmp_path):
     """Once the input is taken and the shards drained, a sharded stream on a processing-time
     trigger runs no micro-batch (and Spark commits no state) through 10 s without input; before

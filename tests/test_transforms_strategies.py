@@ -75,7 +75,15 @@ def oracle(spark_sql):
     return df, qs, {name: t(df).toArrow() for name, t in qs.items()}
 
 
-@pytest.mark.parametrize("strategy", schedulers.available())
+#: The strategies the default set runs: fifo (arrival order), chain (operator priorities), cqc and
+#: class_shares (class-aware interleaving) and adaptive (switching among them), the ones the jobs
+#: and the per-construct files run. The slow set runs every other registered strategy.
+DEFAULT = ("fifo", "chain", "cqc", "class_shares", "adaptive")
+
+
+@pytest.mark.parametrize(
+    "strategy", [pytest.param(s, marks=() if s in DEFAULT else pytest.mark.slow) for s in schedulers.available()]
+)
 def test_every_registered_strategy_gives_sparks_rows(oracle, strategy):
     df, qs, want = oracle
     got = sparkqos.run(df, qs, strategy=strategy, classes=CLASSES, priorities={"H": 6, "C": 3, "N": 1}, batch_rows=16)

@@ -141,6 +141,7 @@ def sample(spark_sql):
     return table, spark_sql.createDataFrame(table)
 
 
+@pytest.mark.slow  # the fixed sample, over 400,000 rows, through the executor and Spark; the default set draws pairs
 def test_fixed_sample_is_bit_exact(sample):
     table, df = sample
     got = sparkqos.run(df, {"math": strict_math}, batch_rows=100_000, units_between=1)
