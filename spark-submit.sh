@@ -70,8 +70,9 @@ for arg in "$@"; do
   prev="$arg"
 done
 # A job can ask for JVM options the same way: "# sparkqos-java-options: OPTIONS" (the main and
-# vessel jobs: C1 code only and the serial collector, see docs/guide.md "A small machine"). Scripts without the
-# line (the benchmarks, which compare with native Spark) run the JVM's defaults.
+# vessel jobs: C1 code only and the serial collector, see docs/guide.md "A small machine").
+# Scripts without the line (the benchmarks, which compare with native Spark) run the JVM's
+# defaults.
 java_options=""
 if [ -n "$job" ]; then
   java_options="$(head -n 40 "$job" | sed -n 's/^# sparkqos-java-options: *\(.*[^ ]\) *$/\1/p' | head -n 1)"
