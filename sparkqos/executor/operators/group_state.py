@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 from sparkqos.errors import ExpressionError, PlanError, UdfError
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
 from sparkqos.executor.operators.base import MicroBatchOperator, group_codes, ipc_to_table, table_to_ipc
+from sparkqos.executor.udf import udf_type_supported
 
 __all__ = ["TIMEOUTS", "GroupState", "PandasWithState", "frame_type_supported", "state_type_supported"]
 
@@ -61,16 +62,9 @@ _VALUE, _TIMEOUT = "__value", "__timeout"
 
 
 def state_type_supported(t: pa.DataType) -> bool:
-    """Whether a state, input or output field may have type ``t``: integers, floats, strings,
-    booleans, timestamps."""
-    return (
-        pa.types.is_integer(t)
-        or t in (pa.float32(), pa.float64())
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_timestamp(t)
-    )
+    """Whether a state, input or output field may have type ``t``: a UDF's types (integers,
+    floats, strings, booleans) and timestamps."""
+    return udf_type_supported(t) or pa.types.is_timestamp(t)
 
 
 def frame_type_supported(t: pa.DataType, nested: bool = False) -> bool:
