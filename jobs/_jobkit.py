@@ -243,9 +243,9 @@ def folders(args: argparse.Namespace, job: dict) -> tuple[Path, Path]:
     either is refused); ``--fresh`` empties both first."""
     output = Path(job["output"])
     checkpoint = Path(job["checkpoint"]) if job["checkpoint"] else output / "_checkpoint"
-    for folder in dict.fromkeys((output.resolve(), checkpoint.resolve())):
-        if not folder.is_relative_to(output.resolve()) or folder == output.resolve():
-            hold(folder)
+    hold(output)
+    if not checkpoint.resolve().is_relative_to(output.resolve()):  # else the output's lock covers it
+        hold(checkpoint)
     if args.fresh:
         shutil.rmtree(output, ignore_errors=True)
         shutil.rmtree(checkpoint, ignore_errors=True)

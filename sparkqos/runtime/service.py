@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,17 @@ from sparkqos.runtime.shedding import Shedder
 from sparkqos.runtime.targets import per_query
 
 __all__ = ["Service", "SloWarning"]
+
+
+class _Mark(NamedTuple):
+    """One trigger of a query past its target, as :meth:`Service.check_capacity` keeps it."""
+
+    time: float  # the record's timestamp
+    behind: float  # how old the query's oldest queued row was
+    taken: float  # rows its leaves had taken in so far
+    busy: float  # its operators' executor seconds in the trigger
+    total_busy: float  # the executor's
+    rows_in: int  # the trigger's rows in
 
 
 class SloWarning(UserWarning):
@@ -57,12 +68,9 @@ class Service:
         #: The newest event time taken in (checkpointed): what shedding ages count from.
         self.stream_time = -math.inf
         self._over = dict.fromkeys(self.slo, 0)
-        #: Per query with a target, the triggers since its oldest row went past the target: their
-        #: time, how old that row was, the rows the query had taken in, its and the executor's busy
-        #: seconds, the trigger's rows in.
-        self._falling: dict[str, list[tuple[float, float, float, float, float, int]]] = {}
-        inner = set(plan.names)
-        self._leaves = {q: [op for op in plan.queries[q].operators if not set(plan[op].inputs) & inner] for q in self.slo}
+        #: Per query with a target, the triggers since its oldest row went past the target.
+        self._falling: dict[str, list[_Mark]] = {}
+        self._leaves = {q: [op for op in plan.queries[q].operators if plan.is_leaf(op)] for q in self.slo}
         self._said: set[str] = set()
         self._input_rate = math.nan  # rows per second into the stream, smoothed
 
@@ -136,8 +144,7 @@ class Service:
             row = rows.get(query, {})
             behind = row.get("behindS", math.nan)
             taken = sum(state.stats.operator(op).consumed for op in self._leaves[query])
-            rows_in = progress.get("numInputRows", 0)
-            mark = (now, behind, taken, row.get("executorBusyS", math.nan), total_busy, rows_in)
+            mark = _Mark(now, behind, taken, row.get("executorBusyS", math.nan), total_busy, progress.get("numInputRows", 0))
             if not (behind > target):  # also NaN: nothing queued
                 self._falling.pop(query, None)
                 continue
@@ -145,21 +152,20 @@ class Service:
             streak.append(mark)
             if len(streak) <= self.OVER:
                 continue
-            first = streak.pop(0)
-            if not all(b[1] >= first[1] for b in streak) or not streak[-1][1] > first[1]:
+            first, last = streak.pop(0), streak[-1]
+            if not all(m.behind >= first.behind for m in streak) or not last.behind > first.behind:
                 continue  # older than the target, but not falling further behind
-            span = streak[-1][0] - first[0]
+            span = last.time - first.time
             if not span > 0:
                 continue
-            took = (streak[-1][2] - first[2]) / span
-            came = sum(m[5] for m in streak) / span
-            own = sum(m[3] for m in streak)
-            share = own / max(sum(m[4] for m in streak), 1e-9)
+            took = (last.taken - first.taken) / span
+            came = sum(m.rows_in for m in streak) / span
+            share = sum(m.busy for m in streak) / max(sum(m.total_busy for m in streak), 1e-9)
             had = f" while its operators had {min(share, 1.0):.0%} of the executor's time" if math.isfinite(share) else ""
             self._say(
                 query,
                 target,
-                f"for {self.OVER} triggers its oldest queued row aged from {first[1]:.1f} s to {streak[-1][1]:.1f} s"
+                f"for {self.OVER} triggers its oldest queued row aged from {first.behind:.1f} s to {last.behind:.1f} s"
                 f"{had}; it took in {took:.0f} rows/s of the {came:.0f} rows/s that came in",
             )
 
