@@ -370,9 +370,7 @@ class PandasWithState(MicroBatchOperator):
                         for k, a in zip(self.keys, keys, strict=True)
                     ]
                 codes = group_codes(keys, held + n)
-                first_held = {}
-                for i, c in enumerate(codes[:held].tolist()):
-                    first_held.setdefault(c, i)
+                first_held = dict(zip(codes[:held].tolist(), range(held), strict=True))  # one state row per key
                 new = codes[held:]
                 order = np.argsort(new, kind="stable")
                 bounds = np.flatnonzero(np.diff(new[order])) + 1
