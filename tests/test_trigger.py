@@ -549,7 +549,7 @@ def test_the_typed_progress_row_is_the_metrics_tables_row():
     assert (record["numInputRows"], record["processedRows"], record["queries"]) == (5, 4, [row.as_row()])
 
 
-def test_each_querys_executor_seconds_add_up_to_the_executors_even_after_a_restart(tmp_path):
+def test_each_querys_executor_seconds_stay_within_the_executors_even_after_a_restart(tmp_path):
     """A query's row holds the seconds the executor ran its operators since the last record:
     what each query costs. Their sum is within the executor's busy time (the plan's row: the runs
     and the picks between them), and the first record after a restart counts only that run's
