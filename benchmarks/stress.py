@@ -17,10 +17,12 @@ table (per trigger and query):
   would. Per class, the seconds from the resumed run's first micro-batch until the class's
   per-trigger p99 (the console's "(fire N ms)" for class H) goes under 1 s and stays there for
   10 s;
-* ``burst``: the input at twice the job's capacity (measured in a calibration run: rows in per
-  second over the executor's busy fraction) for ``--duration`` seconds, with
-  ``scheduler.shed = {N = SHED}``; then ``job.finish`` drains what is left, so the rows the
-  archive query (class N, one output row per input row) is missing are exactly the rows it shed.
+* ``burst``: the input at twice the job's capacity for ``--duration`` seconds, with
+  ``scheduler.shed = {N = SHED}``; the capacity comes from two calibration runs (the second at
+  about the capacity, drained, so every query served every row: rows over the executor's busy
+  seconds, or Spark's intake when its micro-batches took in less than was offered); then
+  ``job.finish`` drains what is left, so the rows the archive query (class N, one output row per
+  input row) is missing are exactly the rows it shed.
   The line ends with the rows per second Spark's micro-batches took in (from the first micro-batch
   to the last): below the input rate, the rest waited in the source, where no class goes first.
 
@@ -121,13 +123,28 @@ def caught_up_after(rows: list[dict], limit_s: float = 1.0, hold_s: float = 10.0
     return out
 
 
-def capacity(base: Path, duration: float) -> float:
-    """Rows per second the job can take: a calibration run's input rate over its executor's busy fraction."""
-    console, _ = job(base / "calibrate", min(duration, 30.0), [])
+def capacity(base: Path, duration: float) -> tuple[float, str]:
+    """Rows per second the job can take, and what bounds it. Two calibration runs: the first at the
+    job's own rate gives a first estimate (its input rate over the executor's busy fraction), which
+    is low — at a light load each operator run carries its fixed cost over few rows; the second
+    takes twice that estimate and is drained (``job.finish``), so every query served every row:
+    the executor's capacity is its rows over all the executor's busy seconds, Spark's intake the
+    rows its micro-batches took in per second while the input flowed. The smaller bounds the job."""
+    seconds = min(duration, 20.0)
+    job(base / "calibrate", seconds, [])
     rows = [r for r in metrics(base / "calibrate") if r["query"] == "*"]
-    rate = sum(r["rowsIn"] for r in rows) / max(1e-9, rows[-1]["time_s"] - rows[0]["time_s"])
-    busy = sum(r["executorBusyS"] for r in rows) / max(1e-9, rows[-1]["time_s"] - rows[0]["time_s"])
-    return rate / max(busy, 1e-3)
+    span = max(1e-9, rows[-1]["time_s"] - rows[0]["time_s"])
+    first = sum(r["rowsIn"] for r in rows) / span / max(sum(r["executorBusyS"] for r in rows) / span, 1e-3)
+    rate = 2 * first
+    job(base / "calibrate-2", seconds, [f"source.rate={rate:.0f}", "job.finish=true"])
+    rows = [r for r in metrics(base / "calibrate-2") if r["query"] == "*"]
+    fed = [r for r in rows if r["rowsIn"] > 0]
+    taken = sum(r["rowsIn"] for r in fed)
+    executor = taken / max(1e-9, sum(r["executorBusyS"] for r in rows if r["executorBusyS"] == r["executorBusyS"]))
+    intake = taken / max(1e-9, fed[-1]["time_s"] - fed[0]["time_s"]) if len(fed) > 1 else math.inf
+    if intake < 0.9 * rate and intake < executor:  # the rows waited in the source: Spark's side is the bound
+        return intake, f"Spark's intake {intake:.0f} rows/s at {rate:.0f} in; the executor's {executor:.0f}"
+    return executor, f"the executor's {executor:.0f} rows/s (Spark took in {intake:.0f} at {rate:.0f} in)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         else:
-            cap = capacity(base, args.duration)
+            cap, bound = capacity(base, args.duration)
+            print(f"  (calibration: capacity {cap:.0f} rows/s, bound by {bound})", flush=True)
             rate = 2 * cap
             console, _ = job(
                 out,
