@@ -127,6 +127,7 @@ def transforms():
 UPDATE_KEYS = {
     **dict.fromkeys(("keyed", "keyed_agg", "udf_above", "sql_above"), ["s"]),
     **{"total": [], "select_agg": [], "explode_above": ["f", "pos"], "sql_agg": ["f"]},
+    **{"stats_agg": ["s"], "spark_agg": ["s"], "udaf": ["f"]},
 }
 
 
@@ -146,6 +147,10 @@ def stateful():
     @F.udf(StringType())
     def shout(s):
         return None if s is None else s.upper() + "!"
+
+    @F.pandas_udf(DoubleType())
+    def mean_of(x: pd.Series) -> float:
+        return float(x.mean())
 
     def wm(df):
         return df.withWatermark("ts", "1 second")
@@ -200,6 +205,25 @@ def stateful():
         "between": lambda df: df.where("i BETWEEN 1 AND 3 OR d NOT BETWEEN -1 AND 2.5").select("i", "d"),
         "sql_above": lambda df: df.groupBy("s").count().where("count > 1"),
         "sql_agg": lambda df: df.groupBy("f").agg(F.expr("max(i)").alias("m"), F.expr("count(*)").alias("n")),
+        # natively: statistics (over a long's extremes, cast to double as Spark's analyzer does),
+        # conditions, orderings and collections
+        "stats_agg": lambda df: df.groupBy("s").agg(
+            F.stddev("d").alias("sd"),
+            F.var_pop("d"),
+            F.kurtosis("l").alias("k"),
+            F.count_if(F.col("i") > 0).alias("ci"),
+            F.bool_and("f").alias("ba"),
+            F.max_by("i", "d").alias("mb"),
+            F.collect_list("i").alias("cl"),
+        ),
+        # by Spark over each group's rows: sketches, exact percentiles and a pandas UDAF
+        "spark_agg": lambda df: df.groupBy("s").agg(
+            F.approx_count_distinct("i").alias("a"),
+            F.percentile_approx("d", 0.5).alias("p"),
+            F.median(df["d"]).alias("med"),
+            F.sum("l").alias("sl"),
+        ),
+        "udaf": lambda df: df.groupBy("f").agg(mean_of("d").alias("m")),
     }
 
 
@@ -265,7 +289,7 @@ def unsupported():
         "mixed": lambda df: df.where(F.col("s") == 1),  # Spark would cast the string: not reproduced
         "log": lambda df: df.select(F.log("d")),
         "sql_string": lambda df: df.where("s || 'x' = 'ax'"),  # a SQL string sparkqos does not read
-        "total": lambda df: df.select(F.collect_list("d")),
+        "total": lambda df: df.select(F.percentile_approx("d", 0.5)),  # native placement: no native version
         "sql_above": lambda df: df.groupBy("s").count().where("count || '' = '2'"),  # no Spark part above an aggregate
         "sql_agg_unread": lambda df: df.selectExpr("max(i) FILTER (WHERE i > 0) AS m"),
         "window": lambda df: df.select("i", F.row_number().over(Window.orderBy("i")).alias("n")),

@@ -106,16 +106,16 @@ def supported_markdown() -> str:
         '`placement="native"` none.',
         "",
         "**Computed by Spark over a group's buffered rows when the group is emitted** (placement `auto` or",
-        "`spark`, classic pyspark): every other aggregate function of a `groupBy(...).agg(...)`, running,",
-        "windowed or by session — the approximate ones ("
+        "`spark`, classic pyspark and Spark Connect): every other aggregate function of a",
+        "`groupBy(...).agg(...)`, running, windowed or by session — the approximate ones ("
         + ", ".join(f"`{a}`" for a in sorted(APPROXIMATE.values()))
-        + "), pandas UDAFs, any aggregate with a `FILTER` clause. The aggregation keeps each",
+        + "), pandas UDAFs, any aggregate with a `FILTER` clause (classic pyspark). The aggregation keeps each",
         "group's rows in its state (a window's until the watermark passes its end), and Spark computes",
         "the aggregates in the micro-batch at the trigger's end.",
         "",
         "**Refused** (`UnsupportedTransform`, before any data moves): a function without a native mapping",
-        "above a stateful operator; aggregates without a native version under Spark Connect or with",
-        "native placement; and the operations " + ", ".join(f"`{o}`" for o in refused) + ".",
+        "above a stateful operator; aggregates without a native version with native placement; and the",
+        "operations " + ", ".join(f"`{o}`" for o in refused) + ".",
         "",
         END,
     ]

@@ -31,7 +31,7 @@ from typing import Any
 import pyspark.sql.connect.proto as proto
 
 from sparkqos.compile.sessions import interval_string_us
-from sparkqos.spark.spark_part import RELATION_FIELD
+from sparkqos.spark.spark_part import AGGREGATES_FIELD, COLUMNS_FIELD, RELATION_FIELD
 
 __all__ = [
     "AGGREGATE_CLASSES",
@@ -49,7 +49,8 @@ PKG = "org.apache.spark.sql.catalyst"
 EXPR_ID = f"{PKG}.expressions.ExprId"
 _E = f"{PKG}.expressions."
 
-#: Connect aggregate function names sparkqos runs → Spark's class (compile/stateful.py maps it).
+#: Connect aggregate function names → Spark's class (compile/stateful.py maps it: natively, or by
+#: Spark over a group's rows).
 AGGREGATE_CLASSES = {
     "count": "Count",
     "sum": "Sum",
@@ -59,7 +60,43 @@ AGGREGATE_CLASSES = {
     "max": "Max",
     "first": "First",
     "last": "Last",
+    "any_value": "AnyValue",
+    "count_if": "CountIf",
+    "bool_and": "BoolAnd",
+    "every": "BoolAnd",
+    "bool_or": "BoolOr",
+    "some": "BoolOr",
+    "any": "BoolOr",
+    "stddev": "StddevSamp",
+    "std": "StddevSamp",
+    "stddev_samp": "StddevSamp",
+    "stddev_pop": "StddevPop",
+    "variance": "VarianceSamp",
+    "var_samp": "VarianceSamp",
+    "var_pop": "VariancePop",
+    "skewness": "Skewness",
+    "kurtosis": "Kurtosis",
+    "max_by": "MaxBy",
+    "min_by": "MinBy",
+    "collect_list": "CollectList",
+    "array_agg": "CollectList",
+    "collect_set": "CollectSet",
+    # no native version: Spark computes them over a group's rows (named as classic pyspark's plan names them)
+    "approx_count_distinct": "HyperLogLogPlusPlus",
+    "percentile_approx": "ApproximatePercentile",
+    "approx_percentile": "ApproximatePercentile",
+    "count_min_sketch": "CountMinSketchAgg",
+    "histogram_numeric": "HistogramNumeric",
+    "hll_sketch_agg": "HllSketchAgg",
+    "hll_union_agg": "HllUnionAgg",
+    "median": "Median",
+    "mode": "Mode",
+    "percentile": "Percentile",
+    "product": "Product",
+    "corr": "Corr",
 }
+#: Aggregates of doubles: Spark's analyzer casts their argument to double.
+_OF_DOUBLES = ("StddevSamp", "StddevPop", "VarianceSamp", "VariancePop", "Skewness", "Kurtosis")
 #: Aggregate functions: in a select they make Spark's plan an Aggregate (named as such).
 AGGREGATE_FUNCTIONS = {
     *("count", "sum", "avg", "mean", "min", "max", "first", "last", "any_value", "collect_list", "collect_set"),
@@ -67,6 +104,8 @@ AGGREGATE_FUNCTIONS = {
     *("count_distinct", "sum_distinct", "median", "mode", "percentile", "percentile_approx", "count_if"),
     *("bool_and", "bool_or", "every", "some", "max_by", "min_by", "corr", "covar_pop", "covar_samp"),
     *("skewness", "kurtosis", "product", "bit_and", "bit_or", "bit_xor", "listagg", "string_agg"),
+    *("std", "any", "array_agg", "approx_percentile", "count_min_sketch", "histogram_numeric", "hll_sketch_agg"),
+    *("hll_union_agg",),
 }
 #: Connect generator names → (Spark's class, outer).
 GENERATORS = {
@@ -102,6 +141,20 @@ def _call(e: proto.Expression) -> Any:
     while e.WhichOneof("expr_type") == "alias":
         e = e.alias.expr
     return e.unresolved_function if e.WhichOneof("expr_type") == "unresolved_function" else None
+
+
+def _pandas_udaf(e: proto.Expression) -> Any:
+    """The pandas UDAF (``F.pandas_udf`` of Series to scalar) ``e`` calls, under any aliases (None:
+    not one)."""
+    from pyspark.util import PythonEvalType
+
+    while e.WhichOneof("expr_type") == "alias":
+        e = e.alias.expr
+    if e.WhichOneof("expr_type") != "common_inline_user_defined_function":
+        return None
+    f = e.common_inline_user_defined_function
+    grouped = f.WhichOneof("function") == "python_udf" and f.python_udf.eval_type == PythonEvalType.SQL_GROUPED_AGG_PANDAS_UDF
+    return f if grouped else None
 
 
 def _string_literal(e: proto.Expression) -> str | None:
@@ -170,6 +223,12 @@ def _aggregate_expression(tr: Any, e: proto.Expression, input_rel: proto.Relatio
     """An aggregate of agg()'s list as ``AggregateExpression(function(arguments))`` nodes; what is
     not a call of an aggregate function, a node compile/stateful.py refuses as an expression over
     aggregates."""
+    udaf = _pandas_udaf(e)
+    if udaf is not None:  # Spark computes it over the group's rows (compile/stateful.py)
+        typed = tr.typed(input_rel, list(udaf.arguments), attrs)
+        kids = [n for nodes, _ in typed for n in nodes]
+        fn = {"class": "PythonUDAF", "num-children": len(typed), "name": udaf.function_name}
+        return [{"class": f"{_E}aggregate.AggregateExpression", "num-children": 1, "isDistinct": False}, fn, *kids]
     call = _call(e)
     if call is None or call.function_name not in AGGREGATE_FUNCTIONS:
         return [{"class": "an expression over aggregates", "num-children": 0}]
@@ -181,12 +240,19 @@ def _aggregate_expression(tr: Any, e: proto.Expression, input_rel: proto.Relatio
     if name == "count" and len(args) == 1 and args[0].WhichOneof("expr_type") in ("unresolved_star", "literal"):
         if args[0].WhichOneof("expr_type") == "unresolved_star" or args[0].literal.WhichOneof("literal_type") != "null":
             args, kids = [], [literal("1", "integer")]  # the analyzer's count(*) and count(1)
-    if name in ("first", "last") and len(args) == 2:
+    if name in ("first", "last", "any_value") and len(args) == 2:
         flag = args[1].literal if args[1].WhichOneof("expr_type") == "literal" else None
         if flag is None or flag.WhichOneof("literal_type") != "boolean":
             raise tr.unsupported(f"Spark function {name!r} whose ignorenulls is not a literal")
         fields["ignoreNulls"], args = flag.boolean, args[:1]
+    if cls in ("CollectList", "CollectSet"):
+        fields["ignoreNulls"] = True  # Spark's collect functions skip nulls (its plan JSON says so)
     typed = tr.typed(input_rel, args, attrs) if args else []
+    if cls in _OF_DOUBLES:  # the analyzer's implicit cast of the argument (a long's extremes lose bits, as in Spark)
+        typed = [
+            (n if t == "double" else [{"class": f"{_E}Cast", "num-children": 1, "dataType": "double"}, *n], "double")
+            for n, t in typed
+        ]
     kids += [n for nodes, _ in typed for n in nodes]
     fn = {"class": cls, "num-children": len(typed) or len(kids), **fields}
     agg = {"class": f"{_E}aggregate.AggregateExpression", "num-children": 1, "isDistinct": bool(call.is_distinct)}
@@ -235,7 +301,32 @@ def aggregate(
         items.append([alias(a[1], a[0]), *_aggregate_expression(tr, e, input_rel, attrs)])
     node = {"class": f"{PKG}.plans.logical.Aggregate", "num-children": 1}
     node.update(groupingExpressions=keys, aggregateExpressions=items)
+    # what the session side needs for the aggregates Spark computes over a group's rows (the
+    # stager's aggregates()): each item's client expression, and the input's names and types
+    node[AGGREGATES_FIELD] = [None] * len(keys) + [base64.b64encode(_detached(e)).decode("ascii") for e in aggs]
+    fields = tr.schema(input_rel).fields
+    if len(fields) == len(attrs):
+        node[COLUMNS_FIELD] = {str(a[0]["id"]): [a[1], f.dataType.json()] for a, f in zip(attrs, fields, strict=True)}
     return [node, *below], out
+
+
+def _detached(e: proto.Expression) -> bytes:
+    """``e`` without the plan ids its column references carry (``df["x"]``): computed over a
+    DataFrame of the group's rows, they name that DataFrame's columns."""
+    e = proto.Expression.FromString(e.SerializeToString())
+    todo = [e]
+    while todo:
+        msg = todo.pop()
+        if msg.DESCRIPTOR.name == "UnresolvedAttribute":
+            msg.ClearField("plan_id")
+        for field, value in msg.ListFields():
+            if field.message_type is None or field.message_type.GetOptions().map_entry:
+                continue
+            repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+            todo.extend(value if repeated else [value])
+    while e.WhichOneof("expr_type") == "alias":  # the name is the aggregation's
+        e = e.alias.expr
+    return e.SerializeToString()
 
 
 def watermark(tr: Any, body: Any) -> tuple[list[dict[str, Any]], list[Any]]:

@@ -22,7 +22,7 @@ import base64
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -45,6 +45,12 @@ __all__ = [
 
 #: Field of a Connect plan's JSON node holding its client relation (base64 protobuf).
 RELATION_FIELD = "sparkqosRelation"
+#: Field of a Connect plan's Aggregate node: its items' client expressions (base64 protobuf,
+#: None for keys), for the aggregates Spark computes over a group's rows.
+AGGREGATES_FIELD = "sparkqosClientAggregates"
+#: Field of a Connect plan's Aggregate node: its input's columns, expression id → [name, Spark
+#: type as JSON].
+COLUMNS_FIELD = "sparkqosInputColumns"
 
 
 def _arrow(schema: StructType, large: bool) -> pa.Schema:
@@ -229,12 +235,83 @@ class ClassicAggregates:
             raise RunnerError("aggregates Spark computes were compiled in another process; compile the queries here")
         names = [f"a{i}" for i in range(len(self.aggregates))]
         got = self._table(self._plan(rows)).rename_columns(["__group", *names])
-        at = {g: i for i, g in enumerate(got.column(0).to_pylist())}
-        if len(at) < groups:  # a group without rows (a global aggregate of nothing): the empty answer
-            none = self._table(self._plan(None)).rename_columns(names).add_column(0, "__group", pa.array([-1]))
-            got = pa.concat_tables([got, none])
-        take = pa.array([at.get(g, got.num_rows - 1) for g in range(groups)], pa.int64())
-        return got.drop_columns(["__group"]).take(take)
+        return _by_group(got, groups, lambda: self._table(self._plan(None)))
+
+
+class ConnectAggregates:
+    """Aggregates of a query's Aggregate node that Spark computes over groups' buffered rows, under
+    Spark Connect: the client's aggregate expressions (protobuf, column references by name),
+    grouped by the group's number over a DataFrame made from the buffered rows (its columns named
+    and typed as the aggregation's input), on the session of the stream's micro-batch. Pickles
+    without the session (``foreachBatch`` runs on the server's Python worker, with its own)."""
+
+    def __init__(self, session: Any, aggregates: list[bytes], columns: list[tuple[str, str]], large: bool):
+        self.session, self.aggregates, self.columns, self.large = session, aggregates, columns, large
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "session": None}
+
+    def use(self, session: Any) -> None:
+        """Compute on ``session`` from now on (a micro-batch's)."""
+        self.session = session
+
+    def _frame(self, rows: pa.Table | None) -> Any:
+        """The buffered rows as a DataFrame, one partition (each group's rows reach its aggregates
+        in the order they arrived), columns named and typed as the input; no rows for None."""
+        from pyspark.sql.connect import functions as CF
+        from pyspark.sql.types import StructField, _parse_datatype_json_string
+
+        types = [_parse_datatype_json_string(t) for _, t in self.columns]
+        if rows is None:
+            schema = StructType([StructField(n, t) for (n, _), t in zip(self.columns, types, strict=True)])
+            return self.session.createDataFrame([], schema)
+        df = self.session.createDataFrame(rows.rename_columns([*(f"c{j}" for j in range(len(self.columns))), "__group"]))
+        items = [CF.col(f"c{j}").cast(t).alias(n) for j, ((n, _), t) in enumerate(zip(self.columns, types, strict=True))]
+        return df.coalesce(1).select(*items, CF.col("__group"))
+
+    def _columns(self) -> list[Any]:
+        from pyspark.sql.connect.column import Column
+
+        return [Column(_client_expression(raw)).alias(f"a{i}") for i, raw in enumerate(self.aggregates)]
+
+    def schema(self) -> pa.Schema:
+        """The aggregates' Arrow schema (analysed over no rows: nothing runs)."""
+        return _arrow(self._frame(None).agg(*self._columns()).schema, self.large)
+
+    def evaluate(self, rows: pa.Table, groups: int) -> pa.Table:
+        if self.session is None:
+            raise RunnerError("aggregates Spark computes were compiled in another process without a session")
+        names = [f"a{i}" for i in range(len(self.aggregates))]
+        got = self._frame(rows).groupBy("__group").agg(*self._columns()).toArrow().rename_columns(["__group", *names])
+        return _by_group(got, groups, lambda: self._frame(None).agg(*self._columns()).toArrow())
+
+
+def _client_expression(raw: bytes) -> Any:
+    """A Spark Connect expression given as its protobuf bytes (the client's classes are imported
+    only here: classic pyspark may run without them)."""
+    import pyspark.sql.connect.proto as proto
+    from pyspark.sql.connect.expressions import Expression
+
+    class ClientExpression(Expression):
+        def to_plan(self, session: Any) -> Any:
+            return proto.Expression.FromString(raw)
+
+        def __repr__(self) -> str:
+            return "an aggregate Spark computes"
+
+    return ClientExpression()
+
+
+def _by_group(got: pa.Table, groups: int, empty: Callable[[], pa.Table]) -> pa.Table:
+    """``got`` (the group's number first, then one column per aggregate) as one row per group in
+    group order; a group without rows (a global aggregate of nothing) gets what the aggregates give
+    over no rows (``empty()``)."""
+    at = {g: i for i, g in enumerate(got.column(0).to_pylist())}
+    if len(at) < groups:
+        none = empty().rename_columns(got.column_names[1:]).add_column(0, "__group", pa.array([-1], got.schema.field(0).type))
+        got = pa.concat_tables([got, none])
+    take = pa.array([at.get(g, got.num_rows - 1) for g in range(groups)], pa.int64())
+    return got.drop_columns(["__group"]).take(take)
 
 
 class ConnectRecipe:
@@ -282,12 +359,22 @@ class ConnectStager:
     wrote (Spark Connect)."""
 
     def aggregates(self, query: str, pos: int, items: list[int], columns: list[int]) -> tuple[pa.Schema, Any]:
-        """Aggregates Spark computes over a group's rows are not read from a client's plan: refused."""
-        raise UnsupportedTransform(
-            query,
-            "an aggregate function under Spark Connect",
-            "Spark computes such aggregates over a group's rows under classic pyspark only",
-        )
+        """The client's aggregate expressions at ``items`` of the Aggregate node at JSON position
+        ``pos`` of ``query``'s plan, over the input columns they read (``columns``, by expression
+        id): their Arrow schema and the evaluator computing them over groups' buffered rows."""
+        node = self.plans[query][pos]
+        inputs = node.get(COLUMNS_FIELD) or {}
+        if any(str(c) not in inputs for c in columns):
+            raise UnsupportedTransform(query, "an aggregate Spark computes over a column sparkqos cannot name")
+        cols = [tuple(inputs[str(c)]) for c in columns]
+        names = [n for n, _ in cols]
+        if len(set(names)) != len(names):
+            raise UnsupportedTransform(
+                query, "aggregates Spark computes over two input columns of one name", f"{names}; rename one"
+            )
+        chosen = [base64.b64decode(node[AGGREGATES_FIELD][i]) for i in items]
+        evaluator = ConnectAggregates(self.df.sparkSession, chosen, cols, self.large)
+        return evaluator.schema(), evaluator
 
     def __init__(self, df: DataFrame):
         self.df = df
@@ -324,7 +411,7 @@ def use_session(compiled: Any, session: Any) -> None:
     """Have every aggregate of ``compiled`` that Spark computes over a group's rows computed on
     ``session`` (a micro-batch's, in ``foreachBatch``)."""
     for op in compiled.operators.values():
-        if isinstance(op, SparkAggregates) and isinstance(op.evaluator, ClassicAggregates):
+        if isinstance(op, SparkAggregates) and isinstance(op.evaluator, ClassicAggregates | ConnectAggregates):
             op.evaluator.use(session)
 
 

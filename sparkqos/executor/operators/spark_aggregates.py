@@ -15,7 +15,7 @@ a finite input :meth:`flush` does the same.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,7 +36,9 @@ GROUP = "__group"
 class Evaluator(Protocol):
     """Computes aggregates by Spark: ``evaluate(rows, groups)`` takes the buffered rows of
     ``groups`` groups (their columns and :data:`GROUP`) and returns one row per group, in group
-    order, one column per aggregate."""
+    order, one column per aggregate. It pickles without its session's objects: a plan pickled for
+    another process (Spark Connect's ``foreachBatch`` runs on the server's Python worker) keeps what
+    can travel, and the micro-batch's session is given to it there."""
 
     def evaluate(self, rows: pa.Table, groups: int) -> pa.Table: ...
 
@@ -74,10 +76,6 @@ class SparkAggregates(TableStateOperator, TriggerEndOperator):
 
     def copy(self) -> SparkAggregates:
         return SparkAggregates(self.buffer, self.results, self.functions, self.evaluator)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # the evaluator holds the session's objects; a plan pickled for elsewhere holds none
-        return {**self.__dict__, "evaluator": None}
 
     def _output_schema(self) -> pa.Schema:
         src = self.input_schemas[0]
