@@ -224,6 +224,12 @@ def stateful():
             F.sum("l").alias("sl"),
         ),
         "udaf": lambda df: df.groupBy("f").agg(mean_of("d").alias("m")),
+        "windowed_spark": lambda df: (
+            wm(df)
+            .groupBy(F.window("ts", "400 milliseconds"))
+            .agg(F.approx_count_distinct("s").alias("a"), F.count("*").alias("n"))
+            .select("window.start", "a", "n")
+        ),
     }
 
 
