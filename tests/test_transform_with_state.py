@@ -7,7 +7,7 @@
   (update), whose late rows are dropped as Spark drops them.
 * A crash after a batch's sink write and a restart from the checkpoint give the same rows, each once.
 * Processing-time timers fire at the first trigger whose clock is at or past them, on the operator
-  (Spark's own run of them depends on its wall clock).
+  and through a stream (Spark's own run of them depends on its wall clock).
 * What sparkqos does not run is refused before data moves, naming it.
 """
 
@@ -221,6 +221,60 @@ def test_the_plan_runs_it_natively(spark, folder):
     assert "native  sessions/1:processor" in text and "transformWithStateInPandas" in text
 
 
+class Quiet(StatefulProcessor):
+    """Counts a key's rows since its last close; a processing-time timer a millisecond after its
+    rows closes it (reports the count and forgets it)."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.n = handle.getValueState("n", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802,N803 - PySpark's names
+        n = (self.n.get() or (0,))[0] + sum(len(f) for f in rows)
+        self.n.update((n,))
+        for t in list(self.handle.listTimers()):
+            self.handle.deleteTimer(t)
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1)
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "closed": [False]})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802,N803 - PySpark's names
+        n = self.n.get()[0]
+        self.n.clear()
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "closed": [True]})
+
+    def close(self):
+        pass
+
+
+def test_processing_time_timers_through_a_stream_close_every_key_once_per_run_of_rows(spark_sql, folder, tmp_path):
+    """Each key's timer fires a millisecond after the trigger of its last rows: at a later
+    trigger, or at ``finish()``; its count then is every row since the last close (Spark's own run
+    depends on its wall clock, so the rows are checked against the input)."""
+
+    def quiet(d):
+        return d.groupBy("k").transformWithStateInPandas(Quiet(), "k string, n long, closed boolean", "update", "ProcessingTime")
+
+    sink = MemorySink()
+    handle = sparkqos.stream(
+        file_stream(spark_sql, folder),
+        {"quiet": quiet},
+        trigger=sparkqos.Trigger(availableNow=True),
+        checkpoint=tmp_path / "ckpt",
+        sink=sink,
+        strategy="fifo",
+    )
+    assert handle.start().awaitTermination(180)
+    handle.finish()
+    rows = sink.table("quiet").to_pylist()
+    keys = set(trace().column("k").to_pylist())
+    closed = [r for r in rows if r["closed"]]
+    assert {r["k"] for r in closed} == keys  # every key's timer fired; none stays open
+    for k in keys:
+        mine = [r for r in rows if r["k"] == k]
+        assert mine[-1]["closed"] and all(a["n"] <= b["n"] or a["closed"] for a, b in zip(mine, mine[1:], strict=False))
+    assert sum(r["n"] for r in closed) == trace().num_rows
+
+
 # -- the operator alone ------------------------------------------------------------------------------
 class Closing:
     """Counts a key's rows; a processing-time timer a second after its last rows closes it."""
@@ -401,6 +455,12 @@ REFUSED = {
     "transformWithStateInPandas with initialState": lambda d: d.groupBy("k").transformWithStateInPandas(
         Nothing(), "k string", "append", "None", initialState=d.groupBy("k")
     ),
+    "transformWithStateInPandas with eventTimeColumnName": lambda d: (
+        d.withWatermark("ts", "2 seconds")
+        .groupBy("k")
+        .transformWithStateInPandas(Nothing(), d.schema, "append", "EventTime", eventTimeColumnName="ts")
+    ),
+    "output mode Complete": lambda d: d.groupBy("k").transformWithStateInPandas(Nothing(), "k string", "complete", "None"),
     "transformWithState \\(PySpark's Row API\\)": lambda d: d.groupBy("k").transformWithState(
         Nothing(), "k string", "append", "None"
     ),
