@@ -350,6 +350,12 @@ class Kinds:
         self.m.updateValue((n,), (True,))
         self.m.updateValue((n + 1,), (False,))
         self.m.removeKey((n + 1,))
+        try:
+            self.l.put([])
+        except ValueError as e:  # Spark's state store refuses an empty list
+            assert "EMPTY_LIST_VALUE" in str(e)
+        else:
+            raise AssertionError("put([]) was taken")
         after = (
             self.m.containsKey((n,)),
             self.m.getValue((n,)),

@@ -222,16 +222,22 @@ class ListState(_Variable):
     def _values(self, values: Any) -> tuple[tuple[Any, ...], ...]:
         if values is None or isinstance(values, (str, bytes)):
             raise TypeError(f"list state {self._name!r}: {values!r} is not a list of tuples")
-        return tuple(self._types.take(v, f"list state {self._name!r}:") for v in values)
+        out = tuple(self._types.take(v, f"list state {self._name!r}:") for v in values)
+        if not out:  # as Spark's state store refuses one
+            raise ValueError(
+                "[ILLEGAL_STATE_STORE_VALUE.EMPTY_LIST_VALUE] Cannot write empty list values to State Store for "
+                f"StateName {self._name}"
+            )
+        return out
 
     def put(self, newState: Any) -> None:  # noqa: N803 - PySpark's name
-        self._set(self._values(newState) or None)
+        self._set(self._values(newState))
 
     def appendValue(self, newState: Any) -> None:  # noqa: N802,N803 - PySpark's names
         self._set((*(self._get() or ()), self._types.take(newState, f"list state {self._name!r}:")))
 
     def appendList(self, newState: Any) -> None:  # noqa: N802,N803 - PySpark's names
-        self._set((*(self._get() or ()), *self._values(newState)) or None)
+        self._set((*(self._get() or ()), *self._values(newState)))
 
 
 class MapState(_Variable):
@@ -601,7 +607,7 @@ class TransformWithState(MicroBatchOperator):
         def tables() -> list[pa.Table | None]:
             if isinstance(result, pd.DataFrame):
                 raise TypeError("returned a pandas.DataFrame; it must return (or yield) an iterator of DataFrames")
-            return [frame_to_arrow(df, self.output, self.time_zone) for df in (result if result is not None else ())]
+            return [frame_to_arrow(df, self.output, self.time_zone) for df in result]
 
         out = self._user(what, tables)
         if rows is None:
