@@ -425,6 +425,63 @@ def test_timers_without_a_time_mode_and_values_of_another_type_fail_in_the_call(
         op.end_trigger()
 
 
+class Recent:
+    """Value, list and map states with a TTL of a second: per key, its rows since the state
+    expired, counted in each."""
+
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long", 1_000)
+        self.seen = handle.getListState("seen", "s string", 1_000)
+        self.signs = handle.getMapState("signs", "s string", "n long", 1_000)
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802,N803
+        before = (self.n.exists(), self.seen.exists(), self.signs.exists())
+        for frame in rows:
+            self.n.update(((self.n.get() or (0,))[0] + len(frame),))
+            self.seen.appendList([(k,) for k in frame["k"]])
+            self.signs.updateValue((key[0],), ((self.signs.getValue((key[0],)) or (0,))[0] + len(frame),))
+        listed = len(list(self.seen.get()))
+        yield pd.DataFrame({"k": [key[0]], "got": [repr((before, self.n.get()[0], listed, list(self.signs.values())))]})
+
+    def close(self):
+        pass
+
+
+def test_state_with_a_ttl_is_gone_from_the_first_micro_batch_whose_processing_time_reaches_its_expiry():
+    """Spark's TTL: a value written in a micro-batch expires at that micro-batch's processing time
+    plus the TTL; from a micro-batch whose processing time is at or past it, it is gone (and the
+    checkpoint holds each value's expiry)."""
+    now = [100.0]
+    variables = [
+        StateVariable("n", "value", N_LONG, ttl_ms=1_000),
+        StateVariable("seen", "list", pa.struct([("s", pa.string())]), ttl_ms=1_000),
+        StateVariable("signs", "map", N_LONG, pa.struct([("s", pa.string())]), ttl_ms=1_000),
+    ]
+    op = _operator(
+        Recent, variables, pa.schema([("k", pa.string()), ("got", pa.string())]), "ProcessingTime", clock=lambda: now[0]
+    )
+
+    def trigger(at):
+        nonlocal op
+        now[0] = at
+        op.process(stamp(pa.record_batch({"k": ["a"]}), at, 0))
+        got = op.end_trigger()[0].to_pylist()[0]["got"]
+        again = op.copy()
+        again.bind("q/processor", op.input_schemas)
+        again.from_state(op.to_state())
+        op = again
+        return got
+
+    assert trigger(100.0) == repr(((False, False, False), 1, 1, [(1,)]))
+    assert trigger(100.999) == repr(((True, True, True), 2, 2, [(2,)]))  # written at 100 s: alive until 101 s
+    assert trigger(101.5) == repr(((True, True, True), 3, 2, [(3,)]))  # rewritten at 100.999 s; the list's first item is gone
+    assert trigger(103.0) == repr(((False, False, False), 1, 1, [(1,)]))
+    now[0] = 104.5
+    op.process(stamp(pa.record_batch({"k": ["b"]}), 104.5, 1))
+    assert [r["k"] for r in op.end_trigger()[0].to_pylist()] == ["b"]
+    assert set(op._store.values["n"]) == {("b",)}  # a's expired values went at the end of that micro-batch
+
+
 # -- refusals ------------------------------------------------------------------------------------------
 class Nothing(StatefulProcessor):
     def init(self, handle):
@@ -451,7 +508,9 @@ REFUSED = {
     "timeMode EventTime on a stream without withWatermark": lambda d: d.groupBy("k").transformWithStateInPandas(
         Nothing(), "k string", "append", "EventTime"
     ),
-    "a TTL on state 'n'": lambda d: d.groupBy("k").transformWithStateInPandas(WithTtl(), "k string", "append", "None"),
+    "a TTL on state 'n' in timeMode None": lambda d: d.groupBy("k").transformWithStateInPandas(
+        WithTtl(), "k string", "append", "None"
+    ),
     "state 'xs' field 'xs' of type": lambda d: d.groupBy("k").transformWithStateInPandas(
         WithArrays(), "k string", "append", "None"
     ),

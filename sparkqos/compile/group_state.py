@@ -231,7 +231,7 @@ def _struct(qc: Any, name: str, what: str, schema: Any) -> pa.StructType:
     )
 
 
-def _variables(qc: Any, name: str, source: ProcessorSource) -> list[StateVariable]:
+def _variables(qc: Any, name: str, source: ProcessorSource, time_mode: str) -> list[StateVariable]:
     """The state variables the processor's ``init`` declares, read as Spark's driver reads them."""
     handle = _Declarations()
     processor = source()
@@ -242,16 +242,18 @@ def _variables(qc: Any, name: str, source: ProcessorSource) -> list[StateVariabl
         raise UdfError(qc.query, name, f"init() raised {type(e).__name__}: {e}") from e
     out = []
     for kind, state, schema, key_schema, ttl in handle.declared:
-        if ttl is not None:
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0):
+            raise qc.unsupported(f"{_TWS} {name!r} with state {state!r} of TTL {ttl!r}", "a TTL is a positive number of ms")
+        if ttl is not None and time_mode != "ProcessingTime":
             raise qc.unsupported(
-                f"{_TWS} {name!r} with a TTL on state {state!r}",
-                "sparkqos keeps state without TTL; leave out ttlDurationMs (a timer can clear the state)",
+                f"{_TWS} {name!r} with a TTL on state {state!r} in timeMode {time_mode}",
+                "Spark takes a TTL in timeMode ProcessingTime only",
             )
         value_type = _struct(qc, name, f"state {state!r}", schema)
         key_type = None if key_schema is None else _struct(qc, name, f"state {state!r} key", key_schema)
         if any(v.name == state for v in out):
             raise qc.unsupported(f"{_TWS} {name!r} declaring state {state!r} twice")
-        out.append(StateVariable(state, kind, value_type, key_type))
+        out.append(StateVariable(state, kind, value_type, key_type, ttl))
     return out
 
 
@@ -302,7 +304,7 @@ def transform_with_state_in_pandas(qc: Any, node: Node) -> Rel:
             for a in (parse_expr(item) for item in f["outputAttrs"])
         ]
     )
-    variables = _variables(qc, name, source)
+    variables = _variables(qc, name, source, time_mode)
     time_col, delay_us = _watermark(qc, child, name, _TWS)
     if time_mode == "EventTime" and time_col is None:
         raise qc.unsupported(

@@ -33,7 +33,11 @@ the session's time zone, integer columns as int64, float columns as float64, a c
 is not a Python identifier renamed ``_<position>`` (pandas' ``itertuples``, through which Spark
 passes the rows), at most ``max_rows_per_frame`` rows each. State values are tuples of the
 declared types; ``get`` gives Python values (timestamps naive, in the session's time zone), and a
-value the declared type cannot hold fails in the call that gave it. ``listTimers`` and a map's
+value the declared type cannot hold fails in the call that gave it. A state variable with a TTL
+(``ttlDurationMs``; Spark takes one in ``ProcessingTime`` mode only) holds each value with its
+expiry, the processing time of the micro-batch that wrote it plus the TTL: from the first
+micro-batch whose processing time reaches it, the value is gone (and dropped at that
+micro-batch's end, as Spark cleans up). ``listTimers`` and a map's
 ``iterator``/``keys``/``values`` give their items in ascending order of time and in order of
 insertion (Spark's come in its store's byte order, which no processor should rely on).
 """
@@ -70,19 +74,22 @@ _NAN = object()  # a NaN inside a key: Spark groups every NaN together
 
 @dataclass(frozen=True)
 class StateVariable:
-    """A state variable ``init`` declares: its name, kind (:data:`STATE_KINDS`), value type and,
-    for a map, the type of its user keys."""
+    """A state variable ``init`` declares: its name, kind (:data:`STATE_KINDS`), value type, for a
+    map the type of its user keys, and its TTL (``ttlDurationMs``, None: none)."""
 
     name: str
     kind: str
     value_type: pa.StructType
     key_type: pa.StructType | None = None
+    ttl_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STATE_KINDS:
             raise PlanError(f"state variable {self.name!r}: unknown kind {self.kind!r}; kinds are {STATE_KINDS}")
         if (self.kind == "map") != (self.key_type is not None):
             raise PlanError(f"state variable {self.name!r}: a map state, and only a map state, has a key type")
+        if self.ttl_ms is not None and self.ttl_ms <= 0:
+            raise PlanError(f"state variable {self.name!r}: a TTL is a positive number of ms, got {self.ttl_ms}")
 
 
 class TimerValues:
@@ -150,6 +157,10 @@ class _Types:
             v.astimezone(self.zone).replace(tzinfo=None) if isinstance(v, datetime.datetime) and v.tzinfo else v for v in values
         )
 
+    def read(self, held: dict[str, Any]) -> tuple[tuple[Any, ...], int | None]:
+        """A value and its expiry as the checkpoint holds them (``{"value": ..., "expiry": ...}``)."""
+        return self.local(held["value"][n] for n in self.names), held["expiry"]
+
     def stored(self, value: tuple[Any, ...]) -> dict[str, Any]:
         return {
             n: v.replace(tzinfo=self.zone) if isinstance(v, datetime.datetime) else v
@@ -174,10 +185,15 @@ class _Store:
 
 
 class _Variable:
+    """A state variable of the key being called. Each value is held with its expiry (ms, None
+    without a TTL): Spark's TTL sets it to the micro-batch's processing time plus the TTL when the
+    value is written, and from the micro-batch whose processing time reaches it the value is gone."""
+
     def __init__(self, handle: ProcessorHandle, variable: StateVariable):
         self._handle, self._name = handle, variable.name
         self._types = _Types(variable.value_type, handle._zone)
         self._keys = None if variable.key_type is None else _Types(variable.key_type, handle._zone)
+        self._ttl_ms = variable.ttl_ms
 
     @property
     def _all(self) -> dict[tuple[Any, ...], Any]:
@@ -196,8 +212,11 @@ class _Variable:
         else:
             self._all[self._key] = value
 
-    def exists(self) -> bool:
-        return self._get() is not None
+    def _held(self, value: tuple[Any, ...]) -> tuple[tuple[Any, ...], int | None]:
+        return value, None if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
+
+    def _live(self, held: tuple[tuple[Any, ...], int | None] | None) -> bool:
+        return held is not None and (held[1] is None or self._handle._now_ms < held[1])
 
     def clear(self) -> None:
         self._set(None)
@@ -206,23 +225,33 @@ class _Variable:
 class ValueState(_Variable):
     """PySpark's ``ValueState``: one value per grouping key."""
 
+    def exists(self) -> bool:
+        return self._live(self._get())
+
     def get(self) -> tuple[Any, ...] | None:
-        return self._get()
+        held = self._get()
+        return held[0] if self._live(held) else None
 
     def update(self, newValue: Any) -> None:  # noqa: N803 - PySpark's name
-        self._set(self._types.take(newValue, f"value state {self._name!r}:"))
+        self._set(self._held(self._types.take(newValue, f"value state {self._name!r}:")))
 
 
 class ListState(_Variable):
     """PySpark's ``ListState``: a list of values per grouping key."""
 
-    def get(self) -> Iterator[tuple[Any, ...]]:
-        return iter(self._get() or ())
+    def _items(self) -> list[tuple[Any, ...]]:
+        return [v for v, e in self._get() or () if self._live((v, e))]
 
-    def _values(self, values: Any) -> tuple[tuple[Any, ...], ...]:
+    def exists(self) -> bool:
+        return bool(self._items())
+
+    def get(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._items())
+
+    def _values(self, values: Any) -> tuple[tuple[tuple[Any, ...], int | None], ...]:
         if values is None or isinstance(values, (str, bytes)):
             raise TypeError(f"list state {self._name!r}: {values!r} is not a list of tuples")
-        out = tuple(self._types.take(v, f"list state {self._name!r}:") for v in values)
+        out = tuple(self._held(self._types.take(v, f"list state {self._name!r}:")) for v in values)
         if not out:  # as Spark's state store refuses one
             raise ValueError(
                 "[ILLEGAL_STATE_STORE_VALUE.EMPTY_LIST_VALUE] Cannot write empty list values to State Store for "
@@ -234,7 +263,7 @@ class ListState(_Variable):
         self._set(self._values(newState))
 
     def appendValue(self, newState: Any) -> None:  # noqa: N802,N803 - PySpark's names
-        self._set((*(self._get() or ()), self._types.take(newState, f"list state {self._name!r}:")))
+        self._set((*(self._get() or ()), self._held(self._types.take(newState, f"list state {self._name!r}:"))))
 
     def appendList(self, newState: Any) -> None:  # noqa: N802,N803 - PySpark's names
         self._set((*(self._get() or ()), *self._values(newState)))
@@ -243,31 +272,38 @@ class ListState(_Variable):
 class MapState(_Variable):
     """PySpark's ``MapState``: a map of user keys to values per grouping key."""
 
-    def _map(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    def _map(self) -> dict[tuple[Any, ...], tuple[tuple[Any, ...], int | None]]:
         return self._get() or {}
+
+    def _entries(self) -> list[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        return [(k, held[0]) for k, held in self._map().items() if self._live(held)]
 
     def _user_key(self, key: Any) -> tuple[Any, ...]:
         assert self._keys is not None
         return self._keys.take(key, f"map state {self._name!r} key:")
 
+    def exists(self) -> bool:
+        return bool(self._entries())
+
     def getValue(self, key: Any) -> tuple[Any, ...] | None:  # noqa: N802 - PySpark's name
-        return self._map().get(self._user_key(key))
+        held = self._map().get(self._user_key(key))
+        return held[0] if self._live(held) else None
 
     def containsKey(self, key: Any) -> bool:  # noqa: N802 - PySpark's name
-        return self._user_key(key) in self._map()
+        return self._live(self._map().get(self._user_key(key)))
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802 - PySpark's name
-        entry = self._types.take(value, f"map state {self._name!r} value:")
+        entry = self._held(self._types.take(value, f"map state {self._name!r} value:"))
         self._set({**self._map(), self._user_key(key): entry})
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-        return iter(list(self._map().items()))
+        return iter(self._entries())
 
     def keys(self) -> Iterator[tuple[Any, ...]]:
-        return iter(list(self._map()))
+        return iter([k for k, _ in self._entries()])
 
     def values(self) -> Iterator[tuple[Any, ...]]:
-        return iter(list(self._map().values()))
+        return iter([v for _, v in self._entries()])
 
     def removeKey(self, key: Any) -> None:  # noqa: N802 - PySpark's name
         held = dict(self._map())
@@ -283,9 +319,9 @@ class ProcessorHandle:
     declared (the names and types the compiler read, see :class:`StateVariable`), and the timers
     of the key being called."""
 
-    def __init__(self, store: _Store, variables: dict[str, StateVariable], time_mode: str, watermark_ms: int, zone: ZoneInfo):
+    def __init__(self, store: _Store, variables: dict[str, StateVariable], time_mode: str, now_ms: int, zone: ZoneInfo):
         self._store, self._variables, self._time_mode = store, variables, time_mode
-        self._watermark_ms, self._zone = watermark_ms, zone
+        self._now_ms, self._zone = now_ms, zone
         self._key: tuple[Any, ...] | None = None
 
     def _current_key(self) -> tuple[Any, ...]:
@@ -293,22 +329,20 @@ class ProcessorHandle:
             raise RuntimeError("state is read and written in handleInputRows and handleExpiredTimer only, not in init()")
         return self._key
 
-    def _variable(self, name: str, kind: str, ttl: Any) -> Any:
+    def _variable(self, name: str, kind: str) -> Any:
         v = self._variables.get(name)
         if v is None or v.kind != kind:
             raise RuntimeError(
                 f"{kind} state {name!r} was not declared when sparkqos compiled the query; init() declares "
                 f"{sorted((x.kind, x.name) for x in self._variables.values())}"
             )
-        if ttl is not None:
-            raise RuntimeError(f"{kind} state {name!r} with ttlDurationMs: sparkqos keeps state without TTL")
         return _KINDS[kind](self, v)
 
     def getValueState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ValueState:  # noqa: N802,N803
-        return self._variable(stateName, "value", ttlDurationMs)
+        return self._variable(stateName, "value")
 
     def getListState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ListState:  # noqa: N802,N803
-        return self._variable(stateName, "list", ttlDurationMs)
+        return self._variable(stateName, "list")
 
     def getMapState(  # noqa: N802 - PySpark's name
         self,
@@ -317,7 +351,7 @@ class ProcessorHandle:
         valueSchema: Any = None,
         ttlDurationMs: int | None = None,  # noqa: N803
     ) -> MapState:
-        return self._variable(stateName, "map", ttlDurationMs)
+        return self._variable(stateName, "map")
 
     def _check_timers(self) -> None:
         if self._time_mode == "None":
@@ -518,7 +552,7 @@ class TransformWithState(MicroBatchOperator):
         values = {"None": TimerValues(), "ProcessingTime": TimerValues(now_ms)}.get(self.time_mode) or TimerValues(
             now_ms, watermark
         )
-        handle = ProcessorHandle(self._store, self.variables, self.time_mode, watermark, self._zone)
+        handle = ProcessorHandle(self._store, self.variables, self.time_mode, now_ms, self._zone)
         outputs: list[pa.RecordBatch] = []
         try:
             processor = self._user("make_processor", self.make_processor)
@@ -556,6 +590,7 @@ class TransformWithState(MicroBatchOperator):
         except BaseException:
             self._store, self._key_rows = saved, saved_keys  # nothing taken: the micro-batch runs again
             raise
+        self._expire(now_ms)
         self._forget_idle_keys()
         self._pending = None
         self.late_rows += late
@@ -571,6 +606,28 @@ class TransformWithState(MicroBatchOperator):
             self._late_ms = self._watermark_ms
             self._watermark_ms = max(self._watermark_ms, self._max_time_ms - self.delay_us // 1000)
         return outputs
+
+    def _expire(self, now_ms: int) -> None:
+        """Spark's TTL clean-up at the end of a micro-batch: values whose expiry it reached go."""
+
+        def live(held: tuple[Any, int | None]) -> bool:
+            return held[1] is None or now_ms < held[1]
+
+        for v in self.variables.values():
+            values = self._store.values.get(v.name)
+            if v.ttl_ms is None or not values:
+                continue
+            for key, held in list(values.items()):
+                if v.kind == "value":
+                    kept = held if live(held) else None
+                elif v.kind == "list":
+                    kept = tuple(x for x in held if live(x)) or None
+                else:
+                    kept = {u: x for u, x in held.items() if live(x)} or None
+                if kept is None:
+                    del values[key]
+                else:
+                    values[key] = kept
 
     def _forget_idle_keys(self) -> None:
         held = set(self._store.timers).union(*(v.keys() for v in self._store.values.values()))
@@ -634,20 +691,24 @@ class TransformWithState(MicroBatchOperator):
         return {k: pa.array([self._key_rows[key][k] for key in keys], schema.field(k).type) for k in self.keys}
 
     def _variable_table(self, v: StateVariable) -> pa.Table:
+        """One state variable per key: its value(s), each with its expiry (null without a TTL)."""
         held = self._store.values.get(v.name, {})
         keys = list(held)
         types = _Types(v.value_type, self._zone)
+        fields = [("value", v.value_type), ("expiry", pa.int64())]
+
+        def item(x: tuple[tuple[Any, ...], int | None]) -> dict[str, Any]:
+            return {"value": types.stored(x[0]), "expiry": x[1]}
+
         if v.kind == "value":
-            column = pa.array([types.stored(held[k]) for k in keys], v.value_type)
+            column = pa.array([item(held[k]) for k in keys], pa.struct(fields))
         elif v.kind == "list":
-            column = pa.array([[types.stored(x) for x in held[k]] for k in keys], pa.list_(v.value_type))
+            column = pa.array([[item(x) for x in held[k]] for k in keys], pa.list_(pa.struct(fields)))
         else:
             assert v.key_type is not None
             user = _Types(v.key_type, self._zone)
-            entry = pa.struct([("key", v.key_type), ("value", v.value_type)])
-            column = pa.array(
-                [[{"key": user.stored(uk), "value": types.stored(x)} for uk, x in held[k].items()] for k in keys], pa.list_(entry)
-            )
+            entry = pa.struct([("key", v.key_type), *fields])
+            column = pa.array([[{"key": user.stored(u), **item(x)} for u, x in held[k].items()] for k in keys], pa.list_(entry))
         return pa.table({**self._key_table(keys), "__value": column})
 
     def to_state(self) -> dict[str, Any]:
@@ -681,16 +742,13 @@ class TransformWithState(MicroBatchOperator):
             held: dict[tuple[Any, ...], Any] = {}
             for key, value in zip(self._read_keys(table), table.column("__value").to_pylist(), strict=True):
                 if v.kind == "value":
-                    held[key] = types.local(value[n] for n in types.names)
+                    held[key] = types.read(value)
                 elif v.kind == "list":
-                    held[key] = tuple(types.local(x[n] for n in types.names) for x in value)
+                    held[key] = tuple(types.read(x) for x in value)
                 else:
                     assert v.key_type is not None
                     user = _Types(v.key_type, self._zone)
-                    held[key] = {
-                        user.local(e["key"][n] for n in user.names): types.local(e["value"][n] for n in types.names)
-                        for e in value
-                    }
+                    held[key] = {user.local(e["key"][n] for n in user.names): types.read(e) for e in value}
             if held:
                 self._store.values[name] = held
         timers = ipc_to_table(state["timers"])
