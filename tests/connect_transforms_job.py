@@ -288,7 +288,18 @@ def spark_parts():
 
 def unsupported():
     from pyspark.sql import functions as F
+    from pyspark.sql.streaming import StatefulProcessor
     from pyspark.sql.window import Window
+
+    class Passing(StatefulProcessor):
+        def init(self, handle):
+            pass
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802,N803 - PySpark's names
+            yield from rows
+
+        def close(self):
+            pass
 
     return {
         "count": lambda df: df.groupBy("s").agg(F.countDistinct("i")),
@@ -299,6 +310,7 @@ def unsupported():
         "sql_above": lambda df: df.groupBy("s").count().where("count || '' = '2'"),  # no Spark part above an aggregate
         "sql_agg_unread": lambda df: df.selectExpr("max(i) FILTER (WHERE i > 0) AS m"),
         "window": lambda df: df.select("i", F.row_number().over(Window.orderBy("i")).alias("n")),
+        "processor": lambda df: df.groupBy("s").transformWithStateInPandas(Passing(), "s string", "append", "None"),
     }
 
 

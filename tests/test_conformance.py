@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import Window
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor
 
 import sparkqos
 from sparkqos.compile.supported import supported_markdown
@@ -338,6 +339,23 @@ def with_state(d):
     return d.groupBy("g").applyInPandasWithState(running_count, "g string, n long", "n long", "update", "NoTimeout")
 
 
+class RunningCount(StatefulProcessor):
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802,N803 - PySpark's names
+        n = (self.n.get() or (0,))[0] + sum(len(frame) for frame in rows)
+        self.n.update((n,))
+        yield pd.DataFrame({"g": [key[0]], "n": [n]})
+
+    def close(self):
+        pass
+
+
+def with_processor(d):
+    return d.groupBy("g").transformWithStateInPandas(RunningCount(), "g string, n long", "update", "None")
+
+
 #: query → (transform, how its rows compare: "append", "update" (last row per key), "presence")
 CASES = {
     "native_functions": (native_functions, "append"),
@@ -358,6 +376,7 @@ CASES = {
     "unioned": (unioned, "append"),
     "partitions": (partitions, "append"),
     "with_state": (with_state, "update"),
+    "with_processor": (with_processor, "update"),
 }
 
 #: What each case runs of the support list (the names as the list spells them).
@@ -497,6 +516,7 @@ COVERS = {
     "unioned": ["union"],
     "partitions": ["alias", "mapInArrow", "mapInPandas", "repartition"],
     "with_state": ["groupBy().applyInPandasWithState"],
+    "with_processor": ["groupBy().transformWithStateInPandas"],
 }
 
 
@@ -508,8 +528,6 @@ def _refused_cases(spark):
         def eval(self, text: str):
             for w in (text or "").split():
                 yield (w,)
-
-    from pyspark.sql.streaming import StatefulProcessor
 
     class Passing(StatefulProcessor):
         def init(self, handle):
@@ -532,8 +550,10 @@ def _refused_cases(spark):
         "sample": lambda d: d.sample(0.5, seed=1),
         "SELECT DISTINCT or UNION in SQL": lambda d: spark.sql("SELECT DISTINCT g FROM {d}", d=d),
         "subtract/exceptAll": lambda d: d.select("g").subtract(d.select("g")),
-        "transformWithStateInPandas": lambda d: d.groupBy("g").transformWithStateInPandas(
-            Passing(), "g string", "append", "None"
+        "transformWithStateInPandas with eventTimeColumnName": lambda d: (
+            d.withWatermark("ts", "1 hour")
+            .groupBy("g")
+            .transformWithStateInPandas(Passing(), d.schema, "append", "EventTime", eventTimeColumnName="ts")
         ),
     }
 
@@ -600,10 +620,12 @@ def _check(name: str, got: pa.Table, want: pa.Table) -> None:
 
 #: Spark's batch answer where the streaming transform has no batch form: dropDuplicatesWithinWatermark
 #: with a delay longer than the input's event-time span drops what dropDuplicates drops.
-#: applyInPandasWithState runs on streams only: a running count's last row per key is the batch count.
+#: applyInPandasWithState and transformWithStateInPandas run here on streams only: a running count's
+#: last row per key is the batch count.
 BATCH_FORM = {
     "dedup_within": lambda d: d.dropDuplicates(["k"]).select("k"),
     "with_state": lambda d: d.groupBy("g").agg(F.count("*").alias("n")),
+    "with_processor": lambda d: d.groupBy("g").agg(F.count("*").alias("n")),
 }
 
 

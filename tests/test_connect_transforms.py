@@ -87,6 +87,7 @@ def test_connect_unsupported_transforms_are_named(job):
     unread = errors["sql_agg_unread"]
     assert "query 'sql_agg_unread'" in unread and "SQL expression string under Spark Connect that sparkqos cannot read" in unread
     assert "query 'window'" in errors["window"] and "window function 'row_number'" in errors["window"], errors
+    assert "transformWithStateInPandas under Spark Connect" in errors["processor"], errors
 
 
 @pytest.mark.slow

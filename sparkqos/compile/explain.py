@@ -20,6 +20,7 @@ from sparkqos.executor.operators import (
     PhysicalOperator,
     SessionWindowAggregate,
     SparkAggregates,
+    TransformWithState,
 )
 from sparkqos.executor.operators.spark_aggregates import BUFFER
 from sparkqos.executor.plan import CompiledPlan
@@ -42,7 +43,8 @@ def duration(us: int) -> str:
 def emission(op: PhysicalOperator) -> str:
     """When a stateful operator writes its rows ('' for a stateless one): a window or session
     when the watermark passes its end, an update-mode aggregate at every trigger, a user's
-    stateful function (applyInPandasWithState) at every trigger and when its keys time out.
+    stateful function (applyInPandasWithState, transformWithStateInPandas) at every trigger and when
+    its keys time out or its timers fire.
 
     >>> from sparkqos.executor.operators import WindowAgg
     >>> n = [WindowAgg("count_all", None, "n")]
@@ -79,6 +81,20 @@ def emission(op: PhysicalOperator) -> str:
         return (
             f"applyInPandasWithState's function {op.udf!r} runs natively, called at each trigger's end once per key "
             f"with the key's rows of that trigger, its state kept in sparkqos's checkpoint; {timeout}"
+        )
+    if isinstance(op, TransformWithState):
+        timers = {
+            "None": "no timers",
+            "ProcessingTime": "a timer fires at the first trigger whose clock is at or past it",
+            "EventTime": (
+                f"a timer fires once the watermark (the newest event time of earlier triggers minus "
+                f"{duration(op.delay_us or 0)}) is at or past it; a row at or below the previous trigger's "
+                "watermark is dropped as late"
+            ),
+        }[op.time_mode]
+        return (
+            f"transformWithStateInPandas's processor {op.udf!r} runs natively, called at each trigger's end once per key "
+            f"with the key's rows of that trigger, its state variables and timers kept in sparkqos's checkpoint; {timers}"
         )
     if isinstance(op, Deduplicate) and op.delay_us is not None:
         return (

@@ -51,6 +51,7 @@ from sparkqos.executor.operators import (
     SparkAggregates,
     StaticJoin,
     Synthetic,
+    TransformWithState,
     Union,
     WindowAggregate,
     WindowJoin,
@@ -84,7 +85,7 @@ class Refusal:
 #: keep the shard key wherever their output keeps its column.
 _STATELESS = (Select, Synthetic, StaticJoin, Union, Generate)
 #: Operators keeping state per key: the attribute(s) naming their keys.
-_KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate, PandasWithState)
+_KEYED = (WindowAggregate, EventWindowAggregate, KeyedLag, Deduplicate, PandasWithState, TransformWithState)
 
 
 def _column(expr: Expr | str) -> str | None:
@@ -101,7 +102,7 @@ def _carried(op: PhysicalOperator, inputs: Sequence[frozenset[str]]) -> frozense
     out = frozenset(op.schema.names) if op.schema is not None else frozenset()
     if isinstance(op, Project):
         return frozenset(e.name for e in op.exprs if _column(e) in inputs[0])
-    if isinstance(op, PandasWithState):  # its columns are what the user's function yields
+    if isinstance(op, PandasWithState | TransformWithState):  # its columns are what the user's function yields
         return frozenset()
     if isinstance(op, Union):
         return frozenset.intersection(*inputs) & out
@@ -164,16 +165,24 @@ def check_shardable(compiled: CompiledPlan, shard_by: str) -> None:
     """Raise :class:`~sparkqos.errors.NotShardable` naming the first query (and its operator)
     that cannot run sharded by ``shard_by``; a stream without that column refuses every query,
     and so do parts Spark evaluates in each micro-batch (the shards run only native operators)
-    and users' stateful functions (applyInPandasWithState: the driver lane only)."""
+    and users' stateful functions (applyInPandasWithState, transformWithStateInPandas: the driver
+    lane only)."""
     refuse_spark_parts(compiled)
-    stateful = sorted({compiled.plan.query_of(n) for n, op in compiled.operators.items() if isinstance(op, PandasWithState)})
+    stateful = sorted(
+        {
+            compiled.plan.query_of(n)
+            for n, op in compiled.operators.items()
+            if isinstance(op, PandasWithState | TransformWithState)
+        }
+    )
     if stateful:
         raise NotShardable(
-            f"queries {stateful} call a user's stateful function (applyInPandasWithState), which runs on the driver "
+            f"queries {stateful} call a user's stateful function (applyInPandasWithState, transformWithStateInPandas), "
+            "which runs on the driver "
             "lane only; leave out shards=",
             parameter="queries",
             value=stateful,
-            expected="queries without applyInPandasWithState",
+            expected="queries without applyInPandasWithState or transformWithStateInPandas",
         )
     for stream, schema in compiled.sources.items():
         if shard_by not in schema.names:

@@ -98,6 +98,7 @@ _LABEL_WORDS = {
     "dedup": "dropDuplicates",
     "lag": "lag(...).over(...)",
     "state": "groupBy(...).applyInPandasWithState(...)",
+    "processor": "groupBy(...).transformWithStateInPandas(...)",
 }
 
 #: SQL names of common Spark functions whose class names differ from them.

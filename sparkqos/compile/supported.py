@@ -50,6 +50,7 @@ _OPERATIONS = {
     "DeduplicateWithinWatermark": "dropDuplicatesWithinWatermark",
     "Generate": "explode",
     "FlatMapGroupsInPandasWithState": "groupBy().applyInPandasWithState",
+    "TransformWithStateInPySpark": "groupBy().transformWithStateInPandas",
     "EventTimeWatermark": "withWatermark",
     "Repartition": "repartition",
     "RepartitionByExpression": "repartition",

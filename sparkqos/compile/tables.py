@@ -29,6 +29,7 @@ RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
     "DeduplicateWithinWatermark": keyed.deduplicate,
     "Generate": nested.generate,
     "FlatMapGroupsInPandasWithState": group_state.apply_in_pandas_with_state,
+    "TransformWithStateInPySpark": group_state.transform_with_state_in_pandas,
 }
 #: For a handler of RELATIONS that maps some nodes under its own as part of itself (an Aggregate
 #: and the analyzer's rewrite of its time window): Spark class name → ``inputs(node)``, the nodes below
@@ -36,6 +37,7 @@ RELATIONS: dict[str, Callable[[Any, Any], Any]] = {
 INPUTS: dict[str, Callable[[Any], list[Any]]] = {
     "Aggregate": functools.partial(stateful.aggregate_inputs, windows=WINDOWS),
     "Join": joins.join_inputs,
+    "TransformWithStateInPySpark": group_state.transform_with_state_inputs,
 }
 #: Further expressions, looked up before the ones the compiler maps itself: Spark class name →
 #: ``handler(compiler, node, rel) -> Expr``.

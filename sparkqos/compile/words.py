@@ -33,6 +33,7 @@ OPERATION_HINTS = {
     "FlatMapGroupsWithState": "mapGroupsWithState",
     "TransformWithState": "transformWithState",
     "TransformWithStateInPySpark": "transformWithStateInPandas",
+    "UpdateEventTimeWatermarkColumn": "transformWithStateInPandas with eventTimeColumnName",
     "Offset": "offset",
     "LateralJoin": "lateralJoin, e.g. with a Python UDTF",
 }

@@ -198,6 +198,8 @@ class _Translator:
         # rejects naming it (top down, as for classic plans).
         kids = [v for f, v in body.ListFields() if f.message_type is not None and f.message_type.name == "Relation"]
         name = _RELATIONS.get(kind, _camel(kind))
+        if kind == "group_map" and body.HasField("transform_with_state_info"):  # transformWithStateInPandas
+            name = "TransformWithStateInPySpark"
         if kind == "aggregate":  # rollup, cube, grouping sets (an Expand in Spark's plan), pivot
             name = "Pivot" if body.group_type == proto.Aggregate.GroupType.GROUP_TYPE_PIVOT else "Expand"
         nodes = [{"class": name, "num-children": len(kids)}]

@@ -73,6 +73,7 @@ Transform = Callable[[DataFrame], DataFrame]
 CONTEXT_READERS: tuple[Callable[[str, DataFrame, Any, list[dict[str, Any]] | None], Mapping[str, Any]], ...] = (
     static_tables.join_sides,
     udfs.read_udfs,
+    udfs.schema_parser,
 )
 
 

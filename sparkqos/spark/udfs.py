@@ -23,7 +23,7 @@ from sparkqos.compile.nodes import SYNTHETIC_MARKER
 from sparkqos.errors import UnsupportedTransform
 from sparkqos.executor.threadsafe import is_thread_safe
 
-__all__ = ["PickledFunction", "check_worker_settings", "read_udfs"]
+__all__ = ["PickledFunction", "check_worker_settings", "read_udfs", "schema_parser"]
 
 
 class PickledFunction:
@@ -157,3 +157,23 @@ def read_udfs(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[
         return {}
     check_worker_settings(name, result)
     return {"udfs": found}
+
+
+def schema_parser(name: str, result: DataFrame, jvm_plan: Any, plan_json: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``{"parse_schema": parse}`` when the plan holds a ``transformWithStateInPandas``: ``parse``
+    reads a state schema as its processor's ``init`` declares it (a DDL string or a
+    ``StructType``) into the plan JSON's form of the type, for the compiler, which reads ``init``
+    as Spark's driver does (nothing under Spark Connect, where ``jvm_plan`` is None)."""
+    if jvm_plan is None:
+        return {}
+    entries = plan_json if plan_json is not None else json.loads(jvm_plan.toJSON())
+    if not any(str(e.get("class", "")).endswith(".TransformWithStateInPySpark") for e in entries):
+        return {}
+    session = result.sparkSession
+
+    def parse(schema: Any) -> Any:
+        if isinstance(schema, str):
+            schema = session._parse_ddl(schema)
+        return json.loads(schema.json())
+
+    return {"parse_schema": parse}

@@ -4,7 +4,8 @@ One module per operator: :mod:`.select`, :mod:`.project`, :mod:`.union`, :mod:`.
 :mod:`.window` (window aggregation), :mod:`.event_window` (Spark's event-time window
 aggregation, for PySpark transforms), :mod:`.lag` (per-key lag), :mod:`.dedup` (streaming
 deduplication), :mod:`.generate` (explode), :mod:`.group_state` (a user's
-function with per-key state, applyInPandasWithState), :mod:`.keyed_agg` (aggregation
+function with per-key state, applyInPandasWithState), :mod:`.stateful_processor` (a user's
+StatefulProcessor, transformWithStateInPandas), :mod:`.keyed_agg` (aggregation
 without a time window, update mode), :mod:`.session_window` (Spark's session windows), :mod:`.spark_aggregates` (the aggregates
 Spark computes over a group's buffered rows),
 :mod:`.join` (window join), and for PySpark transforms' joins :mod:`.static_join`
@@ -36,6 +37,7 @@ from sparkqos.executor.operators.project import Project
 from sparkqos.executor.operators.select import Select
 from sparkqos.executor.operators.session_window import SessionWindowAggregate
 from sparkqos.executor.operators.spark_aggregates import SparkAggregates
+from sparkqos.executor.operators.stateful_processor import TransformWithState
 from sparkqos.executor.operators.static_join import StaticJoin
 from sparkqos.executor.operators.synthetic import Synthetic
 from sparkqos.executor.operators.union import Union
@@ -57,6 +59,7 @@ __all__ = [
     "SparkAggregates",
     "StaticJoin",
     "Synthetic",
+    "TransformWithState",
     "Union",
     "WindowAgg",
     "WindowAggregate",

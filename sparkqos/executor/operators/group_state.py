@@ -53,7 +53,15 @@ from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
 from sparkqos.executor.operators.base import MicroBatchOperator, group_codes, ipc_to_table, table_to_ipc
 from sparkqos.executor.udf import udf_type_supported
 
-__all__ = ["TIMEOUTS", "GroupState", "PandasWithState", "frame_type_supported", "state_type_supported"]
+__all__ = [
+    "TIMEOUTS",
+    "GroupState",
+    "PandasWithState",
+    "frame_to_arrow",
+    "frame_type_supported",
+    "spark_frame",
+    "state_type_supported",
+]
 
 #: Spark's GroupStateTimeout values.
 TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout", "EventTimeTimeout")
@@ -86,6 +94,43 @@ def frame_type_supported(t: pa.DataType, nested: bool = False) -> bool:
         or pa.types.is_large_binary(t)
         or pa.types.is_null(t)
     )
+
+
+def spark_frame(table: pa.Table, time_zone: str) -> pd.DataFrame:
+    """``table`` as Spark's worker gives it to pandas: timestamps naive, in the session's time zone."""
+    columns = {}
+    for name in table.column_names:
+        s = table.column(name).to_pandas()
+        if pa.types.is_timestamp(table.schema.field(name).type):
+            s = pd.to_datetime(s, utc=True).dt.tz_convert(time_zone).dt.tz_localize(None)
+        columns[name] = s
+    return pd.DataFrame(columns) if columns else pd.DataFrame(index=range(table.num_rows))
+
+
+def frame_to_arrow(df: Any, output: pa.Schema, time_zone: str) -> pa.Table | None:
+    """A DataFrame a user's function yielded, as Spark takes it: columns by name when they are all
+    strings, else by position; NaN is null; values cast to the declared types (``output``); a
+    naive timestamp is in the session's time zone. None for an empty DataFrame without columns."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"yielded {type(df).__name__}; it must yield pandas.DataFrame")
+    if len(df.columns) == 0 and df.empty:
+        return None
+    if len(df.columns) != len(output):
+        raise TypeError(f"yielded a DataFrame of {len(df.columns)} columns; the output schema has {len(output)}")
+    by_name = all(isinstance(c, str) for c in df.columns)
+    arrays = []
+    for i, f in enumerate(output):
+        if by_name and f.name not in df.columns:
+            raise TypeError(f"yielded a DataFrame without column {f.name!r}; its columns are {list(df.columns)}")
+        s = df[f.name] if by_name else df.iloc[:, i]
+        if pa.types.is_timestamp(f.type):
+            s = pd.to_datetime(s)
+            if s.dt.tz is None:
+                s = s.dt.tz_localize(time_zone)
+            s = s.dt.tz_convert("UTC")
+        a = pa.Array.from_pandas(s, mask=s.isna().to_numpy())
+        arrays.append(a if a.type == f.type else pc.cast(a, f.type, safe=False))
+    return pa.Table.from_arrays(arrays, schema=output)
 
 
 class GroupState:
@@ -463,14 +508,7 @@ class PandasWithState(MicroBatchOperator):
 
     # -- the function --------------------------------------------------------------------------
     def _frame(self, table: pa.Table) -> pd.DataFrame:
-        """``table`` as Spark's worker gives it to pandas: timestamps naive, in the session's time zone."""
-        columns = {}
-        for name in table.column_names:
-            s = table.column(name).to_pandas()
-            if pa.types.is_timestamp(table.schema.field(name).type):
-                s = pd.to_datetime(s, utc=True).dt.tz_convert(self.time_zone).dt.tz_localize(None)
-            columns[name] = s
-        return pd.DataFrame(columns) if columns else pd.DataFrame(index=range(table.num_rows))
+        return spark_frame(table, self.time_zone)
 
     def _call(self, keys: pa.Table, parts: list[pa.Table], st: GroupState, rows: pa.Table | None) -> list[pa.RecordBatch]:
         key_frame = self._frame(keys.slice(0, 1))
@@ -500,28 +538,7 @@ class PandasWithState(MicroBatchOperator):
         return batches
 
     def _to_arrow(self, df: Any) -> pa.Table | None:
-        """A yielded DataFrame as Spark takes it: columns by name when they are all strings, else by
-        position; NaN is null; values cast to the declared types."""
-        if not isinstance(df, pd.DataFrame):
-            raise TypeError(f"yielded {type(df).__name__}; it must yield pandas.DataFrame")
-        if len(df.columns) == 0 and df.empty:
-            return None
-        if len(df.columns) != len(self.output):
-            raise TypeError(f"yielded a DataFrame of {len(df.columns)} columns; the output schema has {len(self.output)}")
-        by_name = all(isinstance(c, str) for c in df.columns)
-        arrays = []
-        for i, f in enumerate(self.output):
-            if by_name and f.name not in df.columns:
-                raise TypeError(f"yielded a DataFrame without column {f.name!r}; its columns are {list(df.columns)}")
-            s = df[f.name] if by_name else df.iloc[:, i]
-            if pa.types.is_timestamp(f.type):
-                s = pd.to_datetime(s)
-                if s.dt.tz is None:
-                    s = s.dt.tz_localize(self.time_zone)
-                s = s.dt.tz_convert("UTC")
-            a = pa.Array.from_pandas(s, mask=s.isna().to_numpy())
-            arrays.append(a if a.type == f.type else pc.cast(a, f.type, safe=False))
-        return pa.Table.from_arrays(arrays, schema=self.output)
+        return frame_to_arrow(df, self.output, self.time_zone)
 
     # -- state ---------------------------------------------------------------------------------
     def state_rows(self) -> int:
