@@ -28,9 +28,8 @@ Exactly-once is Spark's: a micro-batch the driver did not mark committed is repl
 state version before it, and the sink replaces whatever an earlier attempt wrote for it.
 
 ``applyInPandasWithState``, not ``transformWithStateInPandas``: its state travels inside the Arrow
-stream with the rows (no socket round trip per state call); measured in pyspark 4.3 on local[2]
-(commit message of this module) ``transformWithStateInPandas`` with RocksDB did not get past its
-first micro-batch. It runs without a timeout: with a processing-time timeout Spark plans a
+stream with the rows (``transformWithStateInPandas`` makes a socket round trip per state call and
+needs the RocksDB state store). It runs without a timeout: with a processing-time timeout Spark plans a
 micro-batch at every trigger whether or not a key has timed out, and an available-now query
 never ends; the drain ticks take its place.
 
