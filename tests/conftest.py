@@ -260,6 +260,30 @@ def examples(n: int) -> int:
     return n if os.environ.get(WITH_SLOW) == "1" else max(1, -(-n // 3))
 
 
+#: The strategies a test run over every registered strategy takes when the run leaves out the
+#: slow set: the ones the jobs and the per-construct files run (fifo, chain, cqc, class_shares,
+#: adaptive) and one of each other file of ``sparkqos/schedulers`` (cos; guards.py's oldest_guard;
+#: path.py's pc; rate.py's hr). The rest of a file shares its family's code (basic.py's greedy,
+#: mtiq and rr, like chain operator units under fig 4.1's rule; path.py's segment,
+#: simplified_segment and threshold, pc's path units; rate.py's hnr; guards.py's dynamic_priority).
+REPRESENTATIVE = frozenset({"fifo", "chain", "cqc", "class_shares", "adaptive", "cos", "oldest_guard", "pc", "hr"})
+
+
+def strategies() -> list[str]:
+    """The strategies of a test that runs every registered one: all of them when the run takes
+    the slow set too (``SPARKQOS_SLOW=1``, as .ci/run runs), else :data:`REPRESENTATIVE` and any
+    registered strategy that is not built in (a user's, registered by the time of the call). As
+    :func:`examples`: the README's test command, the inner loop, runs one strategy of each family;
+    CI runs every one."""
+    from sparkqos import schedulers
+    from sparkqos.schedulers.builtin import BUILT_IN
+
+    names = schedulers.available()
+    if os.environ.get(WITH_SLOW) == "1":
+        return names
+    return [name for name in names if name in REPRESENTATIVE or name not in BUILT_IN]
+
+
 #: Whether the run's selection holds slow tests that need Spark (set once collected).
 SLOW_SELECTED = pytest.StashKey[bool]()
 
