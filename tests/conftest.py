@@ -73,7 +73,7 @@ SECONDS = {
     "test_transforms_keyed.py": (56, 0),
     "test_runner.py": (53, 0),
     "test_adaptive.py": (14, 34),
-    "test_contract.py": (47, 0),
+    "test_contract.py": (28, 0),
     "test_spark_part.py": (47, 0),
     "test_transforms_joins.py": (43, 0),
     "test_session_window.py": (42, 0),
@@ -84,7 +84,7 @@ SECONDS = {
     "test_wheel.py": (5, 31),
     "test_experiments.py": (19, 17),
     "test_operators.py": (22, 0),
-    "test_vessels.py": (15, 20),
+    "test_vessels.py": (9, 26),
     "test_ais.py": (34, 0),
     "test_sources.py": (32, 0),
     "test_transforms_udfs.py": (32, 0),
@@ -94,7 +94,7 @@ SECONDS = {
     "test_transforms_strategies.py": (4, 15),
     "test_continuous.py": (18, 0),
     "test_transforms_stateful.py": (11, 0),
-    "test_update_mode.py": (10, 0),
+    "test_update_mode.py": (7, 0),
     "test_hashes.py": (9, 0),
     "test_report.py": (9, 0),
     "test_service.py": (8, 0),
@@ -258,6 +258,30 @@ def examples(n: int) -> int:
     least one. The README's test command, the inner loop, draws fewer inputs per run; CI draws
     every one. Each example costs Spark jobs (its batch answer, its DataFrame's rows read)."""
     return n if os.environ.get(WITH_SLOW) == "1" else max(1, -(-n // 3))
+
+
+#: The strategies a test run over every registered strategy takes when the run leaves out the
+#: slow set: the ones the jobs and the per-construct files run (fifo, chain, cqc, class_shares,
+#: adaptive) and one of each other file of ``sparkqos/schedulers`` (cos; guards.py's oldest_guard;
+#: path.py's pc; rate.py's hr). The rest of a file shares its family's code (basic.py's greedy,
+#: mtiq and rr, like chain operator units under fig 4.1's rule; path.py's segment,
+#: simplified_segment and threshold, pc's path units; rate.py's hnr; guards.py's dynamic_priority).
+REPRESENTATIVE = frozenset({"fifo", "chain", "cqc", "class_shares", "adaptive", "cos", "oldest_guard", "pc", "hr"})
+
+
+def strategies() -> list[str]:
+    """The strategies of a test that runs every registered one: all of them when the run takes
+    the slow set too (``SPARKQOS_SLOW=1``, as .ci/run runs), else :data:`REPRESENTATIVE` and any
+    registered strategy that is not built in (a user's, registered by the time of the call). As
+    :func:`examples`: the README's test command, the inner loop, runs one strategy of each family;
+    CI runs every one."""
+    from sparkqos import schedulers
+    from sparkqos.schedulers.builtin import BUILT_IN
+
+    names = schedulers.available()
+    if os.environ.get(WITH_SLOW) == "1":
+        return names
+    return [name for name in names if name in REPRESENTATIVE or name not in BUILT_IN]
 
 
 #: Whether the run's selection holds slow tests that need Spark (set once collected).

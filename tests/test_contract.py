@@ -1,7 +1,8 @@
 """One contract suite for every registered strategy, on both engines (river's check_estimator idea).
 
 A strategy added to the registry gets these checks for free, in the simulator and in the
-executor: it never picks a unit with no work, never idles while something can run, conserves
+executor (the README's test command runs them on one strategy of each family, CI on every one:
+``strategies`` in tests/conftest.py): it never picks a unit with no work, never idles while something can run, conserves
 tuples, is deterministic, derives its parameters from ``__init__``, and resumes exactly from its
 serialised state. The checks themselves are published in :mod:`sparkqos.testing.checks`
 (:func:`sparkqos.testing.check_scheduler` runs them all on a user's strategy); here they run per
@@ -23,8 +24,11 @@ from sparkqos.schedulers.base import ClusterScheduler
 from sparkqos.sim import Simulator
 from sparkqos.testing import FakeClock, check_scheduler, checks, drive, feeds
 from sparkqos.testing.checks import ENGINES, EXECUTOR_RULES, MIX, RESUME_RULES, SIM_RULES, UNITS_BETWEEN, factory
+from tests.conftest import strategies
 
-STRATEGIES = schedulers.available()  # at collection: a strategy registered by then is checked too
+#: At collection: a strategy registered by then is checked too (every one under SPARKQOS_SLOW=1,
+#: one of each family otherwise: tests/conftest.py's strategies).
+STRATEGIES = strategies()
 
 #: (check, engine, strategy[, rule]) → why that case fails today (marked xfail(strict=True)).
 KNOWN_FAILURES: dict[tuple[str, ...], str] = {}
@@ -93,7 +97,7 @@ def test_executor_state_reports_the_oldest_waiting_row():
     assert wrong == []
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", schedulers.available())
 def test_parameters_come_from_init(strategy):
     s = schedulers.get(strategy)
     assert s.name == strategy
@@ -204,4 +208,4 @@ def test_every_built_in_strategy_is_in_the_table_whatever_was_imported_first():
         "print(registry.available(), type(registry.get('adaptive')).__module__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == f"{sorted(STRATEGIES)} sparkqos.adaptive.controller"
+    assert out.strip() == f"{sorted(schedulers.available())} sparkqos.adaptive.controller"

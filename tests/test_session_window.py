@@ -30,7 +30,7 @@ from sparkqos.executor import Executor
 from sparkqos.executor.operators import SessionWindowAggregate, WindowAgg
 from sparkqos.executor.queues import stamp, with_internal
 from sparkqos.spark.transforms import compile_transforms
-from tests.conftest import closed_by, examples, replay, spark_streams, stream_to_end
+from tests.conftest import closed_by, examples, replay, spark_streams, strategies, stream_to_end
 from tests.test_transforms_stateful import BASE_US, SCHEMA, assert_same, make_df
 
 TS = SCHEMA.field("ts").type
@@ -81,7 +81,7 @@ QUERIES = {"sessions": sessions, "fields": fields}
 SMALL_QUERIES = {"sessions": sessions, "no_keys": no_keys}
 
 
-@given(data=rows, strategy=st.sampled_from(schedulers.available()), batch_rows=st.integers(1, 9))
+@given(data=rows, strategy=st.sampled_from(strategies()), batch_rows=st.integers(1, 9))
 @settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_session_windows_equal_spark(spark_sql, data, strategy, batch_rows):
     df = make_df(spark_sql, data)
@@ -106,7 +106,7 @@ def small(spark_sql):
     return df, {name: transform(df).toArrow() for name, transform in SMALL_QUERIES.items()}
 
 
-@pytest.mark.parametrize("strategy", schedulers.available())
+@pytest.mark.parametrize("strategy", strategies())
 def test_every_strategy_gives_sparks_sessions(small, strategy):
     df, want = small
     got = sparkqos.run(df, SMALL_QUERIES, strategy=strategy, batch_rows=2)

@@ -35,7 +35,7 @@ from sparkqos.errors import PlacementError, SparkPartError, UnsupportedTransform
 from sparkqos.io.sinks import MemorySink
 from sparkqos.spark.transforms import compile_transforms, input_tables, run_compiled
 from sparkqos.testing import assert_same_rows
-from tests.conftest import examples, replay
+from tests.conftest import examples, replay, strategies
 
 JSON = "a int, b string, x double"
 SCHEMA = "id int, value string, s string, d double, ts timestamp"
@@ -145,7 +145,7 @@ def prepared(spark):
     return compiled, input_tables(compiled, df), {q: t(df).toArrow() for q, t in queries.items()}
 
 
-@pytest.mark.parametrize("strategy", schedulers.available())
+@pytest.mark.parametrize("strategy", strategies())
 def test_under_every_strategy(prepared, strategy):
     compiled, tables, want = prepared
     got = run_compiled(compiled, tables, schedulers.get(strategy), batch_rows=2)

@@ -30,9 +30,9 @@ from sparkqos.executor.expressions.numeric import printed, spark_round
 from sparkqos.executor.loop import replay as replay_plan
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows, sorted_rows
-from tests.conftest import examples, replay, stream_to_end
+from tests.conftest import examples, replay, strategies, stream_to_end
 
-STRATEGIES = schedulers.available()
+STRATEGIES = strategies()
 BASE_US = 1_700_000_000_000_000
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("k", pa.string()), ("i", pa.int32()), ("d", pa.float64()), ("s", pa.string()), ("ts", TS)])

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkqos import schedulers
 from sparkqos.executor.expressions import SEQ
 from sparkqos.executor.operators import KeyedAggregate, WindowAgg
 from sparkqos.executor.options import ExecutorOptions
@@ -34,7 +33,7 @@ from sparkqos.runtime.shard import ShardWork
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.spark.transforms import compile_transforms
 from sparkqos.testing import assert_same_rows
-from tests.conftest import stream_to_end
+from tests.conftest import strategies, stream_to_end
 from tests.test_transforms_native import last_per_key, overall, running, table_of
 
 #: A running aggregate per key with a filter and a projection above it, and a global one; each is a
@@ -124,7 +123,7 @@ def test_each_trigger_writes_sparks_update_mode_rows_under_every_strategy(spark_
     compiled = compile_transforms(stream(), QUERIES, placement="native")
     aggregates = [n for n, op in compiled.operators.items() if type(op).__name__ == "KeyedAggregate"]
     assert len(aggregates) == len(QUERIES)
-    for strategy in schedulers.available():
+    for strategy in strategies():
         sink = MemorySink()
         loop = loop_of(compiled, tmp_path / strategy, sink, strategy)
         for batch_id, table in inputs.items():

@@ -75,6 +75,7 @@ def test_handmade_reports_give_sparks_rows(spark_sql):
     assert set(counts) == set(VESSEL_QUERY_CLASSES) and all(counts.values()), counts
 
 
+@pytest.mark.slow  # 6,000 recorded reports through the six queries; the hand-made reports reach each of them
 @pytest.mark.skipif(not HAS_DATA, reason="the data extra is not installed: pip install -e '.[data]'")
 def test_recorded_reports_give_sparks_rows(spark_sql, tmp_path):
     from sparkqos.workloads.ais import vessel_trace
