@@ -78,6 +78,7 @@ SECONDS = {
     "test_transforms_joins.py": (43, 0),
     "test_session_window.py": (42, 0),
     "test_pandas_state.py": (40, 20),
+    "test_transform_with_state.py": (40, 15),
     "test_spark_submit.py": (3, 0),
     "test_transforms_native.py": (41, 0),
     "test_class_shares.py": (11, 27),
