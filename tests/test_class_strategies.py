@@ -287,7 +287,7 @@ def test_cos_reclusters_only_when_features_move_past_the_tolerance(monkeypatch):
 
 def test_cos_reclusters_at_most_once_per_recluster_period(monkeypatch):
     """Past the tolerance, S-means still waits until recluster_period (state.now) has passed since
-    the last clustering; Chain's order inside the clusters follows every statistics move."""
+    the last clustering; every rebuild refreshes Chain's order inside the clusters."""
     cos_module, plan, state, cost, calls = _counted_s_means(monkeypatch)
     state._now = 10.0
     cos = cos_module.Cos(T=0.3, recluster_period=1.0)
@@ -303,6 +303,54 @@ def test_cos_reclusters_at_most_once_per_recluster_period(monkeypatch):
     assert seen == [1, 1, 2, 2]  # at 10.4 and 10.8 too soon; at 11.2 due; at 11.6 too soon again
     with pytest.raises(SchedulerError, match="recluster_period"):
         cos_module.Cos(recluster_period=-1)
+
+
+class Moving:
+    """A simulator's state with a clock and a statistics version a test moves."""
+
+    def __init__(self, state, now: float):
+        self.state, self.now, self.stats_version = state, now, 0
+
+    def __getattr__(self, name):
+        return getattr(self.state, name)
+
+
+def test_cos_follows_statistics_moves_at_most_once_per_recluster_period(monkeypatch):
+    """A statistics move within recluster_period of the last rebuild waits: on a large plan some
+    estimate moves every few runs, and each rebuild (Chain's envelopes over every path, the heaps)
+    holds the executor's lock the cluster threads share. The move is taken in at the first pick
+    once the period has passed, even when nothing moves then."""
+    cos_module, plan, state, cost, calls = _counted_s_means(monkeypatch)
+    moving = Moving(state, 10.0)
+    cos = cos_module.Cos(T=0.3, recluster_period=1.0)
+    rebuilds = []
+    real = cos._rebuild
+    monkeypatch.setattr(cos, "_rebuild", lambda st: rebuilds.append(st.now) or real(st))
+    cos.attach(moving)
+    for dt, moved in ((0.3, True), (0.3, True), (0.3, False), (0.3, False), (0.3, True), (0.3, False)):
+        moving.now += dt
+        moving.stats_version += moved
+        cos.pick_cluster(0, moving)
+    # attach at 10.0; moves at 10.3 and 10.6 wait; due at 11.2 (nothing moves then); the move at
+    # 11.5 waits until 12.2, past the last pick
+    assert [round(t, 1) for t in rebuilds] == [10.0, 11.2]
+
+
+def test_cos_offers_every_runnable_operator_while_a_statistics_move_waits(monkeypatch):
+    """While a move waits, an operator that became runnable is offered even when no event log
+    named it: an owner that rebuilds itself on the move (class shares) leaves that to the inner's
+    rebuild, so a strategy must return a unit whenever one can run."""
+    cos_module, plan, state, cost, calls = _counted_s_means(monkeypatch)
+    moving = Moving(state, 10.0)
+    cos = cos_module.Cos(T=0.3, recluster_period=1.0)
+    cos.attach(moving)
+    assert cos.pick(moving) is None
+    op = next(o.name for o in plan if o.inputs[0] in plan.streams)
+    state.enqueue(op, 0, 5.0, arrival=10.0)
+    cos._log.clear()  # what the owner's rebuild does with the event
+    moving.now, moving.stats_version = 10.1, 1
+    unit = cos.pick(moving)
+    assert unit is not None and unit.head == op
 
 
 def test_cos_one_cluster_is_chain():

@@ -287,6 +287,44 @@ def test_overload_spills_beyond_the_limit_and_loses_nothing_in_order(tmp_path):
     ex.close()
 
 
+def test_spilled_bytes_are_every_queues_also_after_a_restore(tmp_path):
+    """ExecutorState.spilled_bytes sums the queues that spilled; a restored executor's queues spill
+    again as they come back under its memory limit, and the figure follows them, also as runs
+    read spilled batches back."""
+
+    def on_disk(ex: Executor) -> int:
+        return sum(q.spilled_bytes for ports in ex.state.ports.values() for q in ports)
+
+    def executor(limit: int | None, where: str) -> Executor:
+        ticks = iter(range(1, 1 << 40))
+        return Executor(
+            pass_through().build().fresh(),
+            schedulers.get("chain"),
+            clock=lambda: next(ticks) * 1e-3,
+            memory_limit_bytes=limit,
+            spill_dir=str(tmp_path / where),
+        )
+
+    first = executor(64_000, "first")
+    rng = np.random.default_rng(7)
+    for i in range(60):
+        batch = pa.record_batch({"k": np.arange(100 * i, 100 * i + 100), "v": rng.uniform(0, 1, 100)})
+        first.ingest("s", batch, arrival=float(i))
+        first.run(max_units=1)
+    assert first.state.spilled_bytes == on_disk(first) > 0
+    saved = first.to_state()
+    for limit in (64_000, 32_000, None):
+        back = executor(limit, f"back-{limit}")
+        back.load_state(saved)
+        assert back.state.spilled_bytes == on_disk(back)
+        assert (back.state.spilled_bytes > 0) == (limit is not None)
+        while back.state.spilled_bytes:
+            back.run(max_units=1)
+            assert back.state.spilled_bytes == on_disk(back)
+        back.close()
+    first.close()
+
+
 def test_load_shedding_only_when_asked_and_counted_per_query(tmp_path):
     with pytest.raises(ValueError, match="shed=True needs memory_limit_bytes"):
         Executor(pass_through().build().fresh(), schedulers.get("fifo"), shed=True)

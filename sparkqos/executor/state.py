@@ -56,6 +56,7 @@ class ExecutorState(EngineState):
         self._spill_root = spill_dir
         self._spill_dir: str | None = None
         self.spilled_bytes_total = 0
+        self._spilled_queues: set[BatchQueue] = set()  # every queue that ever spilled (_relieve)
         self.shed_rows: dict[str, int] = {}
         self.peak_memory_bytes = 0
         self._query_of = {op.name: self.plan.query_of(op.name) for op in self.plan}
@@ -96,8 +97,11 @@ class ExecutorState(EngineState):
 
     @property
     def spilled_bytes(self) -> int:
-        """Queued bytes currently on disk."""
-        return sum(q.spilled_bytes for ports in self.ports.values() for q in ports)
+        """Queued bytes currently on disk: of the queues that ever spilled (only :meth:`_relieve`
+        spills, restored queues included, as they come back through :meth:`enqueue`), so no
+        queue is scanned while nothing spilled — every enqueue under a memory limit asks, and a
+        large plan has hundreds of queues."""
+        return sum(q.spilled_bytes for q in self._spilled_queues)
 
     @property
     def memory_bytes(self) -> int:
@@ -194,6 +198,8 @@ class ExecutorState(EngineState):
                             os.makedirs(root, exist_ok=True)
                         self._spill_dir = tempfile.mkdtemp(prefix="sparkqos-spill-", dir=root)
                     freed = q.spill_tail(self._spill_dir, excess)
+                    if freed:
+                        self._spilled_queues.add(q)
                     self.spilled_bytes_total += freed
                     excess -= freed
             if self.shed:

@@ -159,8 +159,9 @@ class Cos(ClusterScheduler):
     (ties to the oldest tuple, then the one furthest along its path) — so in the simulator the
     clusters share the processor quantum by quantum. :meth:`pick_cluster` picks inside one given
     cluster, for an executor that runs each cluster in its own thread (COS §4.2, second level).
-    Clusters are recomputed when the statistics change (at most once per ``recluster_period``);
-    Chain's order inside them follows every change.
+    Clusters and Chain's order inside them follow the statistics at most once per
+    ``recluster_period``: a move within it is taken in at the first pick after it, and meanwhile
+    every runnable operator is still offered, in the order of the last rebuild.
 
     Below, the slow O1 is a cluster of its own and the cheap, selective O2 and O3 form another,
     so the two clusters alternate: where Chain alone pushes the first tuple through O1, O2, O3
@@ -190,11 +191,15 @@ class Cos(ClusterScheduler):
         #: the statistics move on almost every run, and clustering is the costly part of a pick.
         self.recluster_tolerance = float(recluster_tolerance)
         #: ... and only when at least this long (``state.now``: seconds in the executor) passed
-        #: since the last clustering (0: no wait). The tolerance alone is not enough: a cost
+        #: since the last clustering (0: no wait); Chain's priorities inside the clusters follow
+        #: the statistics at most this often too. The tolerance alone is not enough: a cost
         #: estimate reaches strategies only when it moves by 20%, a step of about 0.04 on the
         #: normalised log-cost axis, so nearly every statistics move would re-cluster, under the
-        #: executor's lock that the cluster threads share. The default is the statistics window
-        #: (thesis §3.2.5: one second): clusters follow the statistics at the pace they are gathered.
+        #: executor's lock that the cluster threads share; and on a large plan (hundreds of
+        #: operators) some estimate moves every few runs, where Chain's envelopes over every path
+        #: and the heaps take milliseconds under that lock, holding the GIL. The default is the
+        #: statistics window (thesis §3.2.5: one second): clusters and their order follow the
+        #: statistics at the pace they are gathered. The simulator's statistics never move.
         self.recluster_period = float(recluster_period)
         self._clustered_on: np.ndarray | None = None  # the features of the last clustering
         self._clustered_at = -math.inf  # state.now at the last clustering
@@ -205,8 +210,29 @@ class Cos(ClusterScheduler):
         self._cluster_of: dict[str, int] = {}
         self._units: dict[str, Unit] = {}
         self._cursor = 0
+        self._rebuilt_at = -math.inf  # state.now at the last rebuild
+        self._stale = False  # the statistics moved since the last rebuild, within recluster_period of it
+
+    def _catch_up(self, state: SchedulerState) -> None:
+        """As every strategy's, except that a statistics move within ``recluster_period`` of the
+        last rebuild waits for the first pick after the period. Meanwhile the heaps take in every
+        runnable operator, as a rebuild would: an owner that rebuilds itself on the move (class
+        shares) hands the operators that received tuples to no event log, leaving that to the
+        rebuild."""
+        if state is self._state and state.plan is self._plan_seen:
+            due = state.now - self._rebuilt_at >= self.recluster_period
+            if state.stats_version != self._stats_seen and not due:
+                self._stats_seen = state.stats_version
+                self._stale = True
+                self._log.clear()
+                for op in state.runnable_operators():
+                    self._heaps[self._cluster_of[op]].ensure(op)
+            elif self._stale and due:
+                self._stats_seen = -1  # rebuilds below
+        super()._catch_up(state)
 
     def _rebuild(self, state: SchedulerState) -> None:
+        self._rebuilt_at, self._stale = state.now, False
         plan = state.plan
         if plan is not self._plan_seen:
             self._plan_seen, self._clustered_on, self._clustered_at = plan, None, -math.inf
