@@ -223,19 +223,23 @@ def _layout_files(ckpt: Checkpoint) -> set[str]:
     return {ref[0] for refs in (ckpt.state.get("segments") or {}).values() for ref in refs}
 
 
-def checkpoint_bytes(batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any] | bytes) -> bytes:
+def checkpoint_bytes(
+    batch_id: int, queues: Mapping[str, pa.Table], state: Mapping[str, Any] | bytes, compression: str | None = None
+) -> bytes:
     """One checkpoint as bytes, in the file layout above: what a sharded executor keeps in
     Spark's state store (one blob per shard per micro-batch). :func:`read_checkpoint_bytes` reads it.
+    ``compression`` (``"zstd"``, ``"lz4"``): the queues' Arrow IPC streams carry compressed
+    buffers, which Arrow's reader decompresses by itself, so reading needs no option.
 
     >>> import pyarrow as pa
-    >>> blob = checkpoint_bytes(4, {"q#0": pa.table({"x": [1, 2]})}, {"step": 4})
+    >>> blob = checkpoint_bytes(4, {"q#0": pa.table({"x": [1, 2]})}, {"step": 4}, compression="zstd")
     >>> ck = read_checkpoint_bytes(blob)
     >>> ck.batch_id, ck.queues["q#0"]["x"].to_pylist(), ck.state
     (4, [1, 2], {'step': 4})
     """
     state_bytes = state if isinstance(state, bytes) else CheckpointStore.state_bytes(batch_id, state)
     out = io.BytesIO()
-    _write_checkpoint(out, batch_id, queues, state_bytes)
+    _write_checkpoint(out, batch_id, queues, state_bytes, compression)
     return out.getvalue()
 
 
@@ -252,19 +256,22 @@ def read_checkpoint_bytes(data: bytes, where: str = "state blob") -> Checkpoint:
     return _decode(data, where, batch_id)
 
 
-def _write_checkpoint(f, batch_id: int, queues: Mapping[str, pa.Table], state_bytes: bytes) -> None:
+def _write_checkpoint(
+    f, batch_id: int, queues: Mapping[str, pa.Table], state_bytes: bytes, compression: str | None = None
+) -> None:
     f.write(MAGIC)
     sections = [_write_section(f, "state", "json", state_bytes)]
     for name, table in queues.items():
-        sections.append(_write_section(f, name, "arrow", _ipc_bytes(table)))
+        sections.append(_write_section(f, name, "arrow", _ipc_bytes(table, compression)))
     manifest = json.dumps({"format": FORMAT_VERSION, "batch_id": batch_id, "sections": sections}, sort_keys=True).encode()
     f.write(manifest)
     f.write(_FOOTER.pack(len(manifest), hashlib.sha256(manifest).digest(), END))
 
 
-def _ipc_bytes(table: pa.Table | pa.RecordBatch) -> pa.Buffer:
+def _ipc_bytes(table: pa.Table | pa.RecordBatch, compression: str | None = None) -> pa.Buffer:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write(table)
     return sink.getvalue()
 

