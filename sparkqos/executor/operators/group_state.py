@@ -96,6 +96,20 @@ def frame_type_supported(t: pa.DataType, nested: bool = False) -> bool:
     )
 
 
+def check_grouped_input(op: str, src: pa.Schema, keys: Sequence[str], columns: Sequence[str], time_col: str | None) -> None:
+    """The input of a user's function over groups, checked: every column it reads is in ``src``,
+    the keys of types its state can hold, the other columns of types a pandas frame carries."""
+    for name in [*keys, *columns, *([time_col] if time_col else [])]:
+        if src.get_field_index(name) < 0:
+            raise ExpressionError(f"operator {op!r}: unknown column {name!r}; columns are {src.names}")
+    for name in keys:
+        if not state_type_supported(src.field(name).type):
+            raise ExpressionError(f"operator {op!r}: key column {name!r} of type {src.field(name).type}")
+    for name in columns:
+        if not frame_type_supported(src.field(name).type):
+            raise ExpressionError(f"operator {op!r}: column {name!r} of type {src.field(name).type}")
+
+
 def spark_frame(table: pa.Table, time_zone: str) -> pd.DataFrame:
     """``table`` as Spark's worker gives it to pandas: timestamps naive, in the session's time zone."""
     columns = {}
@@ -342,15 +356,7 @@ class PandasWithState(MicroBatchOperator):
 
     def _output_schema(self) -> pa.Schema:
         src = self.input_schemas[0]
-        for name in [*self.keys, *self.columns, *([self.time_col] if self.time_col else [])]:
-            if src.get_field_index(name) < 0:
-                raise ExpressionError(f"operator {self.name!r}: unknown column {name!r}; columns are {src.names}")
-        for name in self.keys:
-            if not state_type_supported(src.field(name).type):
-                raise ExpressionError(f"operator {self.name!r}: key column {name!r} of type {src.field(name).type}")
-        for name in self.columns:
-            if not frame_type_supported(src.field(name).type):
-                raise ExpressionError(f"operator {self.name!r}: column {name!r} of type {src.field(name).type}")
+        check_grouped_input(self.name, src, self.keys, self.columns, self.time_col)
         for where, fields in (("output", list(self.output)), ("state", list(self.state_type))):
             for f in fields:
                 if not state_type_supported(f.type):

@@ -61,7 +61,12 @@ import pyarrow.compute as pc
 from sparkqos.errors import ExpressionError, PlanError, UdfError
 from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
 from sparkqos.executor.operators.base import MicroBatchOperator, group_codes, ipc_to_table, table_to_ipc
-from sparkqos.executor.operators.group_state import frame_to_arrow, frame_type_supported, spark_frame, state_type_supported
+from sparkqos.executor.operators.group_state import (
+    check_grouped_input,
+    frame_to_arrow,
+    spark_frame,
+    state_type_supported,
+)
 
 __all__ = ["STATE_KINDS", "TIME_MODES", "ExpiredTimerInfo", "StateVariable", "TimerValues", "TransformWithState"]
 
@@ -485,15 +490,7 @@ class TransformWithState(MicroBatchOperator):
 
     def _output_schema(self) -> pa.Schema:
         src = self.input_schemas[0]
-        for name in [*self.keys, *self.columns, *([self.time_col] if self.time_col else [])]:
-            if src.get_field_index(name) < 0:
-                raise ExpressionError(f"operator {self.name!r}: unknown column {name!r}; columns are {src.names}")
-        for name in self.keys:
-            if not state_type_supported(src.field(name).type):
-                raise ExpressionError(f"operator {self.name!r}: key column {name!r} of type {src.field(name).type}")
-        for name in self.columns:
-            if not frame_type_supported(src.field(name).type):
-                raise ExpressionError(f"operator {self.name!r}: column {name!r} of type {src.field(name).type}")
+        check_grouped_input(self.name, src, self.keys, self.columns, self.time_col)
         fields = [("output", f) for f in self.output]
         for v in self.variables.values():
             fields += [(f"state {v.name!r}", f) for f in [*v.value_type, *(v.key_type or [])]]
