@@ -110,6 +110,34 @@ def check_grouped_input(op: str, src: pa.Schema, keys: Sequence[str], columns: S
             raise ExpressionError(f"operator {op!r}: column {name!r} of type {src.field(name).type}")
 
 
+def drop_late(rows: pa.Table, time_col: str, late_ms: int) -> tuple[pa.Table, int]:
+    """``rows`` without those at or before ``late_ms`` (the previous micro-batch's watermark, ms),
+    as Spark drops late rows before an event-time stateful function; and how many it dropped."""
+    t = pc.cast(rows.column(time_col), pa.int64())
+    is_late = pc.fill_null(pc.less_equal(t, late_ms * 1000), False)
+    return rows.filter(pc.invert(is_late)), int(pc.sum(is_late).as_py() or 0)
+
+
+def end_micro_batch(op: Any, rows: pa.Table | None, late: int, outputs: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """What a grouped function's operator (``op``: PandasWithState, TransformWithState) does once a
+    micro-batch's calls succeeded: counts the late rows, takes in the newest event time and arrival
+    of the rows it read, moves its watermark on (the next micro-batch's), and gives its outputs as
+    one batch for the operators above rather than one per key."""
+    op.late_rows += late
+    if rows is not None and op.time_col is not None and rows.num_rows:
+        newest = pc.max(pc.cast(rows.column(op.time_col), pa.int64())).as_py()
+        if newest is not None:
+            op._max_time_ms = max(op._max_time_ms or newest // 1000, newest // 1000)
+    if rows is not None and rows.num_rows:
+        op._newest = (float(pc.max(rows.column(ARRIVAL)).as_py()), int(pc.max(rows.column(SEQ)).as_py()))
+    if len(outputs) > 1:
+        outputs = pa.Table.from_batches(outputs).combine_chunks().to_batches()
+    if op.delay_us is not None and op._max_time_ms is not None:
+        op._late_ms = op._watermark_ms
+        op._watermark_ms = max(op._watermark_ms, op._max_time_ms - op.delay_us // 1000)
+    return outputs
+
+
 def spark_frame(table: pa.Table, time_zone: str) -> pd.DataFrame:
     """``table`` as Spark's worker gives it to pandas: timestamps naive, in the session's time zone."""
     columns = {}
@@ -399,10 +427,7 @@ class PandasWithState(MicroBatchOperator):
         rows = pending
         late = 0
         if rows is not None and self.timeout == "EventTimeTimeout" and self._max_time_ms is not None:
-            t = pc.cast(rows.column(self.time_col), pa.int64())
-            is_late = pc.fill_null(pc.less_equal(t, self._late_ms * 1000), False)
-            late = int(pc.sum(is_late).as_py() or 0)
-            rows = rows.filter(pc.invert(is_late))
+            rows, late = drop_late(rows, self.time_col, self._late_ms)
         state = self._state
         held = 0 if state is None else state.num_rows
         entries: dict[int, tuple[Any, int]] = {}  # held row → (value or None, timeout), after its call
@@ -451,19 +476,7 @@ class PandasWithState(MicroBatchOperator):
             raise
         self._commit(entries, added)
         self._pending = None
-        self.late_rows += late
-        if rows is not None and self.time_col is not None and rows.num_rows:
-            newest = pc.max(pc.cast(rows.column(self.time_col), pa.int64())).as_py()
-            if newest is not None:
-                self._max_time_ms = max(self._max_time_ms or newest // 1000, newest // 1000)
-        if rows is not None and rows.num_rows:
-            self._newest = (float(pc.max(rows.column(ARRIVAL)).as_py()), int(pc.max(rows.column(SEQ)).as_py()))
-        if len(outputs) > 1:  # one batch for the operators above, not one per key
-            outputs = pa.Table.from_batches(outputs).combine_chunks().to_batches()
-        if self.delay_us is not None and self._max_time_ms is not None:
-            self._late_ms = self._watermark_ms
-            self._watermark_ms = max(self._watermark_ms, self._max_time_ms - self.delay_us // 1000)
-        return outputs
+        return end_micro_batch(self, rows, late, outputs)
 
     def _may_time_out(self, watermark_ms: int) -> bool:
         if self.timeout == "NoTimeout" or self._state is None or not self._state.num_rows:

@@ -63,6 +63,8 @@ from sparkqos.executor.expressions import ARRIVAL, INTERNAL, SEQ
 from sparkqos.executor.operators.base import MicroBatchOperator, group_codes, ipc_to_table, table_to_ipc
 from sparkqos.executor.operators.group_state import (
     check_grouped_input,
+    drop_late,
+    end_micro_batch,
     frame_to_arrow,
     spark_frame,
     state_type_supported,
@@ -540,10 +542,7 @@ class TransformWithState(MicroBatchOperator):
             return []
         rows, late = pending, 0
         if rows is not None and self.time_mode == "EventTime" and self._max_time_ms is not None:
-            t = pc.cast(rows.column(self.time_col), pa.int64())
-            is_late = pc.fill_null(pc.less_equal(t, self._late_ms * 1000), False)
-            late = int(pc.sum(is_late).as_py() or 0)
-            rows = rows.filter(pc.invert(is_late))
+            rows, late = drop_late(rows, self.time_col, self._late_ms)
         saved, saved_keys = self._store.copy(), dict(self._key_rows)
         watermark = self._watermark_ms if self.time_mode == "EventTime" else -1
         values = {"None": TimerValues(), "ProcessingTime": TimerValues(now_ms)}.get(self.time_mode) or TimerValues(
@@ -590,19 +589,7 @@ class TransformWithState(MicroBatchOperator):
         self._expire(now_ms)
         self._forget_idle_keys()
         self._pending = None
-        self.late_rows += late
-        if rows is not None and self.time_col is not None and rows.num_rows:
-            newest = pc.max(pc.cast(rows.column(self.time_col), pa.int64())).as_py()
-            if newest is not None:
-                self._max_time_ms = max(self._max_time_ms or newest // 1000, newest // 1000)
-        if rows is not None and rows.num_rows:
-            self._newest = (float(pc.max(rows.column(ARRIVAL)).as_py()), int(pc.max(rows.column(SEQ)).as_py()))
-        if len(outputs) > 1:  # one batch for the operators above, not one per key
-            outputs = pa.Table.from_batches(outputs).combine_chunks().to_batches()
-        if self.delay_us is not None and self._max_time_ms is not None:
-            self._late_ms = self._watermark_ms
-            self._watermark_ms = max(self._watermark_ms, self._max_time_ms - self.delay_us // 1000)
-        return outputs
+        return end_micro_batch(self, rows, late, outputs)
 
     def _expire(self, now_ms: int) -> None:
         """Spark's TTL clean-up at the end of a micro-batch: values whose expiry it reached go."""
