@@ -87,8 +87,9 @@ class ReadingModel:
     True
     """
 
-    #: Rows scored per numpy pass: bounds the temporaries to rows × reference doubles.
-    CHUNK_ROWS = 128
+    #: Rows scored per numpy pass: the two work arrays (rows × reference doubles each, 512 KiB at
+    #: the job's 2048) stay in a core's L2 cache from one pass to the next.
+    CHUNK_ROWS = 32
 
     def __init__(self, reference: int = 4096, quantile: float = 0.995, seed: int = 101):
         check_number("reference", reference, integer=True, low=16)
@@ -110,21 +111,32 @@ class ReadingModel:
         return readings[readings[:, 0] < 55.0]  # leave the fires out: the model learns normal readings
 
     def score(self, temperature: np.ndarray, humidity: np.ndarray) -> np.ndarray:
-        """Minus the log density of each reading (NaN where either value is missing or NaN)."""
+        """Minus the log density of each reading (NaN where either value is missing or NaN).
+
+        Per reading and reference point: the squared scaled distance ``dt² + dh²``, times
+        ``-1 / (2 bandwidth²)``, its ``exp``; summed per reading. Every pass writes into one of two
+        work arrays allocated once per call (no temporaries), so a pass reads what the one before
+        left in the cache."""
         t = np.asarray(temperature, dtype=np.float64) / self.scale[0]
         h = np.asarray(humidity, dtype=np.float64) / self.scale[1]
-        out = np.empty(t.shape[0])
+        n = t.shape[0]
+        out = np.empty(n)
         ct, ch = self.centers
         k = -0.5 / (self.bandwidth * self.bandwidth)
-        for lo in range(0, t.shape[0], self.CHUNK_ROWS):
-            dt = t[lo : lo + self.CHUNK_ROWS, None] - ct
-            dh = h[lo : lo + self.CHUNK_ROWS, None] - ch
-            d2 = dt * dt
-            d2 += dh * dh
-            d2 *= k
-            np.exp(d2, out=d2)
+        d2 = np.empty((min(self.CHUNK_ROWS, n), ct.shape[0]))
+        dh = np.empty_like(d2)
+        for lo in range(0, n, self.CHUNK_ROWS):
+            hi = min(lo + self.CHUNK_ROWS, n)
+            a, b = d2[: hi - lo], dh[: hi - lo]
+            np.subtract(t[lo:hi, None], ct, out=a)
+            a *= a
+            np.subtract(h[lo:hi, None], ch, out=b)
+            b *= b
+            a += b
+            a *= k
+            np.exp(a, out=a)
             with np.errstate(divide="ignore"):
-                out[lo : lo + self.CHUNK_ROWS] = -np.log(np.add.reduce(d2, axis=1) / ct.shape[0])
+                out[lo:hi] = -np.log(np.add.reduce(a, axis=1) / ct.shape[0])
         return out
 
 
