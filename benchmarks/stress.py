@@ -2,6 +2,7 @@
 down, and in a burst at twice its capacity with class N shedding — one line each, then the verdict.
 
     .venv/bin/python benchmarks/stress.py [--duration 60] [--down 300] [--only one-core,neighbour,resume,burst]
+        [--rate ROWS_PER_S] [--set section.key=value ...]
 
 Each scenario runs ``./spark-submit.sh jobs/sensor_monitor.py`` in a subprocess with its own
 output folder and reads its summary (per class: rows out, mean, p99 and max delay) and its metrics
@@ -25,6 +26,11 @@ table (per trigger and query):
   input row) is missing are exactly the rows it shed.
   The line ends with the rows per second Spark's micro-batches took in (from the first micro-batch
   to the last): below the input rate, the rest waited in the source, where no class goes first.
+  ``--rate`` runs the burst at that many rows per second without calibrating (the line still says
+  "2x capacity": the rate stands for it), so two settings can be compared at one rate.
+
+``--set section.key=value`` (repeatable) passes a setting to every run of the job, e.g.
+``--set job.worker_nice=10`` to compare one setting against the defaults.
 
 The class order holds in a scenario when mean and p99 delay are H < C < N (resume: H catches up
 no later than C, C no later than N). The last line's "H p99 max" is over the scenarios other than
@@ -53,13 +59,17 @@ QUERY_CLASS = {"fire": "H", "anomaly": "C", "zone_stats": "N", "archive": "N"}
 ROW = re.compile(r"^([HCN])\s+([\d,.]+)\s+([\d,.]+|-)\s+([\d,.]+|-)\s+([\d,.]+|-)")
 
 
+#: Settings given with ``--set``: every run of the job gets them, before its scenario's own.
+COMMON: list[str] = []
+
+
 def job(out: Path, duration: float, sets: list[str], prefix: list[str] | None = None, fresh: bool = True) -> tuple[str, float]:
     """Run the main job (from a fresh output folder, or continuing from its checkpoint); its
     console output and wall seconds."""
     cmd = [*(prefix or []), str(ROOT / "spark-submit.sh"), "jobs/sensor_monitor.py", *(["--fresh"] if fresh else [])]
     cmd += ["--duration", str(duration)]
     cmd += ["--set", f"job.output={out}", "--set", "job.report=false"]
-    for s in sets:
+    for s in [*COMMON, *sets]:
         cmd += ["--set", s]
     t0 = time.time()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -154,11 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shed", default="10s", help="burst: class N's shedding age")
     ap.add_argument("--only", default=",".join(SCENARIOS), help="scenarios to run, comma-separated")
     ap.add_argument("--out", default="output/stress", help="folder of the runs' outputs")
+    ap.add_argument("--rate", type=float, default=0.0, help="burst: rows per second (default: twice the calibrated capacity)")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="section.key=value for every run of the job")
     args = ap.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     unknown = sorted(set(only) - set(SCENARIOS))
     if unknown:
         ap.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
+    COMMON[:] = args.sets
     base = Path(args.out)
     shutil.rmtree(base, ignore_errors=True)
     held, h_p99 = 0, []
@@ -194,9 +207,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         else:
-            cap, bound = capacity(base, args.duration)
-            print(f"  (calibration: capacity {cap:.0f} rows/s, bound by {bound})", flush=True)
-            rate = 2 * cap
+            if args.rate > 0:
+                rate = args.rate
+            else:
+                cap, bound = capacity(base, args.duration)
+                print(f"  (calibration: capacity {cap:.0f} rows/s, bound by {bound})", flush=True)
+                rate = 2 * cap
             console, _ = job(
                 out,
                 args.duration,
