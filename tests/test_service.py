@@ -22,7 +22,7 @@ import pytest
 
 from sparkqos import Operator, Plan
 from sparkqos.errors import ConfigError
-from sparkqos.io.deadletter import read_dead_letters
+from sparkqos.io.deadletter import json_records, read_dead_letters
 from sparkqos.io.sinks import read_parquet_sink
 from sparkqos.runtime.config import RunConfig
 from sparkqos.runtime.decompose import PARTS, column
@@ -155,6 +155,33 @@ def test_shedding_drops_only_what_fell_behind_and_replays_the_same_rows(tmp_path
     written = Counter(zip(out["archive"].column("sensor_id").to_pylist(), out["archive"].column("ts").to_pylist(), strict=True))
     assert max(written.values()) == 1
     assert len(written) + dead.num_rows == len(key) == len(set(key))
+
+
+def test_queries_shedding_the_same_rows_get_the_same_dead_letters(tmp_path):
+    """Class N's two queries (zone_stats and archive) shed at one age: each shed row is a dead
+    letter of each query that dropped it, counted per query, its record the JSON text of its input
+    row (built once when both dropped the same rows) — as if each query's were built alone."""
+    config = RunConfig(
+        checkpoint=tmp_path / "c",
+        output=tmp_path / "o",
+        strategy="fifo",
+        continuous=False,
+        budget_s=0.002,
+        whole_batches=False,
+        shed={"N": "3s"},
+    )
+    loop = TriggerLoop(sensor_queries(work_us=200.0, window_s=5.0), config)
+    progress = [loop.process(t, b) for b, t in enumerate(BATCHES[:8])]
+    dead = read_dead_letters(tmp_path / "o" / "deadletter")
+    every = pa.concat_tables(BATCHES[:8])
+    text = json_records(every).to_pylist()  # a row's seq is its place in the stream
+    by_query = {q: dead.filter(pa.compute.equal(dead.column("column"), q)) for q in ("zone_stats", "archive")}
+    assert all(t.num_rows for t in by_query.values())
+    for q, t in by_query.items():
+        assert sum(r["shedRows"] for p in progress for r in p["queries"] if r["query"] == q) == t.num_rows
+        assert set(t.column("reason").to_pylist()) == {"shed"}
+        assert t.column("record").to_pylist() == [text[i] for i in t.column("row").to_pylist()]
+    assert set(dead.column("column").to_pylist()) == {"zone_stats", "archive"}
 
 
 def test_no_shedding_without_a_policy(tmp_path):

@@ -45,8 +45,13 @@ class Shedder:
 
     def shed(self, state: ExecutorState, stream_time: float, batch_id: int) -> tuple[pa.Table | None, dict[str, int]]:
         """Drop what fell more than its query's age behind ``stream_time`` (the newest event time
-        taken in); the dead letters of batch ``batch_id`` (None: nothing shed) and rows per query."""
+        taken in); the dead letters of batch ``batch_id`` (None: nothing shed) and rows per query.
+
+        Queries of one class usually shed the same rows of the stream at the same trigger (their
+        queues wait alike); their records' JSON is then built once and given to each query's
+        dead letters (it is the text of the row, whichever query dropped it)."""
         letters, counts = [], {}
+        built: list[tuple[pa.Schema, np.ndarray, pa.Table]] = []  # records' schema, rows, their letters
         for query, age in self.ages.items():
             bound = stream_time - age
             for op, port in self.leaves[query]:
@@ -55,8 +60,17 @@ class Shedder:
                     continue
                 table = pa.Table.from_batches(batches)
                 counts[query] = counts.get(query, 0) + table.num_rows
-                seqs = table.column(SEQ).to_numpy(zero_copy_only=False)
+                seqs = np.asarray(table.column(SEQ).to_numpy(zero_copy_only=False))
                 records = table.drop_columns([c for c in table.column_names if c in INTERNAL])
                 n = table.num_rows
-                letters.append(dead_letters(records, batch_id, np.asarray(seqs), [SHED] * n, [query] * n))
+                same = next(
+                    (t for schema, rows, t in built if schema.equals(records.schema) and np.array_equal(rows, seqs)), None
+                )
+                if same is not None:
+                    letters.append(
+                        same.set_column(same.schema.get_field_index("column"), "column", pa.array([query] * n, pa.string()))
+                    )
+                    continue
+                letters.append(dead_letters(records, batch_id, seqs, [SHED] * n, [query] * n))
+                built.append((records.schema, seqs, letters[-1]))
         return (pa.concat_tables(letters) if letters else None), counts
