@@ -184,6 +184,35 @@ def test_queries_shedding_the_same_rows_get_the_same_dead_letters(tmp_path):
     assert set(dead.column("column").to_pylist()) == {"zone_stats", "archive"}
 
 
+@pytest.mark.parametrize("shed, after_top", [({"N": "3s"}, True), ({"N": "3s", "fire": "3s"}, False)])
+def test_the_top_class_is_served_before_the_lower_classes_shed(tmp_path, shed, after_top):
+    """With no top-class query shedding, a trigger serves the top class's round before it sheds
+    (the shed rows' dead letters are built then), so class H's rows never wait for them; with the
+    top class shedding too, the shedding comes first, as it must for its own rows."""
+    config = RunConfig(
+        checkpoint=tmp_path / "c",
+        output=tmp_path / "o",
+        strategy="fifo",
+        continuous=False,
+        budget_s=0.002,
+        whole_batches=False,
+        shed=shed,
+    )
+    loop = TriggerLoop(sensor_queries(work_us=200.0, window_s=5.0), config)
+    assert loop.shed_after_top is after_top
+    events: list[str] = []
+    serve, shed_rows, top = loop.executor.serve, loop.service.shed, set(loop.levels[0])
+    loop.executor.serve = lambda ops, *a, **k: events.append("top" if set(ops) == top else "lower") or serve(ops, *a, **k)
+    loop.service.shed = lambda *a, **k: events.append("shed") or shed_rows(*a, **k)
+    shed_total = 0
+    for b, t in enumerate(BATCHES[:6]):
+        events.clear()
+        shed_total += loop.process(t, b)["shedRows"]
+        assert events.count("shed") == 1 and events.count("top") == 1
+        assert (events.index("shed") == events.index("top") + 1) if after_top else events[0] == "shed"
+    assert shed_total > 0
+
+
 def test_no_shedding_without_a_policy(tmp_path):
     loop = TriggerLoop(
         sensor_queries(work_us=200.0, window_s=5.0),

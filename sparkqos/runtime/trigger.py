@@ -134,10 +134,21 @@ class TriggerLoop:
         self.top_class: str | None = top_class(self.compiled)
         #: The operators a trigger serves at once, a tuple per priority level, highest first.
         self.levels: list[tuple[str, ...]] = priority_levels(self.compiled) if config.strategy.class_shares else []
+        #: Shedding waits for the top level's round (and its early write) when no query of that
+        #: level sheds: the round touches only the top level's queues, so the same rows are shed,
+        #: and the top class's rows no longer wait for the dead letters of the rows others drop.
+        self.shed_after_top = self._sheds_apart_from_top()
         #: Back-pressure before a batch is taken in, on the top class's queues (:class:`Admission`).
         self.admission = Admission(config, self.executor, self.compiled.plan, self.top_class)
         if config.continuous is not None:
             self._start_worker(config)
+
+    def _sheds_apart_from_top(self) -> bool:
+        shedder = self.service.shedder
+        if shedder is None or not self.levels:
+            return False
+        top = set(self.levels[0])
+        return not any(op in top for q in shedder.ages for op in self.compiled.plan.queries[q].operators)
 
     def _start_worker(self, config: RunConfig) -> None:
         """The continuous worker and its early writer (with a top class and a sink that takes
@@ -285,7 +296,11 @@ class TriggerLoop:
         self.ingest_log.add(stream, first, self.executor.next_seq(stream) - first, batch_start, started, time.time())
         spark_parts = self.ingest.spark_parts(parts, started, self.ingest_log, batch_start)
         self.service.observe(came.newest if math.isfinite(came.newest) else started)
-        shed_dead, shed = self.service.shed(self.executor.state, batch_id)
+        # The top class's round always runs when its budget is above 0 (serve_by_class), and
+        # calls after_top then: only so may the shedding wait for it.
+        budget = self.config.effective_top_class_s if self.worker is not None else self.budget_s
+        shed_later = self.shed_after_top and min(self.config.effective_top_class_s, budget) > 0
+        shed_dead, shed = (None, {}) if shed_later else self.service.shed(self.executor.state, batch_id)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
         # an available-now run reads what is there and ends: how far behind it is says nothing
@@ -300,11 +315,23 @@ class TriggerLoop:
         served.add(admit_report)
         # The top classes first, so what they have queued is written by this trigger; with the
         # continuous worker the rest is its, else the strategy serves the rest of the budget.
-        budget = self.config.effective_top_class_s if self.worker is not None else self.budget_s
         # the top class's rows of this batch are written as soon as it is served: before the lower
         # classes are served or their Spark parts evaluated, and before the commit writes the rest
         write_top = self.early.write_now if self.early is not None else None
-        report = serve_trigger(self.executor, self.levels, self.config.effective_top_class_s, budget, write_top)
+        shed_box: list[tuple[pa.Table | None, dict[str, int]]] = []
+
+        def after_top() -> None:
+            if write_top is not None:
+                write_top()
+            t1 = time.perf_counter()
+            shed_box.append(self.service.shed(self.executor.state, batch_id))
+            self.phase_s["ingest"] += time.perf_counter() - t1
+
+        report = serve_trigger(
+            self.executor, self.levels, self.config.effective_top_class_s, budget, after_top if shed_later else write_top
+        )
+        if shed_later:
+            shed_dead, shed = shed_box[0]
         if later is not None:
             t1 = time.perf_counter()
             lower = later()
