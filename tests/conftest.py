@@ -50,63 +50,66 @@ SHARED_CLASSES = _archive if os.environ["SPARK_SUBMIT_OPTS"] == _ours else None
 SPARK_PYTHON = str(ROOT / "sparkqos" / "spark" / "spark-python")
 os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
 
-#: Each test file's seconds on one xdist worker: (its default set, its slow set), from runs on the
-#: 2-core development VM under load (a file's seconds follow the load while it runs; only the
-#: ratios matter). The default set's figures leave out the tests of :data:`SPARK_SMOKE`, weighed
-#: apart (:data:`SPARK_SMOKE_S`). The files are handed to the workers longest first, as units of
-#: :func:`xdist_scope`, each unit weighed by what the run's selection takes of it (the slow set's
-#: share only when slow tests are selected), so that with ``-n 2`` the long units start first, the
-#: short ones fill the gaps and both workers end at about the same time. A file not listed counts
-#: :data:`UNLISTED_S` a test; a worker's first Spark test also pays its Spark session's start.
+#: Each test file's seconds on one xdist worker: (its default set, its slow set), from one run of
+#: .ci/run's command with ``--durations=0`` on the 2-core development VM under load (5 to 8: a
+#: file's seconds follow the load while it runs; only the ratios matter). The default set's figures
+#: leave out the tests of :data:`SPARK_SMOKE`, weighed apart (:data:`SPARK_SMOKE_S`). The files are
+#: handed to the workers longest first, as units of :func:`xdist_scope`, each unit weighed by what
+#: the run's selection takes of it (the slow set's share only when slow tests are selected), so that
+#: with ``-n 2`` the long units start first, the short ones fill the gaps and both workers end at
+#: about the same time. A file not listed counts :data:`UNLISTED_S` a test; a worker's first Spark
+#: test also pays its Spark session's start.
 SECONDS = {
-    "test_every_type.py": (0, 156),
-    "test_aggregates.py": (1, 98),
-    "test_sharded.py": (1, 86),
-    "test_connect.py": (0, 86),
-    "test_transforms.py": (0, 76),
-    "test_notebooks.py": (0, 73),
-    "test_conformance.py": (0, 71),
-    "test_readme.py": (0, 69),
-    "test_spark_aggregates.py": (0, 66),
-    "test_pandas_state.py": (0, 60),
-    "test_transforms_keyed.py": (0, 56),
-    "test_transform_with_state.py": (0, 55),
+    "test_every_type.py": (11, 407),
+    "test_connect.py": (0, 317),
+    "test_sharded.py": (5, 215),
+    "test_conformance.py": (0, 170),
+    "test_aggregates.py": (2, 163),
+    "test_spark_aggregates.py": (0, 160),
+    "test_transforms.py": (0, 133),
+    "test_notebooks.py": (0, 104),
+    "test_readme.py": (3, 100),
+    "test_transforms_keyed.py": (0, 94),
+    "test_vessels.py": (0, 59),
+    "test_contract.py": (55, 0),
+    "test_spark_part.py": (0, 54),
+    "test_wheel.py": (8, 45),
     "test_runner.py": (0, 53),
-    "test_spark_part.py": (0, 47),
-    "test_transforms_joins.py": (0, 43),
-    "test_session_window.py": (0, 42),
-    "test_adaptive.py": (7, 34),
-    "test_transforms_native.py": (0, 41),
-    "test_experiments.py": (2, 34),
-    "test_vessels.py": (0, 35),
-    "test_ais.py": (13, 21),
-    "test_wheel.py": (2, 31),
-    "test_contract.py": (32, 0),
-    "test_sources.py": (23, 9),
-    "test_transforms_udfs.py": (0, 32),
-    "test_transforms_examples.py": (0, 31),
-    "test_class_shares.py": (3, 27),
-    "test_executor.py": (3, 22),
-    "test_transforms_strictmath.py": (0, 24),
-    "test_operators.py": (0, 22),
-    "test_transforms_strategies.py": (0, 19),
-    "test_transforms_stateful.py": (0, 11),
-    "test_hashes.py": (0, 9),
-    "test_update_mode.py": (0, 7),
-    "test_continuous.py": (6, 0),
-    "test_startup.py": (2, 2),
-    "test_connect_transforms.py": (0, 3),
-    "test_sinks.py": (0, 3),
-    "test_trigger.py": (3, 0),
-    "test_report.py": (2, 0),
-    "test_service.py": (2, 0),
-    "test_reliability.py": (2, 0),
-    "test_class_strategies.py": (2, 0),
-    "test_delta.py": (2, 0),
-    "test_path_strategies.py": (2, 0),
-    "test_spark_submit.py": (1, 0),
-    "test_intake.py": (1, 0),
-    "test_properties.py": (1, 0),
+    "test_adaptive.py": (23, 28),
+    "test_transforms_joins.py": (0, 51),
+    "test_transform_with_state.py": (0, 44),
+    "test_transforms_native.py": (1, 43),
+    "test_experiments.py": (12, 27),
+    "test_session_window.py": (0, 37),
+    "test_pandas_state.py": (0, 36),
+    "test_transforms_udfs.py": (0, 34),
+    "test_sources.py": (19, 15),
+    "test_transforms_examples.py": (0, 27),
+    "test_class_shares.py": (5, 22),
+    "test_continuous.py": (24, 0),
+    "test_transforms_strategies.py": (0, 22),
+    "test_ais.py": (15, 3),
+    "test_operators.py": (0, 16),
+    "test_transforms_strictmath.py": (0, 16),
+    "test_executor.py": (5, 9),
+    "test_transforms_stateful.py": (0, 14),
+    "test_report.py": (10, 0),
+    "test_update_mode.py": (0, 9),
+    "test_service.py": (8, 0),
+    "test_hashes.py": (0, 8),
+    "test_trigger.py": (8, 0),
+    "test_sinks.py": (0, 6),
+    "test_connect_transforms.py": (0, 6),
+    "test_delta.py": (6, 0),
+    "test_reliability.py": (5, 0),
+    "test_intake.py": (5, 0),
+    "test_startup.py": (3, 1),
+    "test_spark_submit.py": (4, 0),
+    "test_properties.py": (4, 0),
+    "test_path_strategies.py": (4, 0),
+    "test_class_strategies.py": (4, 0),
+    "test_class_sharing.py": (2, 0),
+    "test_workload.py": (1, 0),
 }
 UNLISTED_S = 0.02
 
@@ -177,10 +180,11 @@ SPARK_SMOKE: dict[str, frozenset[str]] = {
         "test_vessels.py": ("test_every_query_has_a_class_and_the_transforms_check_their_arguments",),
     }.items()
 }
-#: The seconds of the tests of :data:`SPARK_SMOKE` on one worker, as :data:`SECONDS` counts a
-#: file's, the start of the worker's Spark session included: in a run of the default set alone
-#: they are one unit of :func:`xdist_scope`, named :data:`SPARK_UNIT`.
-SPARK_SMOKE_S = 93.0
+#: The seconds of the tests of :data:`SPARK_SMOKE` on one worker, in the run :data:`SECONDS` comes
+#: from (58 s), and of a Spark session's start and first jobs (44 s in a run of these tests alone
+#: at that load): in a run of the default set alone they are one unit of :func:`xdist_scope`,
+#: named :data:`SPARK_UNIT`.
+SPARK_SMOKE_S = 102.0
 SPARK_UNIT = "spark"
 
 #: The tests that start a local Spark Connect server (``remote("local[2]")``): it always listens
