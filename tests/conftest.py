@@ -50,63 +50,142 @@ SHARED_CLASSES = _archive if os.environ["SPARK_SUBMIT_OPTS"] == _ours else None
 SPARK_PYTHON = str(ROOT / "sparkqos" / "spark" / "spark-python")
 os.environ.setdefault("SPARKQOS_PYTHON", sys.executable)
 
-#: Each test file's seconds on one xdist worker: (its default set, its slow set), each file's
-#: share of three runs of .ci/run's command on the 2-core development VM averaged (loads 5 to 12:
-#: a file's seconds follow the load while it runs; only the ratios matter); a file some of whose
-#: tests moved to the slow set has its seconds split by those tests' share of the file in a run of
-#: the README's command, test_operators' cut by its measured CPU time. The files are handed
-#: to the workers longest first, as units of :func:`xdist_scope`, each unit weighed by what the
-#: run's selection takes of it (the slow set's share only when slow tests are selected), so that
+#: Each test file's seconds on one xdist worker: (its default set, its slow set), from one run of
+#: .ci/run's command with ``--durations=0`` on the 2-core development VM under load (5 to 8: a
+#: file's seconds follow the load while it runs; only the ratios matter). The default set's figures
+#: leave out the tests of :data:`SPARK_SMOKE`, weighed apart (:data:`SPARK_SMOKE_S`). The files are
+#: handed to the workers longest first, as units of :func:`xdist_scope`, each unit weighed by what
+#: the run's selection takes of it (the slow set's share only when slow tests are selected), so that
 #: with ``-n 2`` the long units start first, the short ones fill the gaps and both workers end at
-#: about the same time. A file not listed counts :data:`UNLISTED_S` a test; a worker's first test
-#: also pays its Spark session's start, which is no file's.
+#: about the same time. A file not listed counts :data:`UNLISTED_S` a test; a worker's first Spark
+#: test also pays its Spark session's start.
 SECONDS = {
-    "test_every_type.py": (13, 143),
-    "test_aggregates.py": (92, 7),
-    "test_sharded.py": (37, 50),
-    "test_connect.py": (6, 80),
-    "test_transforms.py": (76, 0),
-    "test_notebooks.py": (0, 73),
-    "test_conformance.py": (0, 71),
-    "test_readme.py": (20, 49),
-    "test_spark_aggregates.py": (4, 62),
-    "test_transforms_keyed.py": (56, 0),
-    "test_runner.py": (53, 0),
-    "test_adaptive.py": (14, 34),
-    "test_contract.py": (28, 0),
-    "test_spark_part.py": (47, 0),
-    "test_transforms_joins.py": (43, 0),
-    "test_session_window.py": (42, 0),
-    "test_pandas_state.py": (40, 20),
-    "test_transform_with_state.py": (40, 15),
-    "test_spark_submit.py": (3, 0),
-    "test_transforms_native.py": (41, 0),
-    "test_class_shares.py": (11, 27),
-    "test_wheel.py": (5, 31),
-    "test_experiments.py": (19, 17),
-    "test_operators.py": (22, 0),
-    "test_vessels.py": (9, 26),
-    "test_ais.py": (34, 0),
-    "test_sources.py": (32, 0),
-    "test_transforms_udfs.py": (32, 0),
-    "test_transforms_examples.py": (11, 20),
-    "test_executor.py": (25, 0),
-    "test_transforms_strictmath.py": (5, 19),
-    "test_transforms_strategies.py": (4, 15),
-    "test_continuous.py": (18, 0),
-    "test_transforms_stateful.py": (11, 0),
-    "test_update_mode.py": (7, 0),
-    "test_hashes.py": (9, 0),
-    "test_report.py": (9, 0),
+    "test_every_type.py": (11, 407),
+    "test_connect.py": (0, 317),
+    "test_sharded.py": (5, 215),
+    "test_conformance.py": (0, 170),
+    "test_aggregates.py": (2, 163),
+    "test_spark_aggregates.py": (0, 160),
+    "test_transforms.py": (0, 133),
+    "test_notebooks.py": (0, 104),
+    "test_readme.py": (3, 100),
+    "test_transforms_keyed.py": (0, 94),
+    "test_vessels.py": (0, 59),
+    "test_contract.py": (55, 0),
+    "test_spark_part.py": (0, 54),
+    "test_wheel.py": (8, 45),
+    "test_runner.py": (0, 53),
+    "test_adaptive.py": (23, 28),
+    "test_transforms_joins.py": (0, 51),
+    "test_transform_with_state.py": (0, 44),
+    "test_transforms_native.py": (1, 43),
+    "test_experiments.py": (12, 27),
+    "test_session_window.py": (0, 37),
+    "test_pandas_state.py": (0, 36),
+    "test_transforms_udfs.py": (0, 34),
+    "test_sources.py": (19, 15),
+    "test_transforms_examples.py": (0, 27),
+    "test_class_shares.py": (5, 22),
+    "test_continuous.py": (24, 0),
+    "test_transforms_strategies.py": (0, 22),
+    "test_ais.py": (15, 3),
+    "test_operators.py": (0, 16),
+    "test_transforms_strictmath.py": (0, 16),
+    "test_executor.py": (5, 9),
+    "test_transforms_stateful.py": (0, 14),
+    "test_report.py": (10, 0),
+    "test_update_mode.py": (0, 9),
     "test_service.py": (8, 0),
-    "test_reliability.py": (7, 0),
-    "test_class_strategies.py": (5, 0),
-    "test_connect_transforms.py": (1, 3),
-    "test_startup.py": (4, 0),
-    "test_delta.py": (4, 0),
-    "test_sinks.py": (3, 0),
+    "test_hashes.py": (0, 8),
+    "test_trigger.py": (8, 0),
+    "test_sinks.py": (0, 6),
+    "test_connect_transforms.py": (0, 6),
+    "test_delta.py": (6, 0),
+    "test_reliability.py": (5, 0),
+    "test_intake.py": (5, 0),
+    "test_startup.py": (3, 1),
+    "test_spark_submit.py": (4, 0),
+    "test_properties.py": (4, 0),
+    "test_path_strategies.py": (4, 0),
+    "test_class_strategies.py": (4, 0),
+    "test_class_sharing.py": (2, 0),
+    "test_workload.py": (1, 0),
 }
 UNLISTED_S = 0.02
+
+#: The tests taking the ``spark`` fixture that the default set (the README's test command) runs,
+#: by file: for each part of sparkqos that meets Spark, its plan read through Spark and its
+#: refusals, which only read a plan, and a few cheap runs against Spark's own answer. Every
+#: other test taking the fixture is marked slow (:func:`pytest_collection_modifyitems`), so CI
+#: (``SPARKQOS_SLOW=1``, as .ci/run runs) still takes it: the other equal-to-Spark runs, streams
+#: end to end, restarts and crashes, every strategy and every hypothesis example. The tests that
+#: need no JVM all stay in the default set, with the unit tests of the operators these stand for.
+#: With only the default set selected these form one xdist unit (:func:`xdist_scope`), so one
+#: worker starts a Spark session.
+SPARK_SMOKE: dict[str, frozenset[str]] = {
+    name: frozenset(tests)
+    for name, tests in {
+        # sparkqos.stream end to end against Spark's engine: its chain run, progress, bad arguments
+        "test_runner.py": (
+            "test_outputs_equal_sparks_engine",
+            "test_progress_and_metrics",
+            "test_bad_configuration_fails_at_construction",
+        ),
+        # the compiler of each family of constructs: its plan, its refusals, a run where cheap
+        "test_transforms.py": (
+            "test_unsupported_raises_before_any_data_moves",
+            "test_wrong_arguments_fail_before_any_work",
+            "test_operators_are_spark_operators",
+        ),
+        "test_transforms_examples.py": (
+            "test_sensor_transforms_compile_with_their_classes",
+            "test_synthetic_checks_its_arguments",
+        ),
+        "test_transforms_joins.py": (
+            "test_join_plans_are_one_operator_per_spark_operator",
+            "test_refused_static_joins_name_the_operation",
+            "test_refused_stream_joins_name_the_operation",
+        ),
+        "test_transforms_keyed.py": ("test_lag_plan", "test_unsupported_windows_name_what"),
+        "test_transforms_native.py": ("test_hard_rounding_cases_equal_spark", "test_unsupported_native_constructs_name_what"),
+        "test_transforms_stateful.py": ("test_aggregate_plan_is_one_operator", "test_unsupported_aggregations_name_what"),
+        "test_transforms_udfs.py": (
+            "test_a_udf_is_one_expression_in_the_operator_of_its_clause",
+            "test_refused_kinds_name_themselves",
+        ),
+        "test_aggregates.py": ("test_min_and_max_of_a_struct_run_natively",),
+        "test_spark_aggregates.py": ("test_explain_says_which_aggregates_spark_computes",),
+        "test_hashes.py": ("test_what_is_not_native_is_refused_naming_it",),
+        "test_session_window.py": ("test_the_plan_is_one_operator_with_the_gap", "test_gaps_sparkqos_cannot_run_are_named"),
+        "test_pandas_state.py": ("test_the_plan_runs_it_natively", "test_what_sparkqos_does_not_run_is_refused_naming_it"),
+        "test_transform_with_state.py": (
+            "test_the_plan_runs_it_natively",
+            "test_what_sparkqos_does_not_run_is_refused_naming_it",
+        ),
+        "test_spark_part.py": ("test_explain_says_where_each_operator_runs", "test_a_bad_placement_is_a_placement_error"),
+        "test_sharded.py": ("test_shardability_follows_the_shard_key",),
+        # the executor's plans and operators against Spark's answer
+        "test_executor.py": ("test_filter_chain_plan_matches_spark_under_every_strategy",),
+        "test_operators.py": ("test_tumbling_window_aggregate_matches_spark",),
+        # the sources as Spark reads them, the sinks as Spark reads them, Spark's Python workers
+        "test_sources.py": ("test_bursty_readstream_matches_the_generator",),
+        "test_sinks.py": ("test_spark_reads_the_sink_as_a_partitioned_table", "test_a_sink_without_parts_says_so"),
+        "test_startup.py": ("test_sparks_python_workers_import_pyspark_from_its_installation",),
+        # what Spark Connect, the docs and the vessel job need of a session
+        "test_connect_transforms.py": ("test_compiled_aggregates_and_udfs_pickle",),
+        "test_readme.py": (
+            "test_explain_snippet_prints_what_the_page_shows",
+            "test_session_settings_snippet_builds_the_session_with_the_raw_local_file_system",
+        ),
+        "test_vessels.py": ("test_every_query_has_a_class_and_the_transforms_check_their_arguments",),
+    }.items()
+}
+#: The seconds of the tests of :data:`SPARK_SMOKE` on one worker, in the run :data:`SECONDS` comes
+#: from (58 s), and of a Spark session's start and first jobs (44 s in a run of these tests alone
+#: at that load): in a run of the default set alone they are one unit of :func:`xdist_scope`,
+#: named :data:`SPARK_UNIT`.
+SPARK_SMOKE_S = 102.0
+SPARK_UNIT = "spark"
 
 #: The tests that start a local Spark Connect server (``remote("local[2]")``): it always listens
 #: on port 15002, so two of them at once fail to bind. They run one after another on one worker,
@@ -119,10 +198,20 @@ CONNECT = (
 )
 
 
-def xdist_scope(nodeid: str) -> str:
+def in_spark_smoke(nodeid: str) -> bool:
+    """Whether the test ``nodeid`` is one of :data:`SPARK_SMOKE`."""
+    path, _, name = nodeid.partition("::")
+    return name.split("[")[0] in SPARK_SMOKE.get(path.rpartition("/")[2], ())
+
+
+def xdist_scope(nodeid: str, smoke_unit: bool = False) -> str:
     """The unit of work one xdist worker takes whole: the test's file (its module-scoped fixtures
     are built once), or ``spark-connect`` for the tests of :data:`CONNECT`, or for the notebooks
-    each test alone (each starts its own kernel)."""
+    each test alone (each starts its own kernel). With ``smoke_unit`` (a run of the default set
+    only) the tests of :data:`SPARK_SMOKE` are one unit, ``spark``: one worker starts a Spark
+    session and runs them all while the other runs the tests that need no JVM."""
+    if smoke_unit and in_spark_smoke(nodeid):
+        return SPARK_UNIT
     if nodeid.startswith(CONNECT):
         return "spark-connect"
     path = nodeid.split("::")[0]
@@ -135,9 +224,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     collection order (``--no-loadscope-reorder`` in pyproject.toml's addopts)."""
     from xdist.scheduler import LoadScopeScheduling
 
+    smoke_unit = default_set_only(config)
+
     class ScopeScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return xdist_scope(nodeid)
+            return xdist_scope(nodeid, smoke_unit)
 
     return ScopeScheduling(config, log)
 
@@ -146,6 +237,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 #: run, so that .ci/run pays one start-up (the workers' imports and Spark sessions) for both sets
 #: and the scheduler balances their files together. An explicit ``-m`` is kept as given.
 WITH_SLOW = "SPARKQOS_SLOW"
+
+
+def default_set_only(config: pytest.Config) -> bool:
+    """Whether the run selects the default set alone (addopts' ``-m 'not slow'``, no
+    ``SPARKQOS_SLOW=1``): then the tests of :data:`SPARK_SMOKE` are one xdist unit."""
+    return config.option.markexpr == "not slow"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -162,13 +259,16 @@ COLLECTED = pytest.StashKey[dict[str, list[int]]]()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that takes the ``spark`` fixture ``spark`` (``-m "not spark"`` is the quick
-    subset), and count each file's default and slow tests before ``-m`` deselects any
-    (:class:`LongestFirst` orders what is left)."""
-    counts: dict[str, list[int]] = {}
+    subset), and ``slow`` too unless :data:`SPARK_SMOKE` names it; count each file's default and
+    slow tests before ``-m`` deselects any (:class:`LongestFirst` orders what is left)."""
+    counts: dict[str, list[int]] = {SPARK_UNIT: [0, 0]}
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-        counts.setdefault(item.path.name, [0, 0])[item.get_closest_marker("slow") is not None] += 1
+            if not in_spark_smoke(item.nodeid):
+                item.add_marker(pytest.mark.slow)
+        name = SPARK_UNIT if in_spark_smoke(item.nodeid) else item.path.name
+        counts.setdefault(name, [0, 0])[item.get_closest_marker("slow") is not None] += 1
     config.stash[COLLECTED] = counts
 
 
@@ -183,8 +283,11 @@ class LongestFirst:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         counts = config.stash.get(COLLECTED, {})
+        smoke_unit = default_set_only(config)
 
         def seconds(item: pytest.Item) -> float:
+            if in_spark_smoke(item.nodeid):
+                return SPARK_SMOKE_S / max(counts[SPARK_UNIT][0], 1)
             name, slow = item.path.name, item.get_closest_marker("slow") is not None
             if name not in SECONDS:
                 return UNLISTED_S
@@ -192,12 +295,13 @@ class LongestFirst:
 
         units: dict[str, float] = {}
         for item in items:
-            scope = xdist_scope(item.nodeid)
+            scope = xdist_scope(item.nodeid, smoke_unit)
             units[scope] = units.get(scope, 0.0) + seconds(item)
         if "spark-connect" in units:  # first: the worker making the class-data archive takes it
             units["spark-connect"] = float("inf")
         first_seen = {scope: rank for rank, scope in enumerate(units)}
-        items.sort(key=lambda item: (-units[xdist_scope(item.nodeid)], first_seen[xdist_scope(item.nodeid)]))
+        scopes = {item.nodeid: xdist_scope(item.nodeid, smoke_unit) for item in items}
+        items.sort(key=lambda item: (-units[scopes[item.nodeid]], first_seen[scopes[item.nodeid]]))
 
 
 def run_connect_job(script: str, *args: str, cwd: Path, timeout: float) -> dict:
