@@ -544,7 +544,11 @@ def run_side_by_side(
         with stop_as_spark_reads_it(batch_id):
             gate.enter(batch_df)
             table = batch_df.toArrow()
-            concurrently({n: lambda r=r: r.handle.process(table, batch_id) for n, r in mine.items()})
+            # started in turn, first one run then the next: the first thread started gets the
+            # GIL first, and no run should get it first every time
+            names = list(mine)
+            names = names[batch_id % len(names) :] + names[: batch_id % len(names)]
+            concurrently({n: lambda r=mine[n]: r.handle.process(table, batch_id) for n in names})
 
     ckpt = Path(out) / "_checkpoint" / "side-by-side"
     shutil.rmtree(ckpt, ignore_errors=True)
