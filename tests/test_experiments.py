@@ -190,6 +190,36 @@ def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     assert C.jvm_pid(spark) not in (None, os.getpid())
 
 
+@pytest.mark.slow  # two runs side by side over one replayed trace, streamed in real time
+def test_side_by_side_runs_serve_the_same_micro_batches_at_once(spark, tmp_path):
+    """chain_memory's 'two' plan under chain and fifo at once: one replay, each micro-batch every
+    run's trigger; both read every row at the same instants and emit the same rows, each on its
+    own metrics and outputs, and both measured over the same span of the job's cores."""
+    cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
+    two = cm.plans_for(["two"], rate=400, load=0.3)["two"]
+    rows = C.write_bursty_trace(tmp_path / "t.parquet", rate=400, seconds=3, seed=2, off_scale=1.0)
+    runs = C.run_side_by_side(
+        spark,
+        tmp_path / "t.parquet",
+        {"two-chain": (two(), "chain"), "two-fifo": (two(), "fifo")},
+        out=tmp_path / "out",
+        input_rows=rows,
+        trace_s=3,
+        trigger_s=0.5,
+        quiet=True,
+        lead_s=1.0,
+    )
+    chain, fifo = runs["two-chain"], runs["two-fifo"]
+    for st in (chain, fifo):
+        assert st.read_all and st.rows_in == rows
+        assert np.all(st.all_delays() >= 0) and st.operator_runs > 0
+    assert chain.replay_start == fifo.replay_start and chain.cores == fifo.cores
+    assert chain.rows_out() == fifo.rows_out() > 0
+    written = {n: pq.read_table(tmp_path / "out" / "outputs" / n).column("ts") for n in runs}
+    assert sorted(written["two-chain"].to_pylist()) == sorted(written["two-fifo"].to_pylist())
+    assert not (tmp_path / "out" / "_checkpoint" / "side-by-side").exists()
+
+
 def test_cpu_since_leaves_out_a_child_that_exited_instead_of_going_negative():
     """A child that burned CPU and exited between the two readings: the tree's sum falls, the
     difference by process does not."""

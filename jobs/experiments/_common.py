@@ -357,82 +357,218 @@ def run_sparkqos(
     each trigger serves at once so that its first picks are written by that trigger (the
     library's ``top_class_s``; None: its default, 0: none); ``continuous`` is the library's default
     executor mode."""
-    import sparkqos
-    from sparkqos.io.sinks import ParquetSink
-
-    out = Path(out)
-    ckpt = out / "_checkpoint" / name
-    shutil.rmtree(ckpt, ignore_errors=True)
-    shutil.rmtree(out / "outputs" / name, ignore_errors=True)
-    drop_metrics(out, name)
-    transforms, classes, priorities = queries
-    stats = RunStats({}, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
-    ts = pq.read_table(trace, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
-    stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
-    stats.replay_start = float(f"{time.time() + lead_s:.6f}")  # as replay_df passes it on
-    handle = sparkqos.stream(
-        keyed(replay_df(spark, trace, max_seconds_per_trigger, start=stats.replay_start), origin_s=stats.replay_start),
-        dict(transforms),
-        classes=dict(classes),
-        priorities=dict(priorities),
-        strategy=StrategyConfig(strategy, params=dict(strategy_params or {}), qos=qos, class_shares=False),
-        trigger_s=trigger_s,
-        checkpoint=ckpt,
-        output=out,
-        sink=ParquetSink(out / "outputs" / name),
+    replay_start = float(f"{time.time() + lead_s:.6f}")  # as replay_df passes it on
+    df = keyed(replay_df(spark, trace, max_seconds_per_trigger, start=replay_start), origin_s=replay_start)
+    run = _Run(
+        df,
+        trace,
+        queries,
+        strategy,
+        out=out,
         name=name,
-        on_progress=stats.on_progress,
-        on_delays=stats.on_delays,
-        executor=ExecutorOptions.of(budget_s=budget_s, **dict(executor_args or {})),
+        trace_s=trace_s,
+        replay_start=replay_start,
+        lead_s=lead_s,
+        trigger_s=trigger_s,
+        budget_s=budget_s,
+        strategy_params=strategy_params,
+        qos=qos,
+        quiet=quiet,
+        executor_args=executor_args,
         continuous=continuous,
-        top_class_s=serve_s,  # without class shares the strategy in force serves then too
+        serve_s=serve_s,
     )
-    plan = handle.loop.compiled.plan
-    stats.klass_of = {q.name: q.klass for q in plan.queries.values()}
-    stats.readers = max(1, sum(1 for op in plan for src in op.inputs if src in plan.streams))
-    query = handle.start()
-    deadline = time.time() + 4 * trace_s + 60
-    cpu0, wall0 = None, None
-    job = [os.getpid()] + [p for p in [jvm_pid(spark)] if p is not None]
+    query = run.handle.start()
     try:
-        while query.isActive and time.time() < deadline and stats.rows_in < input_rows:
-            if cpu0 is None and time.time() >= stats.replay_start:  # cores while the input arrives
-                cpu0, wall0 = process_tree_cpu(*job), time.perf_counter()
-                stats.executor_cpu_s = 0.0
-            query.awaitTermination(0.25)
-        if cpu0 is not None:
-            wall = max(time.perf_counter() - wall0, 1e-9)
-            stats.cores = tree_cpu_since(cpu0, *job) / wall
-            stats.executor_cores = stats.executor_cpu_s / wall
-        stats.read_all = stats.rows_in >= input_rows
-        stats.left_queued = stats.last_queued
-        # The rows still queued when the input ends are served on (below), written trigger by
-        # trigger in the order the strategy serves them. finish() alone would write them all at
-        # once, at the same late instant for every class: that end effect swamped the classes
-        # experiment.
+        _await_input(spark, query, [run.stats], input_rows, trace_s)
     finally:
-        handle.stop()  # between triggers
+        run.handle.stop()  # between triggers
     if query.exception() is not None:
         raise RuntimeError(f"run {name}: the streaming query failed: {query.exception()}")
-    stats.draining = True
-    if drain and stats.read_all and stats.last_queued > 0:
-        # Spark runs no micro-batch without new rows, so the run triggers the loop itself, on empty
-        # batches every trigger_s, as Spark would over a source that kept ticking.
-        loop = handle.loop
-        loop.reopen()
-        try:
-            while stats.last_queued > 0 and time.time() < deadline:
-                began = time.time()
-                loop.process(pa.table({}), loop.last_batch + 1)
-                time.sleep(max(0.0, trigger_s - (time.time() - began)))
-        finally:
-            loop.close()
-    if drain:
-        handle.finish()
-    stats.take_executor_counts(handle.loop.executor)
-    stats.elapsed = time.time() - stats.t0
+    return run.end(drain)
+
+
+class _Run:
+    """One strategy's sparkqos stream over a replayed trace, not yet started, and its
+    :class:`RunStats` (the arguments are :func:`run_sparkqos`'s; ``df`` the keyed replay)."""
+
+    def __init__(self, df, trace, queries, strategy, *, out, name, trace_s, replay_start, lead_s, trigger_s, **kw: Any):
+        import sparkqos
+        from sparkqos.io.sinks import ParquetSink
+
+        out = Path(out)
+        self.ckpt = out / "_checkpoint" / name
+        shutil.rmtree(self.ckpt, ignore_errors=True)
+        shutil.rmtree(out / "outputs" / name, ignore_errors=True)
+        drop_metrics(out, name)
+        transforms, classes, priorities = queries
+        self.trigger_s = trigger_s
+        self.deadline = replay_start + 4 * trace_s + 60
+        self.stats = stats = RunStats({}, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=kw["quiet"])
+        ts = pq.read_table(trace, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
+        stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
+        stats.replay_start = replay_start
+        self.handle = sparkqos.stream(
+            df,
+            dict(transforms),
+            classes=dict(classes),
+            priorities=dict(priorities),
+            strategy=StrategyConfig(strategy, params=dict(kw["strategy_params"] or {}), qos=kw["qos"], class_shares=False),
+            trigger_s=trigger_s,
+            checkpoint=self.ckpt,
+            output=out,
+            sink=ParquetSink(out / "outputs" / name),
+            name=name,
+            on_progress=stats.on_progress,
+            on_delays=stats.on_delays,
+            executor=ExecutorOptions.of(budget_s=kw["budget_s"], **dict(kw["executor_args"] or {})),
+            continuous=kw["continuous"],
+            top_class_s=kw["serve_s"],  # without class shares the strategy in force serves then too
+        )
+        plan = self.handle.loop.compiled.plan
+        stats.klass_of = {q.name: q.klass for q in plan.queries.values()}
+        stats.readers = max(1, sum(1 for op in plan for src in op.inputs if src in plan.streams))
+
+    def end(self, drain: bool) -> RunStats:
+        """After the streaming query stopped: serve what is still queued, trigger by trigger, then
+        flush (with ``drain``); the executor's counts; the checkpoint removed."""
+        stats, handle = self.stats, self.handle
+        stats.draining = True
+        if drain and stats.read_all and stats.last_queued > 0:
+            # The rows still queued when the input ends are served on, written trigger by trigger
+            # in the order the strategy serves them (finish() alone would write them all at once,
+            # at the same late instant for every class: that end effect swamped the classes
+            # experiment). Spark runs no micro-batch without new rows, so the run triggers the
+            # loop itself, on empty batches every trigger_s, as Spark would over a source that
+            # kept ticking.
+            loop = handle.loop
+            loop.reopen()
+            try:
+                while stats.last_queued > 0 and time.time() < self.deadline:
+                    began = time.time()
+                    loop.process(pa.table({}), loop.last_batch + 1)
+                    time.sleep(max(0.0, self.trigger_s - (time.time() - began)))
+            finally:
+                loop.close()
+        if drain:
+            handle.finish()
+        stats.take_executor_counts(handle.loop.executor)
+        stats.elapsed = time.time() - stats.t0
+        shutil.rmtree(self.ckpt, ignore_errors=True)
+        return stats
+
+
+def _await_input(spark, query, runs: list[RunStats], input_rows: int, trace_s: float) -> None:
+    """Wait until every run read ``input_rows`` rows (or the query stopped, or ``4 × trace_s + 60``
+    s passed since the replay began); meanwhile the cores the job used from the replay's start (the same instant in
+    every run) until then."""
+    start = runs[0].replay_start
+    deadline = start + 4 * trace_s + 60
+    cpu0, wall0 = None, None
+    job = [os.getpid()] + [p for p in [jvm_pid(spark)] if p is not None]
+    while query.isActive and time.time() < deadline and min(st.rows_in for st in runs) < input_rows:
+        if cpu0 is None and time.time() >= start:  # cores while the input arrives
+            cpu0, wall0 = process_tree_cpu(*job), time.perf_counter()
+            for st in runs:
+                st.executor_cpu_s = 0.0
+        query.awaitTermination(0.25)
+    if cpu0 is not None:
+        wall = max(time.perf_counter() - wall0, 1e-9)
+        cores = tree_cpu_since(cpu0, *job) / wall
+    for st in runs:
+        if cpu0 is not None:
+            st.cores = cores
+            st.executor_cores = st.executor_cpu_s / wall
+        st.read_all = st.rows_in >= input_rows
+        st.left_queued = st.last_queued
+
+
+def run_side_by_side(
+    spark,
+    trace: str | Path,
+    runs: Mapping[str, tuple[tuple[Mapping[str, Callable[[Any], Any]], Mapping[str, str], Mapping[str, float]], str]],
+    *,
+    out: str | Path,
+    input_rows: int,
+    trace_s: float,
+    trigger_s: float = DEFAULT_TRIGGER_S,
+    lead_s: float = 4.0,
+    strategy_params: Callable[[str], Mapping[str, Any] | None] = lambda name: None,
+    qos: Callable[[str], Any] = lambda name: None,
+    **kw: Any,
+) -> dict[str, RunStats]:
+    """:func:`run_sparkqos` for several runs at once (``runs``: name → (queries, strategy)): one
+    streaming query replays ``trace``, and each micro-batch, read once with ``toArrow()``, is
+    every run's trigger, all at once on threads (each run's ``process``, as its own foreachBatch
+    would call it). So the runs get the same rows at the same instants and serve them at the same
+    time on the same machine: what else loads the machine loads all of them alike, where runs one
+    after another each meet a different share of it. ``strategy_params`` and ``qos`` give a run's
+    by its name; the other keywords are run_sparkqos's."""
+    from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
+    from sparkqos.spark.warmup import warm_up
+
+    replay_start = float(f"{time.time() + lead_s:.6f}")
+    df = keyed(replay_df(spark, trace, start=replay_start), origin_s=replay_start)
+    mine = {
+        name: _Run(
+            df,
+            trace,
+            queries,
+            strategy,
+            out=out,
+            name=name,
+            trace_s=trace_s,
+            replay_start=replay_start,
+            lead_s=lead_s,
+            trigger_s=trigger_s,
+            strategy_params=strategy_params(name),
+            qos=qos(name),
+            budget_s=kw.get("budget_s"),
+            quiet=kw.get("quiet", False),
+            executor_args=kw.get("executor_args"),
+            continuous=kw.get("continuous", True),
+            serve_s=kw.get("serve_s"),
+        )
+        for name, (queries, strategy) in runs.items()
+    }
+    for r in mine.values():  # what QosStream.start does before Spark's query starts
+        r.handle.restore()
+        r.handle.loop.reopen()
+    first = next(iter(mine.values())).handle
+    loop = first.loop
+    warm_up(spark, loop.compiled.sources[loop.ingest.stream], first.config.input.warm_up_s)
+
+    gate = StopGate()
+
+    def trigger(batch_df, batch_id: int) -> None:
+        with stop_as_spark_reads_it(batch_id):
+            gate.enter(batch_df)
+            table = batch_df.toArrow()
+            # started in turn, first one run then the next: the first thread started gets the
+            # GIL first, and no run should get it first every time
+            names = list(mine)
+            names = names[batch_id % len(names) :] + names[: batch_id % len(names)]
+            concurrently({n: lambda r=mine[n]: r.handle.process(table, batch_id) for n in names})
+
+    ckpt = Path(out) / "_checkpoint" / "side-by-side"
     shutil.rmtree(ckpt, ignore_errors=True)
-    return stats
+    query = (
+        df.writeStream.foreachBatch(trigger)
+        .option("checkpointLocation", str(ckpt))
+        .queryName("side-by-side")
+        .trigger(processingTime=f"{trigger_s} seconds")
+        .start()
+    )
+    try:
+        _await_input(spark, query, [r.stats for r in mine.values()], input_rows, trace_s)
+    finally:
+        stop_between_triggers(query, 60.0, gate)
+        for r in mine.values():
+            r.handle.loop.close()
+    if query.exception() is not None:
+        raise RuntimeError(f"side-by-side runs {', '.join(mine)}: the streaming query failed: {query.exception()}")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return concurrently({n: lambda r=r: r.end(kw.get("drain", True)) for n, r in mine.items()})
 
 
 def print_table(title: str, header: list[str], rows: Iterable[list[Any]], file=None) -> str:
@@ -680,7 +816,49 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
         action="store_true",
         help="serve the queues only inside triggers (continuous=False): no worker between triggers",
     )
+    ap.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run a plan's strategies at once, one streaming query each, over the same rows replayed at the same "
+        "instants: the machine's other load falls on all of them alike",
+    )
     return ap
+
+
+def spare_cores(wall_s: float = 2.0) -> float:
+    """The cores this process gets now when it asks for all it may use: one thread per usable core
+    (its CPU affinity) hashing in GIL-free calls for ``wall_s`` seconds, their CPU seconds over the
+    wall seconds. On an idle machine it is the usable cores; on a shared one, what is left of them."""
+    import hashlib
+    import threading
+
+    from sparkqos.runtime.assembly import usable_cores
+
+    got: list[float] = []
+
+    def burn() -> None:
+        t0, end = time.thread_time(), time.perf_counter() + wall_s
+        while time.perf_counter() < end:
+            hashlib.pbkdf2_hmac("sha256", b"spare", b"cores", 2_000)
+        got.append(time.thread_time() - t0)
+
+    threads = [threading.Thread(target=burn) for _ in range(usable_cores())]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(got) / wall_s
+
+
+def concurrently(calls: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Each call on its own thread, all at once; their results by key (the first error raised)."""
+    import concurrent.futures
+
+    if len(calls) == 1:
+        return {k: f() for k, f in calls.items()}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = {k: pool.submit(f) for k, f in calls.items()}
+        return {k: f.result() for k, f in futures.items()}
 
 
 def run_experiment(
@@ -692,11 +870,14 @@ def run_experiment(
     qos: Callable[[str, str], Any] | None = None,
     rate_profile=None,
     run_name: Callable[[str, str], str] | None = None,
+    executor_args: Mapping[str, Any] | None = None,
 ) -> tuple[list[tuple[str, str, RunStats]], int]:
     """Record one trace, run every (plan, strategy) through Spark in one session, print a line per
     trigger; ``plans`` maps a plan name to a function giving its queries as
     :func:`synthetic_transforms` does (transforms, classes, priorities). Returns [(plan, strategy,
-    stats)] and the trace's row count."""
+    stats)] and the trace's row count. The runs of a plan follow one another, or with
+    ``args.side_by_side`` run at once (:func:`run_side_by_side`). ``executor_args``: every run's
+    executor options beyond the runner's."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.parquet"
@@ -731,6 +912,7 @@ def run_experiment(
             serve_s=getattr(args, "serve", None),
             strategy_params=strategy_params(p, s) if strategy_params else None,
             qos=qos(p, s) if qos else None,
+            executor_args=executor_args,
             **kw,
         )
 
@@ -755,20 +937,36 @@ def run_experiment(
         )
     results = []
     t0 = time.time()
-    for i, (p, s) in enumerate(pairs):
-        name = run_name(p, s) if run_name else f"{p}-{s}"
-        print(f"-- run {i + 1}/{len(pairs)}: {name}  (elapsed {time.time() - t0:.0f}s)", flush=True)
-        st = run(
-            p,
-            s,
-            name=name,
-            input_rows=rows,
-            budget_s=args.budget or None,
-            quiet=args.quiet,
-            continuous=not getattr(args, "per_trigger", False),
-            lead_s=lead[p],
-        )
-        results.append((p, s, st))
+    common = dict(
+        input_rows=rows,
+        budget_s=args.budget or None,
+        quiet=args.quiet,
+        continuous=not getattr(args, "per_trigger", False),
+    )
+    if getattr(args, "side_by_side", False):
+        for p in plans:
+            mine = {(run_name(p, s) if run_name else f"{p}-{s}"): s for pp, s in pairs if pp == p}
+            print(f"-- {p}: {', '.join(mine)} side by side  (elapsed {time.time() - t0:.0f}s)", flush=True)
+            done = run_side_by_side(
+                spark,
+                trace,
+                {n: (plans[p](), s.split(":")[0]) for n, s in mine.items()},
+                out=out,
+                trace_s=args.seconds,
+                trigger_s=args.trigger,
+                lead_s=lead[p],
+                serve_s=getattr(args, "serve", None),
+                strategy_params=lambda n, p=p, mine=mine: strategy_params(p, mine[n]) if strategy_params else None,
+                qos=lambda n, p=p, mine=mine: qos(p, mine[n]) if qos else None,
+                executor_args=executor_args,
+                **common,
+            )
+            results += [(p, s, done[n]) for n, s in mine.items()]
+    else:
+        for i, (p, s) in enumerate(pairs):
+            name = run_name(p, s) if run_name else f"{p}-{s}"
+            print(f"-- run {i + 1}/{len(pairs)}: {name}  (elapsed {time.time() - t0:.0f}s)", flush=True)
+            results.append((p, s, run(p, s, name=name, lead_s=lead[p], **common)))
     spark.stop()
     return results, rows
 

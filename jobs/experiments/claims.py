@@ -32,9 +32,10 @@ it pins this driver and, under spark-submit, Spark's JVM (all threads of each) w
 ``taskset -a -p -c 0``, and the Python workers Spark starts afterwards inherit the mask; without
 taskset on PATH it stops before running anything, saying so.
 
-``--quick`` (what the table in docs/experiments.md comes from unless it says otherwise): one repetition per
-trace, 6-second traces (the experiments' defaults are 12-30 s), and fewer plans and strategies:
-path_latency as it is; classes workload ``A``, hr and cqc; cos at 320 operators, fifo and cos;
+``--quick`` (what the table in docs/experiments.md comes from unless it says otherwise): one
+repetition per trace, 6-second traces (the experiments' defaults are 12-30 s), and fewer plans
+and strategies: path_latency as it is (its strategies side by side, as in a full run:
+``--side-by-side``); classes workload ``A``, hr and cqc; cos at 320 operators, fifo and cos;
 chain_memory's ``mix``, chain and fifo; adaptive on ``filters``, the thesis' four single
 strategies (fifo, rr, mtiq, chain: the singles' average the claim compares with is theirs, as in
 Tables 6.3-6.5) and adaptive over them with the thirds setting; simulator horizons of 600 time
@@ -75,7 +76,7 @@ DOCS = ROOT / "docs" / "experiments.md"
 
 #: Experiment module → (paper section, extra arguments of a full run, of a quick run).
 SPARK = {
-    "path_latency": ("Jiang §5", [], ["--seconds", "6"]),
+    "path_latency": ("Jiang §5", ["--side-by-side"], ["--seconds", "6", "--side-by-side"]),
     "classes": ("CQC §5", [], ["--seconds", "6", "--plans", "A", "--strategies", "hr,cqc"]),
     "cos": ("COS §5", [], ["--seconds", "6", "--plans", "40", "--strategies", "fifo,cos"]),
     "chain_memory": ("Chain §6", [], ["--seconds", "6", "--plans", "mix", "--strategies", "chain,fifo"]),

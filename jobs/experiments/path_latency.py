@@ -2,10 +2,19 @@
 pc, simplified_segment, chain and threshold.
 
     ./spark-submit.sh jobs/experiments/path_latency.py [--seconds 30] [--rate 2500] [--load-from 0.5 --load-to 1.5]
+        [--side-by-side] [--overhead-share 0.05]
 
 Three queries on the replayed bursty stream (synthetic operators) whose operator paths differ in
 capacity and in where they filter. The trace's rate rises linearly from ``--load-from`` to
 ``--load-to`` × the base rate, with the base load on the executor set to ``--load`` of one core.
+With ``--side-by-side`` the strategies run at once over the same micro-batches
+(``_common.run_side_by_side``), so whatever else loads the machine loads them alike; ``--load``
+is then the share of the machine that all their work takes together at the base rate, split
+evenly between them: of the cores the process got when it asked for all it may use, measured
+before the runs (``_common.spare_cores``: its CPU affinity, one under ``taskset -c 0``, less what
+other jobs took) — the same load relative to the machine on two cores, on one, and on a shared
+one. ``--overhead-share`` is the executor's cost-aware quantum (the largest share of a run its
+fixed cost may take; the runner's 0.05 by default), the same for every strategy.
 Claims (Jiang §5.2-5.3): pc gives the lowest tuple latency; chain and simplified_segment keep
 less in memory than pc (simplified_segment close to chain); threshold sits between, trading
 latency for memory once the queue passes its threshold; throughput is the same for all (same
@@ -15,6 +24,7 @@ work), so differences are in latency and memory only.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 from sparkqos.model.plan import Plan  # noqa: E402
+from sparkqos.runtime.assembly import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +116,19 @@ def main(argv=None) -> int:
             "out": str(ROOT / "output" / "experiments" / "path_latency"),
         },
     )
-    ap.add_argument("--load", type=float, default=0.8, help="executor load at the base rate (share of one core)")
+    ap.add_argument(
+        "--load",
+        type=float,
+        default=None,
+        help="executor load at the base rate: each run's share of one core (default 0.8), or side by side all runs' "
+        "share of the cores the process gets, measured (default 0.4)",
+    )
+    ap.add_argument(
+        "--overhead-share",
+        type=float,
+        default=None,
+        help="the largest share of an operator run its fixed cost may take (default: the runner's, 0.05)",
+    )
     ap.add_argument("--load-from", type=float, default=0.5)
     ap.add_argument("--load-to", type=float, default=1.5)
     ap.add_argument(
@@ -116,7 +139,14 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     plan = scheduling_plan()
-    unit = C.cost_unit_for(plan, args.rate, args.load)
+    strategies = args.strategies.split(",")
+    if args.load is None:
+        args.load = 0.4 if args.side_by_side else 0.8
+    # side by side, each run's share of one core: the runs' share of the cores the process gets
+    # now (measured), split evenly
+    spare = C.spare_cores() if args.side_by_side else math.nan
+    per_run = args.load * spare / len(strategies) if args.side_by_side else args.load
+    unit = C.cost_unit_for(plan, args.rate, per_run)
     args.work_us = unit * 1e6
 
     def paths():
@@ -129,10 +159,11 @@ def main(argv=None) -> int:
         "path_latency",
         args,
         {"paths": paths},
-        args.strategies.split(","),
+        strategies,
         strategy_params=lambda p, s: {"quantum": args.quantum} if args.quantum and s != "chain" else {},
         rate_profile=profile,
         run_name=lambda p, s: s,
+        executor_args=None if args.overhead_share is None else {"overhead_share": args.overhead_share},
     )
     header = [
         "strategy",
@@ -163,9 +194,15 @@ def main(argv=None) -> int:
                 st.peak_system,
             ]
         )
+    how = (
+        f"side by side, {args.load:g} of the {spare:.2f} core(s) of {usable_cores()} the process got = {per_run:.3g} core each"
+        if args.side_by_side
+        else f"{args.load:g} core"
+    )
+    share = "" if args.overhead_share is None else f", overhead share {args.overhead_share:g}"
     table = C.print_table(
         f"\npath_latency (Jiang §5): {rows} rows, {args.seconds:g}s, load {args.load_from:g}→{args.load_to:g}"
-        f" × {args.load:g} core at {args.rate:g} rows/s",
+        f" × {how} at {args.rate:g} rows/s{share}; load average {os.getloadavg()[0]:.1f}",
         header,
         body,
     )
