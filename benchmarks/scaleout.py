@@ -26,7 +26,8 @@ the run's start), mean and p99. For the sharded runs the per-batch floor is brok
 Spark's own progress (planning, offset and commit logs, state store commit) and the shards' Python
 time (the busiest shard's executor seconds per batch), and projected to 10 workers:
 ``rows/s ≈ W · r · B / (B + F)`` with W workers each serving r rows per second of executor time
-for B seconds per micro-batch, and F the measured floor. The last three lines are
+for B seconds per micro-batch (the busiest shard's measured serve: a shard behind its input
+serves beyond the budget), and F the measured floor. The last three lines are
 ``sharded K=1/driver: X.XX``, ``sharded K=2/driver: X.XX`` (each over the driver lane's rows per
 second in the same run) and ``sharded throughput K=2/K=1: X.XX``.
 """
@@ -202,11 +203,11 @@ def main() -> None:
         one = next(r for r in results if r["label"] == "sharded K=1")
         f = one["floor"]
         floor_s = max(f["trigger_ms"] - f["python_ms"], 0.0) / 1000
-        budget = args.trigger
+        budget = f["python_ms"] / 1000  # a shard behind its input serves beyond --trigger
         projected = 10 * f["rows_per_exec_s"] * budget / (budget + floor_s)
         print(
-            f"projection, 10 workers: 10 x {f['rows_per_exec_s']:.0f} rows/s x {budget:g} s "
-            f"/ ({budget:g} s + floor {floor_s:.2f} s) "
+            f"projection, 10 workers: 10 x {f['rows_per_exec_s']:.0f} rows/s x {budget:.2f} s "
+            f"/ ({budget:.2f} s + floor {floor_s:.2f} s) "
             f"= {projected:.0f} rows/s (floor per batch held fixed; the driver's sink write grows with the output)"
         )
         k1 = one["rows_per_s"]

@@ -143,6 +143,43 @@ def test_shards_give_sparks_rows_and_the_driver_lanes(vessels, sensors, strategy
         assert_same_rows(sharded[name], want, f"{name} sharded under {strategy}", rel=1e-12)
 
 
+def test_a_shard_behind_its_input_serves_longer_so_the_floor_stays_a_fifth_of_its_time():
+    """A shard whose last serve ended ``w`` seconds before this micro-batch (the floor: Spark's
+    work between the two) serves for up to four times that, at most four budgets, when it has
+    that much queued; with nothing left it stops at once; a shard that waited little serves its
+    budget."""
+    from sparkqos.compile.builder import QuerySet
+    from sparkqos.executor.expressions import col
+
+    qs = QuerySet()
+    _ = qs.stream("s", {"k": pa.int64()}).synthetic(1.0, cost_s=2e-4).where(col("k") >= 0).sink("all")
+    work = ShardWork(qs.build(), RunConfig(checkpoint="/unused", strategy="fifo", budget_s=0.05), 1)
+    rows = pa.table({"k": list(range(5_000))})  # 1 s of work
+    first = work.step(0, None, [rows], now=1_000.0)
+    assert first.metrics["budgetS"] == 0.05 and first.backlog
+    ended = json_state(first.state)["served_until"]
+    waited = work.step(0, first.state, [], now=ended + 0.04)  # a 40 ms floor: four times it, 160 ms
+    assert waited.metrics["budgetS"] == pytest.approx(0.16) and waited.backlog
+    assert waited.metrics["busyS"] > 0.1
+    ended = json_state(waited.state)["served_until"]
+    behind = work.step(0, waited.state, [], now=ended + 5.0)  # a long floor: four budgets at most
+    assert behind.metrics["budgetS"] == pytest.approx(0.2)
+    short = work.step(0, behind.state, [], now=json_state(behind.state)["served_until"] + 0.001)
+    assert short.metrics["budgetS"] == 0.05
+    rest = short
+    for _ in range(60):  # about 0.6 s of work left, served 0.2 s at a time
+        rest = work.step(0, rest.state, [], now=json_state(rest.state)["served_until"] + 5.0)
+        if not rest.backlog:
+            break
+    assert not rest.backlog and rest.metrics["busyS"] < 0.2  # drained: it stopped before its budget
+
+
+def json_state(blob: bytes) -> dict:
+    from sparkqos.runtime.checkpoint import read_checkpoint_bytes
+
+    return read_checkpoint_bytes(blob).state
+
+
 def test_adaptive_scores_of_the_shards_fold_with_unscored_candidates():
     """``adaptive`` reports None for a candidate it has not scored yet (it scores one only once it
     ran); the trigger's record folds the shards' scores candidate by candidate over those that

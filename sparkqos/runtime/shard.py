@@ -45,7 +45,7 @@ from sparkqos.runtime.early import above_the_lowest
 from sparkqos.runtime.ingest import ingest
 from sparkqos.runtime.progress import strategy_in_force
 
-__all__ = ["STATE_COMPRESSION", "ShardStep", "ShardWork", "shard_seed"]
+__all__ = ["BEHIND_BUDGETS", "FLOOR_SHARE", "STATE_COMPRESSION", "ShardStep", "ShardWork", "serve_budget_s", "shard_seed"]
 
 #: The codec of the queues' Arrow streams in a shard's state blob. The blob crosses the state
 #: store's path whole at every micro-batch: JVM to the shard's Python worker (pickled as a latin-1
@@ -53,6 +53,30 @@ __all__ = ["STATE_COMPRESSION", "ShardStep", "ShardWork", "shard_seed"]
 #: queues of a sensor backlog about fourfold (5.9 MB to 1.5 MB) for about 20 ms more CPU to encode
 #: and decode, where the smaller blob spends about 100 ms less of the task's JVM and Python CPU.
 STATE_COMPRESSION = "zstd"
+
+#: The share of a backlogged shard's time its micro-batch's fixed floor may take
+#: (:func:`serve_budget_s`): planning, the logs, the pack stage and shuffle, the state's way in
+#: and out, the commit and the collect, which every micro-batch pays whatever its work.
+FLOOR_SHARE = 0.2
+#: A shard serves at most this many budgets in one micro-batch, so a backlog never holds the next
+#: micro-batch's input (and its class H rows) for more than a few triggers.
+BEHIND_BUDGETS = 4.0
+
+
+def serve_budget_s(budget_s: float, waited_s: float | None) -> float:
+    """How long a shard serves in a micro-batch: its budget, or — when it waited ``waited_s``
+    seconds between the end of its last serve and the start of this one (the micro-batch's floor)
+    — long enough that the floor is at most :data:`FLOOR_SHARE` of its time, up to
+    :data:`BEHIND_BUDGETS` budgets. The serve ends as soon as nothing can run, so only a shard
+    with more queued than a budget serves longer: a shard behind its input then turns more of
+    each micro-batch into work, as the driver lane's continuous worker serves between triggers.
+
+    >>> serve_budget_s(1.0, None), serve_budget_s(1.0, 0.1), serve_budget_s(1.0, 0.5), serve_budget_s(1.0, 3.0)
+    (1.0, 1.0, 2.0, 4.0)
+    """
+    if waited_s is None or waited_s <= 0:
+        return budget_s
+    return min(max(budget_s, waited_s * (1 - FLOOR_SHARE) / FLOOR_SHARE), BEHIND_BUDGETS * budget_s)
 
 
 def shard_seed(seed: int | None, shard: int, step: int) -> int:
@@ -114,19 +138,21 @@ class ShardWork:
             options = dataclasses.replace(options, cluster_threads=0)
         self.options = options if options.threads is not None else dataclasses.replace(options, threads=1)
 
-    def _executor(self, shard: int, blob: bytes | None) -> tuple[Executor, int, int]:
+    def _executor(self, shard: int, blob: bytes | None) -> tuple[Executor, int, int, float | None]:
         """A fresh executor of the plan with the run's strategy, restored from ``blob``; with the
-        shard's step count and the rows its checks rejected so far."""
+        shard's step count, the rows its checks rejected so far and when its last serve ended
+        (None: the shard's first micro-batch)."""
         scheduler = self.config.make_scheduler(self.compiled.plan)
         executor = Executor(self.compiled.fresh(), scheduler, clock=time.time, options=self.options)
-        step, dead_total = 0, 0
+        step, dead_total, served_until = 0, 0, None
         if blob is not None:
             ckpt = read_checkpoint_bytes(blob, where=f"of shard {shard}")
             executor.load_state(decode_state(ckpt.state["executor"]))
             executor.load_queue_tables(ckpt.queues)
             step, dead_total = ckpt.state["step"] + 1, ckpt.state["dead_lettered_total"]
+            served_until = ckpt.state.get("served_until")
         scheduler.reseed(shard_seed(self.seed, shard, step))
-        return executor, step, dead_total
+        return executor, step, dead_total, served_until
 
     def step(
         self,
@@ -138,12 +164,14 @@ class ShardWork:
     ) -> ShardStep:
         """One micro-batch of ``shard``: restore its executor from ``blob`` (None: the shard's
         first), queue ``inputs`` (its rows of this micro-batch, in order), serve for the run's
-        budget with its strategy, and snapshot. With ``early``, once the top class is served
+        budget with its strategy (longer when the shard is behind: :func:`serve_budget_s`), and
+        snapshot. With ``early``, once the top class is served
         (class shares on, several priority levels), the outputs so far of every class above the
         lowest go to ``early`` before the lower classes are served (and into the step's
         ``early``, not its ``outputs``)."""
         started = time.time() if now is None else now
-        executor, step, dead_total = self._executor(shard, blob)
+        t0 = time.perf_counter()
+        executor, step, dead_total, served_until = self._executor(shard, blob)
         rows_in, dead_parts = 0, []
         for table in inputs:
             rows_in += table.num_rows
@@ -159,23 +187,36 @@ class ShardWork:
 
         # the top classes first (class shares on, several levels), so their rows are out in this
         # micro-batch; then the strategy for what is left of the budget
-        budget_s, top_s = self.config.effective_budget_s, self.config.effective_top_class_s
+        budget_s = serve_budget_s(self.config.effective_budget_s, None if served_until is None else started - served_until)
+        top_s = self.config.effective_top_class_s
         report = serve_trigger(executor, self.levels, top_s, budget_s, after_top if early and self.early_queries else None)
         report.add(executor.end_trigger())  # update-mode aggregates: each key changed in this micro-batch, once
         dead = pa.concat_tables(dead_parts) if dead_parts else None
         dead_rows = 0 if dead is None else dead.num_rows
-        done = self._snapshot(executor, shard, step, dead_total + dead_rows, report, rows_in, dead)
+        served_until = started + (time.perf_counter() - t0)  # on the clock of ``started``
+        done = self._snapshot(executor, shard, step, dead_total + dead_rows, report, rows_in, dead, served_until)
+        done.metrics["budgetS"] = budget_s
         done.early = sent
         return done
 
     def finish(self, shard: int, blob: bytes) -> ShardStep:
         """End of a finite input for ``shard``: drain every queue and flush windows and joins."""
-        executor, step, dead_total = self._executor(shard, blob)
+        executor, step, dead_total, _ = self._executor(shard, blob)
         report = executor.finish()  # no budget: the answer on the finite input needs every row served
-        return self._snapshot(executor, shard, step, dead_total, report, 0, None)
+        done = self._snapshot(executor, shard, step, dead_total, report, 0, None, None)
+        done.metrics["budgetS"] = None
+        return done
 
     def _snapshot(
-        self, executor: Executor, shard: int, step: int, dead_total: int, report: RunReport, rows_in: int, dead: pa.Table | None
+        self,
+        executor: Executor,
+        shard: int,
+        step: int,
+        dead_total: int,
+        report: RunReport,
+        rows_in: int,
+        dead: pa.Table | None,
+        served_until: float | None,
     ) -> ShardStep:
         outputs = executor.take_outputs()
         plan = self.compiled.plan
@@ -190,6 +231,7 @@ class ShardWork:
                 "executor": encode_state(executor.to_state(queues=False)),
                 "step": step,
                 "dead_lettered_total": dead_total,
+                "served_until": served_until,
             },
             compression=STATE_COMPRESSION,
         )

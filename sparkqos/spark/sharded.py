@@ -525,7 +525,7 @@ class ShardedStream:
             strategy=(strategy, scores),
         )
         # each shard that ran: where, which of its micro-batches, its work and state size
-        keep = ("shard", "step", "rowsIn", "consumed", "busyS", "strategy", "stateBytes", "pid", "ppid")
+        keep = ("shard", "step", "rowsIn", "consumed", "busyS", "strategy", "stateBytes", "pid", "ppid", "budgetS")
         progress["shards"] = [{k: m[k] for k in keep} | {"queuedRows": sum(m["queuedRows"].values())} for m in shards]
         return progress
 
