@@ -14,6 +14,7 @@ the list and fails when a construct in it is covered by no case here.
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
@@ -80,7 +81,12 @@ def files(spark, tmp_path_factory):
     table = table.append_column("sk", pa.array([by_key[k] for k in table.column("k").to_pylist()], pa.binary()))
     step = ROWS // FILES
     for f in range(FILES):
-        pq.write_table(table.slice(f * step, step), folder / f"part-{f:05d}.parquet")
+        path = folder / f"part-{f:05d}.parquet"
+        pq.write_table(table.slice(f * step, step), path)
+        # Spark's file source takes files oldest first by modification time in milliseconds, and
+        # files written within one millisecond tie in any order: a later file first makes the
+        # earlier one's rows late. One second apart, the stream reads them in the table's order.
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
     return folder
 
 
