@@ -643,3 +643,40 @@ def test_serve_trigger_calls_after_top_once_the_top_class_is_served_before_the_l
 
     serve_trigger(Recorder(), [("h",), ("c",), ("n",)], 1.0, 2.0, after_top=lambda: calls.append(("write",)))
     assert calls == [("serve", ("h",)), ("write",), ("serve", ("c",)), ("serve", ("n",)), ("run",)]
+
+
+def test_serve_trigger_writes_each_class_above_the_lowest_after_its_round():
+    """``after_level`` follows each round above the lowest level other than the top (the trigger
+    loop passes its early write there): class C's rows go out before class N is served, and the
+    lowest level's round is followed by nothing (its rows leave with the commit)."""
+    from sparkqos.runtime.assembly import serve_trigger
+
+    calls = []
+
+    class Recorder:
+        def serve(self, operators, budget_s):
+            calls.append(("serve", operators))
+            return RunReport(seconds=0.001)
+
+        def run(self, budget_s):
+            calls.append(("run",))
+            return RunReport(seconds=0.001)
+
+    def note(what):
+        return lambda: calls.append((what,))
+
+    levels = [("h",), ("c1", "c2"), ("m",), ("n",)]
+    serve_trigger(Recorder(), levels, 1.0, 2.0, after_top=note("top"), after_level=note("level"))
+    assert calls == [
+        ("serve", ("h",)),
+        ("top",),
+        ("serve", ("c1", "c2")),
+        ("level",),
+        ("serve", ("m",)),
+        ("level",),
+        ("serve", ("n",)),
+        ("run",),
+    ]
+    calls.clear()
+    serve_trigger(Recorder(), [("h",), ("n",)], 1.0, 2.0, after_top=note("top"), after_level=note("level"))
+    assert calls == [("serve", ("h",)), ("top",), ("serve", ("n",)), ("run",)]

@@ -192,12 +192,18 @@ def priority_levels(compiled: CompiledPlan) -> list[tuple[str, ...]]:
 
 
 def serve_by_class(
-    executor: Executor, levels: list[tuple[str, ...]], budget_s: float, after_top: Callable[[], None] | None = None
+    executor: Executor,
+    levels: list[tuple[str, ...]],
+    budget_s: float,
+    after_top: Callable[[], None] | None = None,
+    after_level: Callable[[], None] | None = None,
 ) -> RunReport:
     """Serve what is queued class by class from the highest priority level (``levels``:
     :func:`priority_levels`) for up to ``budget_s`` in all: the top level always gets its round
     (:meth:`Executor.serve` makes progress on every call), a lower one only while time is left;
-    ``after_top`` is called once the top level's round is done (a trigger writes its rows there).
+    ``after_top`` is called once the top level's round is done (a trigger writes its rows there),
+    ``after_level`` once each further level above the lowest has had its round (a trigger writes
+    that level's rows there, before the lower levels are served).
     Without levels the strategy in force serves for ``budget_s``, and ``after_top`` follows."""
     total = RunReport()
     if not levels:  # one round, the strategy's
@@ -212,6 +218,8 @@ def serve_by_class(
         total.add(executor.serve(operators, max(left, 0.0)))
         if i == 0 and after_top is not None:
             after_top()
+        elif 0 < i < len(levels) - 1 and after_level is not None:
+            after_level()
     return total
 
 
@@ -221,13 +229,14 @@ def serve_trigger(
     top_s: float,
     budget_s: float,
     after_top: Callable[[], None] | None = None,
+    after_level: Callable[[], None] | None = None,
 ) -> RunReport:
     """What a trigger serves, written once for every caller (the trigger loop, with or without the
     continuous worker, and a shard of the sharded lane): the top classes first, class by class,
     for up to ``top_s`` (:func:`serve_by_class`; ``after_top`` once the top class's round is
-    done), so what they have queued leaves with this trigger; then the strategy for what is left
-    of ``budget_s``."""
-    report = serve_by_class(executor, levels, min(top_s, budget_s), after_top)
+    done, ``after_level`` after each further round above the lowest level), so what they have
+    queued leaves with this trigger; then the strategy for what is left of ``budget_s``."""
+    report = serve_by_class(executor, levels, min(top_s, budget_s), after_top, after_level)
     left = budget_s - report.seconds
     if left > 0:
         report.add(executor.run(left))

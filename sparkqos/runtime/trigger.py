@@ -316,7 +316,9 @@ class TriggerLoop:
         # The top classes first, so what they have queued is written by this trigger; with the
         # continuous worker the rest is its, else the strategy serves the rest of the budget.
         # the top class's rows of this batch are written as soon as it is served: before the lower
-        # classes are served or their Spark parts evaluated, and before the commit writes the rest
+        # classes are served or their Spark parts evaluated, and before the commit writes the rest;
+        # so are each further class's above the lowest, once its round is done (class C's rows do
+        # not wait for class N's round and the commit)
         write_top = self.early.write_now if self.early is not None else None
         shed_box: list[tuple[pa.Table | None, dict[str, int]]] = []
 
@@ -328,7 +330,12 @@ class TriggerLoop:
             self.phase_s["ingest"] += time.perf_counter() - t1
 
         report = serve_trigger(
-            self.executor, self.levels, self.config.effective_top_class_s, budget, after_top if shed_later else write_top
+            self.executor,
+            self.levels,
+            self.config.effective_top_class_s,
+            budget,
+            after_top if shed_later else write_top,
+            after_level=write_top,
         )
         if shed_later:
             shed_dead, shed = shed_box[0]
