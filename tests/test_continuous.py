@@ -624,6 +624,21 @@ def test_a_checkpointed_batch_is_not_read_again(tmp_path):
     assert read == [0] and replayed is None
 
 
+class _Recorder:
+    """An executor stand-in for serve_trigger: each serve and run appended to ``calls``."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def serve(self, operators, budget_s):
+        self.calls.append(("serve", operators))
+        return RunReport(seconds=0.001)
+
+    def run(self, budget_s):
+        self.calls.append(("run",))
+        return RunReport(seconds=0.001)
+
+
 def test_serve_trigger_calls_after_top_once_the_top_class_is_served_before_the_lower_classes():
     """``serve_trigger(..., after_top)``: the top level's round, then ``after_top`` (where the
     trigger loop passes its early write of the top class), then the lower levels, then the
@@ -632,16 +647,7 @@ def test_serve_trigger_calls_after_top_once_the_top_class_is_served_before_the_l
 
     calls = []
 
-    class Recorder:
-        def serve(self, operators, budget_s):
-            calls.append(("serve", operators))
-            return RunReport(seconds=0.001)
-
-        def run(self, budget_s):
-            calls.append(("run",))
-            return RunReport(seconds=0.001)
-
-    serve_trigger(Recorder(), [("h",), ("c",), ("n",)], 1.0, 2.0, after_top=lambda: calls.append(("write",)))
+    serve_trigger(_Recorder(calls), [("h",), ("c",), ("n",)], 1.0, 2.0, after_top=lambda: calls.append(("write",)))
     assert calls == [("serve", ("h",)), ("write",), ("serve", ("c",)), ("serve", ("n",)), ("run",)]
 
 
@@ -653,20 +659,11 @@ def test_serve_trigger_writes_each_class_above_the_lowest_after_its_round():
 
     calls = []
 
-    class Recorder:
-        def serve(self, operators, budget_s):
-            calls.append(("serve", operators))
-            return RunReport(seconds=0.001)
-
-        def run(self, budget_s):
-            calls.append(("run",))
-            return RunReport(seconds=0.001)
-
     def note(what):
         return lambda: calls.append((what,))
 
     levels = [("h",), ("c1", "c2"), ("m",), ("n",)]
-    serve_trigger(Recorder(), levels, 1.0, 2.0, after_top=note("top"), after_level=note("level"))
+    serve_trigger(_Recorder(calls), levels, 1.0, 2.0, after_top=note("top"), after_level=note("level"))
     assert calls == [
         ("serve", ("h",)),
         ("top",),
@@ -678,5 +675,5 @@ def test_serve_trigger_writes_each_class_above_the_lowest_after_its_round():
         ("run",),
     ]
     calls.clear()
-    serve_trigger(Recorder(), [("h",), ("n",)], 1.0, 2.0, after_top=note("top"), after_level=note("level"))
+    serve_trigger(_Recorder(calls), [("h",), ("n",)], 1.0, 2.0, after_top=note("top"), after_level=note("level"))
     assert calls == [("serve", ("h",)), ("top",), ("serve", ("n",)), ("run",)]

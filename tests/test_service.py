@@ -157,19 +157,25 @@ def test_shedding_drops_only_what_fell_behind_and_replays_the_same_rows(tmp_path
     assert len(written) + dead.num_rows == len(key) == len(set(key))
 
 
-def test_queries_shedding_the_same_rows_get_the_same_dead_letters(tmp_path):
-    """Class N's two queries (zone_stats and archive) shed at one age: each shed row is a dead
-    letter of each query that dropped it, counted per query, its record the JSON text of its input
-    row (built once when both dropped the same rows) — as if each query's were built alone."""
-    config = RunConfig(
+def _shedding_config(tmp_path, shed):
+    """A trigger loop's configuration that sheds by ``shed``: fifo, no continuous worker, a budget
+    of 2 ms per trigger (so class N falls behind), batches served in parts."""
+    return RunConfig(
         checkpoint=tmp_path / "c",
         output=tmp_path / "o",
         strategy="fifo",
         continuous=False,
         budget_s=0.002,
         whole_batches=False,
-        shed={"N": "3s"},
+        shed=shed,
     )
+
+
+def test_queries_shedding_the_same_rows_get_the_same_dead_letters(tmp_path):
+    """Class N's two queries (zone_stats and archive) shed at one age: each shed row is a dead
+    letter of each query that dropped it, counted per query, its record the JSON text of its input
+    row (built once when both dropped the same rows) — as if each query's were built alone."""
+    config = _shedding_config(tmp_path, {"N": "3s"})
     loop = TriggerLoop(sensor_queries(work_us=200.0, window_s=5.0), config)
     progress = [loop.process(t, b) for b, t in enumerate(BATCHES[:8])]
     dead = read_dead_letters(tmp_path / "o" / "deadletter")
@@ -189,15 +195,7 @@ def test_the_top_class_is_served_before_the_lower_classes_shed(tmp_path, shed, a
     """With no top-class query shedding, a trigger serves the top class's round before it sheds
     (the shed rows' dead letters are built then), so class H's rows never wait for them; with the
     top class shedding too, the shedding comes first, as it must for its own rows."""
-    config = RunConfig(
-        checkpoint=tmp_path / "c",
-        output=tmp_path / "o",
-        strategy="fifo",
-        continuous=False,
-        budget_s=0.002,
-        whole_batches=False,
-        shed=shed,
-    )
+    config = _shedding_config(tmp_path, shed)
     loop = TriggerLoop(sensor_queries(work_us=200.0, window_s=5.0), config)
     assert loop.shed_after_top is after_top
     events: list[str] = []
