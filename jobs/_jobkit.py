@@ -25,13 +25,13 @@ from sparkqos import schedulers
 from sparkqos.config import ConfigError, Key, describe, load_config
 from sparkqos.errors import RunnerError, SparkqosError
 from sparkqos.report.console import LEGEND
-from sparkqos.runtime.config import StrategyConfig, parse_faults
+from sparkqos.runtime.config import DEFAULT_TRIGGER_S, StrategyConfig, parse_faults
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str, Key]:
-    """The ``job`` keys; the defaults (0.25 s trigger, continuous) are the measured ones of the README.
+    """The ``job`` keys; the defaults (0.1 s trigger, continuous) are sparkqos.stream's, measured in the README.
     ``shard_by`` is the column the job's sharded lane splits its stream by (``job.shards`` > 0)."""
     return {
         "name": Key(str, name, "query name (metrics 'run')"),
@@ -41,7 +41,7 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
             "seconds to run, from the first micro-batch (after Spark's start-up); 0 = until stopped",
             low=0,
         ),
-        "trigger_s": Key(float, 0.25, "micro-batch interval", low=0, low_open=True),
+        "trigger_s": Key(float, DEFAULT_TRIGGER_S, "micro-batch interval", low=0, low_open=True),
         "budget_s": Key(float, 0.0, "executor seconds per trigger when not continuous; 0 = the trigger interval", low=0),
         "continuous": Key(bool, True, "serve the queues between triggers too, on a worker thread"),
         "top_class_s": Key(

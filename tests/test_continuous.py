@@ -27,7 +27,7 @@ from sparkqos.errors import ArgumentError, RunnerError
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.io.sinks import MemorySink, ParquetSink, read_parquet_sink
 from sparkqos.runtime.assembly import classes_by_priority, top_class
-from sparkqos.runtime.config import FAULT_POINTS, SLICE_S, Continuous, RunConfig
+from sparkqos.runtime.config import DEFAULT_TRIGGER_S, FAULT_POINTS, SLICE_S, Continuous, RunConfig
 from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.workloads.sensors import sensor_queries
@@ -417,7 +417,7 @@ def test_continuous_options_are_checked(tmp_path, options, parameter):
 def test_continuous_option_defaults(tmp_path):
     assert RunConfig(checkpoint=tmp_path).continuous == Continuous()  # on by default (docs/benchmarks.md's measurements)
     assert RunConfig(checkpoint=tmp_path, continuous=False).continuous is None
-    assert RunConfig(checkpoint=tmp_path).interval_s == 0.25
+    assert RunConfig(checkpoint=tmp_path).interval_s == DEFAULT_TRIGGER_S == 0.1
     config = RunConfig(checkpoint=tmp_path, trigger_s=2.0)
     assert config.continuous.slice_s == SLICE_S
     assert config.effective_top_class_s == pytest.approx(0.2)

@@ -33,7 +33,7 @@ import sparkqos
 from sparkqos.compile.shardable import shard_report
 from sparkqos.errors import NotShardable, RunnerError
 from sparkqos.io.sinks import MemorySink
-from sparkqos.runtime.config import RunConfig, Trigger
+from sparkqos.runtime.config import DEFAULT_TRIGGER_S, SHARDED_TRIGGER_S, RunConfig, Trigger
 from sparkqos.runtime.shard import ShardWork
 from sparkqos.spark.sharded import mean_scores
 from sparkqos.spark.transforms import compile_transforms
@@ -63,6 +63,20 @@ def test_shardability_follows_the_shard_key(spark_sql):
     by_track = shard_report(compiled, "track")
     assert by_track["geofence"] is None and by_track["archive"] is None
     assert {by_track[q].kind for q in ("speeding", "turning", "loitering")} == {"KeyedLag", "EventWindowAggregate"}
+
+
+def test_the_sharded_lane_has_its_own_default_trigger(spark_sql, tmp_path):
+    """Unless told otherwise, sharded micro-batches come every SHARDED_TRIGGER_S (their floor is
+    about half a second), the driver lane's every DEFAULT_TRIGGER_S; a trigger given is kept."""
+    df = replay(spark_sql, _trace(tmp_path))
+    queries = vessel_queries(spark_sql)
+
+    def interval(**options):
+        return sparkqos.stream(df, queries, checkpoint=tmp_path / "c", **options).config.interval_s
+
+    assert interval(shards=2, shard_by="mmsi") == SHARDED_TRIGGER_S != DEFAULT_TRIGGER_S == interval()
+    assert interval(shards=2, shard_by="mmsi", trigger_s=1.0) == 1.0
+    assert interval(shards=2, shard_by="mmsi", trigger=Trigger(processingTime="2 seconds")) == 2.0
 
 
 def test_the_sharded_lane_refuses_what_it_cannot_run(spark_sql, tmp_path):

@@ -83,6 +83,7 @@ __all__ = [
     "DEFAULT_TRIGGER_S",
     "EARLY_WRITE_S",
     "FAULT_POINTS",
+    "SHARDED_TRIGGER_S",
     "SHORTHANDS",
     "SLICE_S",
     "Continuous",
@@ -102,9 +103,17 @@ __all__ = [
 #: spelling of ``Trigger(availableNow=True)``).
 AVAILABLE_NOW = "available_now"
 
-#: The micro-batch interval when no trigger is given: measured on 2 cores, the main job gives
-#: class H < C < N in mean and p99 delay with it (README, "Measured").
-DEFAULT_TRIGGER_S = 0.25
+#: The micro-batch interval when no trigger is given. With the continuous worker serving between
+#: triggers, the interval mostly sets how long a row waits in the source for the next micro-batch:
+#: on 2 cores the main job's class-H p99 went from about 320 ms at 0.25 s to 175 ms at 0.1 s, on
+#: one core from 348 to 228 ms (docs/benchmarks.md). Where Spark's per-trigger work takes longer
+#: than the interval, micro-batches simply run back to back.
+DEFAULT_TRIGGER_S = 0.1
+
+#: The sharded lane's interval when no trigger is given: a sharded micro-batch carries a floor of
+#: its own (the pack stage, the shuffle, the state store's way in and out: about half a second on
+#: 2 cores), so its shards serve budgets of this length (docs/benchmarks.md, "The sharded lane").
+SHARDED_TRIGGER_S = 0.25
 
 #: Default length of one slice of the continuous worker: a trigger waits at most about this long
 #: for the slice in flight (a pause is taken between units, and no run is sized beyond the slice).
@@ -683,7 +692,7 @@ class RunConfig:
     :data:`SHORTHANDS` set one field of a part each (``checkpoint=`` is
     ``recovery=Recovery(...)``'s ``checkpoint``, ``trigger_s=`` a ``Trigger(processingTime=...)``).
 
-    The defaults (trigger 0.25 s, adaptive with class shares, continuous with early writes,
+    The defaults (trigger 0.1 s, adaptive with class shares, continuous with early writes,
     whole batches) are measured on 2 cores in the README: with the worker serving between
     triggers a short trigger costs little executor time, and what it sets is how soon outputs
     reach the sink.

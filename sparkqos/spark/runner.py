@@ -34,6 +34,7 @@ from sparkqos.io.sinks import Sink
 from sparkqos.runtime.config import (
     FAULT_POINTS,
     NOT_FOR_STREAM,
+    SHARDED_TRIGGER_S,
     UNSET,
     Continuous,
     Input,
@@ -281,7 +282,7 @@ def stream(
     :class:`~sparkqos.runtime.config.RunConfig`'s parts and their shorthands (each one field of a
     part, :data:`~sparkqos.runtime.config.SHORTHANDS`; ``UNSET``: not given). ``batch_rows`` and
     ``units_between`` are run's, refused here. The strategy is sized to ``budget_s``, else the
-    trigger's interval (0.25 s by default). ``shards=K, shard_by="column"`` runs the sharded lane
+    trigger's interval (0.1 s by default; 0.25 s on the sharded lane). ``shards=K, shard_by="column"`` runs the sharded lane
     (:class:`~sparkqos.spark.sharded.ShardedStream`)."""
     return _stream(df, queries, {k: v for k, v in locals().items() if k not in ("df", "queries")})
 
@@ -309,6 +310,8 @@ def _stream(
         )
     check_python_workers(df.sparkSession)  # before anything reads: Spark's workers must run sparkqos
     check_placement(placement)
+    if shards is not None and options.get("trigger") is None and "trigger_s" not in options:
+        options["trigger_s"] = SHARDED_TRIGGER_S  # its micro-batches carry a floor of their own
     config = RunConfig(**options)
     if is_transforms(queries) and config.input.checks is None:
         config = config.replace(input=dataclasses.replace(config.input, checks=RowChecks(finite=False)))

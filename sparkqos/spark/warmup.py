@@ -34,7 +34,7 @@ _log = logging.getLogger(__name__)
 #: Reads at most: the per-read time stops falling well before this on the machines measured
 #: (docs/ARCHITECTURE.md, "Start-up").
 MAX_READS = 30
-#: Rows per read: about one micro-batch of the main job (4,000 rows/s, a 0.25 s trigger).
+#: Rows per read: about one micro-batch of the main job at 4,000 rows/s and a 0.25 s trigger.
 ROWS = 1024
 
 #: The Spark applications (or Connect sessions) already warmed up in this process.
