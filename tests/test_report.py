@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,63 @@ def test_reading_one_runs_newest_batches(tmp_path):
     assert metrics.read(tmp_path, run="x").column("batchId").to_pylist() == [1, 2, 10]
     assert metrics.read(tmp_path, run="x", newest=2).column("batchId").to_pylist() == [2, 10]
     assert metrics.read(tmp_path).num_rows == 4
+
+
+def _rows(run: str, b: int, out: float = 1.0) -> list[dict]:
+    return [metrics.row(run=run, batchId=b, query=q, klass="*", rowsOut=out) for q in ("*", "q")]
+
+
+def test_a_long_runs_metrics_are_merged_and_read_as_written(tmp_path):
+    """Every 4 batches but the newest 2 go into one file and their small files away; the table
+    reads the same, in batch order, and a client polling the newest batches still gets them."""
+    writer = metrics.MetricsWriter(tmp_path, "x", every=4, margin=2)
+    for b in range(11):
+        writer.write(b, _rows("x", b, out=float(b)))
+    metrics.write_batch(tmp_path, "y", 0, _rows("y", 0))
+    names = sorted(p.name for p in (tmp_path / "metrics").iterdir())
+    assert names == [
+        "compact-x-000000000-000000003.parquet",
+        "compact-x-000000004-000000007.parquet",
+        *(f"part-x-{b:09d}.parquet" for b in (8, 9, 10)),
+        "part-y-000000000.parquet",
+    ]
+    table = metrics.read(tmp_path, run="x")
+    assert table.column("batchId").to_pylist() == [b for b in range(11) for _ in range(2)]
+    assert table.column("rowsOut").to_pylist()[::2] == [float(b) for b in range(11)]
+    assert metrics.read(tmp_path, run="x", newest=3).column("batchId").to_pylist() == [8, 8, 9, 9, 10, 10]
+    assert metrics.read(tmp_path, run="x", newest=5).column("batchId").to_pylist()[::2] == [6, 7, 8, 9, 10]
+    assert metrics.read(tmp_path).num_rows == 24
+
+
+def test_the_newest_write_of_a_merged_batch_counts(tmp_path):
+    """A small file a crash left beside the merged file holding its batch is older and skipped;
+    the batch written again after the merge (a replay) is newer and replaces the merged rows."""
+    writer = metrics.MetricsWriter(tmp_path, "x", every=2, margin=0)
+    metrics.write_batch(tmp_path, "x", 0, _rows("x", 0, out=5.0))  # as if the crash came before removal
+    stale = tmp_path / "metrics" / "part-x-000000000.parquet"
+    saved = stale.read_bytes()
+    for b in (0, 1):
+        writer.write(b, _rows("x", b))
+    assert not stale.exists()
+    stale.write_bytes(saved)
+    merged = tmp_path / "metrics" / "compact-x-000000000-000000001.parquet"
+    os.utime(stale, ns=(merged.stat().st_mtime_ns - 10**9,) * 2)
+    table = metrics.read(tmp_path, run="x")
+    assert table.column("batchId").to_pylist() == [0, 0, 1, 1] and set(table.column("rowsOut").to_pylist()) == {1.0}
+    os.utime(stale, ns=(merged.stat().st_mtime_ns + 10**9,) * 2)  # written after the merge
+    table = metrics.read(tmp_path, run="x")
+    assert sorted(zip(table.column("batchId").to_pylist(), table.column("rowsOut").to_pylist())) == [
+        (0, 5.0),
+        (0, 5.0),
+        (1, 1.0),
+        (1, 1.0),
+    ]
+
+
+@pytest.mark.parametrize("every, margin", [(1, 0), (0, 0), (2.5, 0), (4, -1)])
+def test_metrics_writer_checks_its_sizes(tmp_path, every, margin):
+    with pytest.raises(ValueError, match="every must be|margin must be"):
+        metrics.MetricsWriter(tmp_path, "x", every=every, margin=margin)
 
 
 def test_unknown_column_is_rejected():

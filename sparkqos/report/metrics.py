@@ -5,7 +5,13 @@ reads it. Column names follow Spark's progress reports where one exists (``durat
 ``inputRowsPerSecond``, ``processedRowsPerSecond``) next to our own.
 
 Files: ``<dir>/metrics/part-<run>-<batch>.parquet``, one per (run, batch), written atomically, so a
-replayed trigger overwrites its row set instead of duplicating it.
+replayed trigger overwrites its row set instead of duplicating it. A long run would leave one small
+file per trigger (36,000 an hour at a 0.1 s trigger), so :class:`MetricsWriter` merges every
+:data:`COMPACT_EVERY` batches but the newest :data:`COMPACT_MARGIN` into one
+``compact-<run>-<first>-<last>.parquet`` and removes their small files. Reading, the newest write
+of a (run, batch) counts: a small file left by a crash between the merge and the removal is older
+than the merged file and is skipped; a batch written again later (a replay) is newer and replaces
+the merged file's rows of it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparkqos.atomic import write_atomic
@@ -90,6 +97,14 @@ SCHEMA = pa.schema(
 )
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_SMALL = re.compile(r"^part-(?P<run>.+)-(?P<first>\d{9})\.parquet$")
+_MERGED = re.compile(r"^compact-(?P<run>.+)-(?P<first>\d{9})-(?P<last>\d{9})\.parquet$")
+
+#: Batches whose files :class:`MetricsWriter` merges into one.
+COMPACT_EVERY = 256
+#: The newest batches a merge leaves in files of their own: a batch stopped after its report but
+#: before Spark committed it is written again, and the newest few are what a client polls.
+COMPACT_MARGIN = 16
 
 
 def delay_summary(delays: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray | None = None) -> dict[str, float]:
@@ -191,28 +206,123 @@ def row(**values: Any) -> dict[str, Any]:
 
 def write_batch(directory: str | Path, run: str, batch_id: int, rows: Iterable[Mapping[str, Any]]) -> Path:
     """Write one (run, batch) set of rows atomically; writing the same pair again replaces it."""
-    folder = Path(directory) / "metrics"
+    return _write_small(Path(directory) / "metrics", run, batch_id, _table(rows))
+
+
+def _table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist([row(**dict(r)) for r in rows], schema=SCHEMA)
+
+
+def _small_path(folder: Path, run: str, batch_id: int) -> Path:
+    return folder / f"part-{_SAFE.sub('_', run)}-{int(batch_id):09d}.parquet"
+
+
+def _write_small(folder: Path, run: str, batch_id: int, table: pa.Table) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([row(**dict(r)) for r in rows], schema=SCHEMA)
-    target = folder / f"part-{_SAFE.sub('_', run)}-{int(batch_id):09d}.parquet"
-    return write_atomic(target, lambda f: pq.write_table(table, f), fsync=False)
+    return write_atomic(_small_path(folder, run, batch_id), lambda f: pq.write_table(table, f), fsync=False)
+
+
+class MetricsWriter:
+    """One run's metrics under ``directory``: each batch's rows in a file of its own as
+    :func:`write_batch` writes them and, once ``every`` + ``margin`` batches are held, every batch
+    but the newest ``margin`` merged into one file (written atomically before their small files are
+    removed; see the module). The rows of the batches not merged yet are held in memory, so a
+    merge reads nothing back. ``every=None`` never merges."""
+
+    def __init__(self, directory: str | Path, run: str, every: int | None = COMPACT_EVERY, margin: int = COMPACT_MARGIN):
+        if every is not None and (not isinstance(every, int) or every < 2):
+            raise ArgumentError(f"every must be an integer >= 2 or None, got {every!r}")
+        if not isinstance(margin, int) or margin < 0:
+            raise ArgumentError(f"margin must be an integer >= 0, got {margin!r}")
+        self.folder = Path(directory) / "metrics"
+        self.run = run
+        self.every = every
+        self.margin = margin
+        self._held: dict[int, pa.Table] = {}
+
+    def write(self, batch_id: int, rows: Iterable[Mapping[str, Any]]) -> Path:
+        """Write batch ``batch_id``'s rows (again: they replace the earlier ones); merge when due."""
+        table = _table(rows)
+        path = _write_small(self.folder, self.run, batch_id, table)
+        if self.every is not None:
+            self._held[int(batch_id)] = table
+            if len(self._held) >= self.every + self.margin:
+                self._merge()
+        return path
+
+    def _merge(self) -> None:
+        ids = sorted(self._held)
+        done = ids[: len(ids) - self.margin]
+        merged = pa.concat_tables([self._held[b] for b in done])
+        target = self.folder / f"compact-{_SAFE.sub('_', self.run)}-{done[0]:09d}-{done[-1]:09d}.parquet"
+        write_atomic(target, lambda f: pq.write_table(merged, f), fsync=False)
+        for b in done:
+            _small_path(self.folder, self.run, b).unlink(missing_ok=True)
+            del self._held[b]
 
 
 def read(directory: str | Path, run: str | None = None, newest: int | None = None) -> pa.Table:
-    """Every metrics row under ``directory`` (its ``metrics/`` folder, or the folder itself); with
-    ``run``, only that run's files, and with ``newest``, only its newest that many batches (a
-    client polling a long run reads a few files, not the whole table)."""
+    """Every metrics row under ``directory`` (its ``metrics/`` folder, or the folder itself), in
+    run and batch order; with ``run``, only that run's, and with ``newest``, only its newest that
+    many batches (a client polling a long run reads a few files, not the whole table)."""
     folder = Path(directory)
     if (folder / "metrics").is_dir():
         folder = folder / "metrics"
-    # write_batch names files part-<run>-<9-digit batch>.parquet, so name order is batch order.
-    pattern = "part-*.parquet" if run is None else f"part-{_SAFE.sub('_', run)}-{'[0-9]' * 9}.parquet"
-    files = sorted(p for p in folder.glob(pattern))
+    safe = None if run is None else _SAFE.sub("_", run)
+    units = []  # (run, first batch, last batch, merged, path)
+    for path in folder.glob("*.parquet"):
+        m = _SMALL.match(path.name)
+        merged = m is None
+        if merged:
+            m = _MERGED.match(path.name)
+            if m is None:
+                continue
+        if safe is not None and m["run"] != safe:
+            continue
+        first = int(m["first"])
+        units.append((m["run"], first, int(m["last"]) if merged else first, merged, path))
+    units.sort(key=lambda u: u[:3])
     if newest is not None:
-        files = files[-newest:] if newest > 0 else []
-    if not files:
+        keep, batches = [], 0
+        for u in reversed(units):
+            if batches >= newest:
+                break
+            keep.append(u)
+            batches += u[2] - u[1] + 1
+        units = keep[::-1]
+    if not units:
         raise FileNotFoundError(f"no metrics files (part-*.parquet) under {str(directory)!r}")
-    return pa.concat_tables([_conformed(pq.read_table(f)) for f in files])
+    table = pa.concat_tables(_newest_writes(units))
+    if newest is not None:
+        ids = sorted(set(table.column("batchId").to_pylist()))[-newest:] if newest > 0 else []
+        table = table.filter(pc.is_in(table.column("batchId"), value_set=pa.array(ids, pa.int64())))
+    return table
+
+
+def _newest_writes(units: list[tuple[str, int, int, bool, Path]]) -> list[pa.Table]:
+    """The units' tables, each (run, batch) from the file written last: a small file older than
+    a merged file holding its batch is skipped, a newer one replaces the merged file's rows."""
+    small = {(u[0], u[1]): u[4] for u in units if not u[3]}
+    tables: dict[Path, pa.Table] = {}
+    skip: set[Path] = set()
+    for run_, _, _, merged, path in units:
+        if not merged:
+            continue
+        table = _conformed(pq.read_table(path))
+        when = path.stat().st_mtime_ns
+        newer = []
+        for b in set(table.column("batchId").to_pylist()):
+            other = small.get((run_, b))
+            if other is None:
+                continue
+            if other.stat().st_mtime_ns > when:
+                newer.append(b)
+            else:
+                skip.add(other)
+        if newer:
+            table = table.filter(pc.invert(pc.is_in(table.column("batchId"), value_set=pa.array(newer, pa.int64()))))
+        tables[path] = table
+    return [tables[u[4]] if u[3] else _conformed(pq.read_table(u[4])) for u in units if u[4] not in skip]
 
 
 def _conformed(table: pa.Table) -> pa.Table:

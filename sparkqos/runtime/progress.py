@@ -246,6 +246,7 @@ class ProgressReporter:
         self.output = output
         self.on_progress = on_progress
         self.recent: list[dict[str, Any]] = []
+        self._metrics = metrics.MetricsWriter(output, name) if output is not None else None
         self._last_start: float | None = None
         self._last_report: float | None = None
         self._busy: dict[str, float] = {}  # each operator's busy seconds at the last record
@@ -366,8 +367,8 @@ class ProgressReporter:
     def _publish(self, batch_id: int, typed: Progress) -> dict[str, Any]:
         """Write the trigger's metrics rows, keep its record among the recent ones and hand it to
         ``on_progress``; the record."""
-        if self.output is not None:
-            metrics.write_batch(self.output, self.name, batch_id, typed.rows())
+        if self._metrics is not None:
+            self._metrics.write(batch_id, typed.rows())
         progress = typed.to_json()
         # a batch run again (stopped after its report but before Spark committed it) replaces its
         # record, as it replaces its metrics file and its outputs
