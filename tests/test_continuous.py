@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -26,8 +27,9 @@ import pytest
 from sparkqos.errors import ArgumentError, RunnerError
 from sparkqos.executor.loop import Executor, RunReport
 from sparkqos.io.sinks import MemorySink, ParquetSink, read_parquet_sink
+from sparkqos.runtime import trigger as trigger_module
 from sparkqos.runtime.assembly import classes_by_priority, top_class
-from sparkqos.runtime.config import DEFAULT_TRIGGER_S, FAULT_POINTS, SLICE_S, Continuous, RunConfig
+from sparkqos.runtime.config import DEFAULT_TRIGGER_S, FAULT_POINTS, MAX_PERIOD_BUDGETS, SLICE_S, Continuous, RunConfig, Trigger
 from sparkqos.runtime.continuous import ContinuousWorker
 from sparkqos.runtime.trigger import TriggerLoop
 from sparkqos.workloads.sensors import sensor_queries
@@ -422,6 +424,31 @@ def test_continuous_option_defaults(tmp_path):
     assert config.continuous.slice_s == SLICE_S
     assert config.effective_top_class_s == pytest.approx(0.2)
     assert RunConfig(checkpoint=tmp_path, slice_s=1, top_class_s=0).effective_top_class_s == 0.0
+
+
+def test_the_default_top_class_time_follows_triggers_that_come_late(tmp_path):
+    """A tenth of the budget; where triggers start further apart than the interval (back to back
+    behind Spark's per-trigger work), a tenth of that period, up to MAX_PERIOD_BUDGETS budgets;
+    a top_class_s given, or a run without an interval, keeps its own."""
+    config = RunConfig(checkpoint=tmp_path)  # 0.1 s
+    assert config.top_class_s_for(None) == config.effective_top_class_s == pytest.approx(0.01)
+    assert config.top_class_s_for(0.05) == pytest.approx(0.01)
+    assert config.top_class_s_for(0.27) == pytest.approx(0.027)
+    assert config.top_class_s_for(60.0) == pytest.approx(0.01 * MAX_PERIOD_BUDGETS)
+    assert RunConfig(checkpoint=tmp_path, top_class_s=0.002).top_class_s_for(0.27) == 0.002
+    assert RunConfig(checkpoint=tmp_path, trigger=Trigger(availableNow=True)).top_class_s_for(5.0) == pytest.approx(0.1)
+
+
+def test_the_loop_smooths_the_period_between_trigger_starts(tmp_path, monkeypatch):
+    loop = make_loop(tmp_path)
+    clock = iter([100.0, 100.0, 100.3, 100.3, 100.6, 100.6])
+    monkeypatch.setattr(trigger_module, "time", SimpleNamespace(time=lambda: next(clock)))
+    monkeypatch.setattr(loop, "_process", lambda *args: None)
+    loop.process(None, 0)
+    assert loop.period_s is None
+    loop.process(None, 1)
+    loop.process(None, 2)
+    assert loop.period_s == pytest.approx(0.3)
 
 
 def test_executor_serve_checks_its_operators(tmp_path):

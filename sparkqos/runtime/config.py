@@ -83,6 +83,7 @@ __all__ = [
     "DEFAULT_TRIGGER_S",
     "EARLY_WRITE_S",
     "FAULT_POINTS",
+    "MAX_PERIOD_BUDGETS",
     "SHARDED_TRIGGER_S",
     "SHORTHANDS",
     "SLICE_S",
@@ -114,6 +115,12 @@ DEFAULT_TRIGGER_S = 0.1
 #: its own (the pack stage, the shuffle, the state store's way in and out: about half a second on
 #: 2 cores), so its shards serve budgets of this length (docs/benchmarks.md, "The sharded lane").
 SHARDED_TRIGGER_S = 0.25
+
+#: How far the default ``top_class_s`` follows triggers that come further apart than the interval:
+#: up to this many budgets (``RunConfig.top_class_s_for``). On half a core of the 2-core VM the
+#: main job's 0.1 s micro-batches ran back to back every 0.26–0.28 s, and serving a tenth of that
+#: at once instead of a tenth of 0.1 s took class H's p99 from 667 to 536 ms (docs/benchmarks.md).
+MAX_PERIOD_BUDGETS = 4
 
 #: Default length of one slice of the continuous worker: a trigger waits at most about this long
 #: for the slice in flight (a pause is taken between units, and no run is sized beyond the slice).
@@ -816,8 +823,20 @@ class RunConfig:
     def effective_top_class_s(self) -> float:
         """Seconds a continuous trigger serves at once (the top classes first, or by the strategy):
         ``continuous.top_class_s``, else a tenth of the budget."""
+        return self.top_class_s_for(None)
+
+    def top_class_s_for(self, period_s: float | None) -> float:
+        """:attr:`effective_top_class_s` for triggers that start ``period_s`` apart (None: not
+        known yet): where Spark's per-trigger work outlasts a short interval, micro-batches run
+        back to back, each bringing in that much more, so the default tenth is of that period, up
+        to :data:`MAX_PERIOD_BUDGETS` budgets. A ``top_class_s`` given is kept."""
         top = None if self.continuous is None else self.continuous.top_class_s
-        return top if top is not None else self.effective_budget_s / 10
+        if top is not None:
+            return top
+        budget = self.effective_budget_s
+        if period_s is not None and self.interval_s is not None and period_s > budget:
+            budget = min(period_s, MAX_PERIOD_BUDGETS * budget)
+        return budget / 10
 
     def make_scheduler(self, plan: Plan | None = None) -> Scheduler:
         """The strategy to run, sized to this run's trigger (:meth:`StrategyConfig.make`).

@@ -118,6 +118,11 @@ class TriggerLoop:
         #: The sink write of a commit, its delays and their parts, and the progress columns per query.
         self.writer = CommitWriter(self.compiled, self.sink, self.executor, self.ingest_log, self.service, config.on_delays)
         self._returned: float | None = None  # time.time() when the last trigger returned
+        self._started: float | None = None  # time.time() when the last trigger started
+        #: Seconds from one trigger's start to the next, smoothed (None before the second trigger):
+        #: the default ``top_class_s`` follows it where triggers come further apart than the
+        #: interval (:meth:`RunConfig.top_class_s_for`).
+        self.period_s: float | None = None
         self.dead_lettered_total = 0
         self.last_batch = -1
         #: Seconds spent so far in each part of the triggers (benchmarks/throughput.py): ``toArrow``
@@ -231,6 +236,10 @@ class TriggerLoop:
         the foreachBatch function): it is called only for a batch not yet checkpointed, before
         the intake's back-pressure and the worker's pause."""
         started = time.time()
+        if self._started is not None:
+            gap = started - self._started
+            self.period_s = gap if self.period_s is None else 0.8 * self.period_s + 0.2 * gap
+        self._started = started
         try:
             return self._process(table, batch_id, parts, later, started)
         finally:
@@ -298,8 +307,9 @@ class TriggerLoop:
         self.service.observe(came.newest if math.isfinite(came.newest) else started)
         # The top class's round always runs when its budget is above 0 (serve_by_class), and
         # calls after_top then: only so may the shedding wait for it.
-        budget = self.config.effective_top_class_s if self.worker is not None else self.budget_s
-        shed_later = self.shed_after_top and min(self.config.effective_top_class_s, budget) > 0
+        top_s = self.config.top_class_s_for(self.period_s)
+        budget = top_s if self.worker is not None else self.budget_s
+        shed_later = self.shed_after_top and min(top_s, budget) > 0
         shed_dead, shed = (None, {}) if shed_later else self.service.shed(self.executor.state, batch_id)
         self.phase_s["ingest"] += time.perf_counter() - t0
         waited, admit_report = admitted
@@ -332,7 +342,7 @@ class TriggerLoop:
         report = serve_trigger(
             self.executor,
             self.levels,
-            self.config.effective_top_class_s,
+            top_s,
             budget,
             after_top if shed_later else write_top,
             after_level=write_top,
