@@ -45,7 +45,12 @@ def job_section(name: str, shard_by: str, duration_s: float = 60.0) -> dict[str,
         "budget_s": Key(float, 0.0, "executor seconds per trigger when not continuous; 0 = the trigger interval", low=0),
         "continuous": Key(bool, True, "serve the queues between triggers too, on a worker thread"),
         "top_class_s": Key(
-            float, None, "seconds a trigger serves at once, top class first; unset = a tenth of the budget", low=0, optional=True
+            float,
+            None,
+            "seconds a trigger serves at once, top class first; "
+            "unset = a tenth of the budget (or of the period between triggers, when they come later)",
+            low=0,
+            optional=True,
         ),
         "early_write_s": Key(
             float,

@@ -118,8 +118,9 @@ SHARDED_TRIGGER_S = 0.25
 
 #: How far the default ``top_class_s`` follows triggers that come further apart than the interval:
 #: up to this many budgets (``RunConfig.top_class_s_for``). On half a core of the 2-core VM the
-#: main job's 0.1 s micro-batches ran back to back every 0.26–0.28 s, and serving a tenth of that
-#: at once instead of a tenth of 0.1 s took class H's p99 from 667 to 536 ms (docs/benchmarks.md).
+#: main job's 0.1 s micro-batches ran back to back every 0.23–0.30 s; serving a tenth of that at
+#: once instead of a tenth of 0.1 s took class H's p99 from 477–667 ms to 432–494 ms over three
+#: runs each (docs/benchmarks.md).
 MAX_PERIOD_BUDGETS = 4
 
 #: Default length of one slice of the continuous worker: a trigger waits at most about this long
@@ -822,7 +823,8 @@ class RunConfig:
     @property
     def effective_top_class_s(self) -> float:
         """Seconds a continuous trigger serves at once (the top classes first, or by the strategy):
-        ``continuous.top_class_s``, else a tenth of the budget."""
+        ``continuous.top_class_s``, else a tenth of the budget (before any trigger's period is
+        known: the trigger loop uses :meth:`top_class_s_for`)."""
         return self.top_class_s_for(None)
 
     def top_class_s_for(self, period_s: float | None) -> float:
