@@ -791,7 +791,7 @@ def experiment_args(description: str, defaults: Mapping[str, Any]):
         "--trigger",
         type=float,
         default=defaults.get("trigger", TRIGGER_S),
-        help="micro-batch interval, s (default: the library's); the trigger sets the floor under every delay",
+        help="micro-batch interval, s (default: 0.25, the claims table's); the trigger sets the floor under every delay",
     )
     ap.add_argument("--budget", type=float, default=defaults.get("budget", 0.0), help="executor s per trigger; 0 = trigger")
     ap.add_argument(
