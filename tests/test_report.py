@@ -123,6 +123,32 @@ def test_the_newest_write_of_a_merged_batch_counts(tmp_path):
     ]
 
 
+def test_a_restarted_run_merges_what_its_earlier_process_left(tmp_path):
+    """Batches 0-4 in small files from before a restart are read once by the new writer and merged
+    with its own; one left by a crash beside the merged file holding it is not read again."""
+    for b in range(5):
+        metrics.write_batch(tmp_path, "x", b, _rows("x", b, out=float(b)))
+    metrics.write_batch(tmp_path, "other", 0, _rows("other", 0))
+    writer = metrics.MetricsWriter(tmp_path, "x", every=4, margin=2)
+    for b in (5, 6):
+        writer.write(b, _rows("x", b, out=float(b)))
+    folder = tmp_path / "metrics"
+    assert sorted(p.name for p in folder.glob("*-x-*")) == [
+        "compact-x-000000000-000000003.parquet",
+        *(f"part-x-{b:09d}.parquet" for b in (4, 5, 6)),
+    ]
+    table = metrics.read(tmp_path, run="x")
+    assert table.column("rowsOut").to_pylist()[::2] == [float(b) for b in range(7)]
+    # a crash between a merge and the removal: the leftover is older than the merged file
+    leftover = folder / "part-x-000000001.parquet"
+    metrics.write_batch(tmp_path, "x", 1, _rows("x", 1, out=99.0))
+    merged = folder / "compact-x-000000000-000000003.parquet"
+    os.utime(leftover, ns=(merged.stat().st_mtime_ns - 10**9,) * 2)
+    again = metrics.MetricsWriter(tmp_path, "x", every=4, margin=2)
+    assert sorted(again._held) == [4, 5, 6]
+    assert metrics.read(tmp_path, run="x").column("rowsOut").to_pylist()[::2] == [float(b) for b in range(7)]
+
+
 @pytest.mark.parametrize("every, margin", [(1, 0), (0, 0), (2.5, 0), (4, -1)])
 def test_metrics_writer_checks_its_sizes(tmp_path, every, margin):
     with pytest.raises(ValueError, match="every must be|margin must be"):

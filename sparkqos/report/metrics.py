@@ -227,7 +227,9 @@ class MetricsWriter:
     :func:`write_batch` writes them and, once ``every`` + ``margin`` batches are held, every batch
     but the newest ``margin`` merged into one file (written atomically before their small files are
     removed; see the module). The rows of the batches not merged yet are held in memory, so a
-    merge reads nothing back. ``every=None`` never merges."""
+    merge reads nothing back; the small files an earlier process of the run left (a run stopped
+    and started again) are read once, here, and merged with the rest. ``every=None`` never
+    merges."""
 
     def __init__(self, directory: str | Path, run: str, every: int | None = COMPACT_EVERY, margin: int = COMPACT_MARGIN):
         if every is not None and (not isinstance(every, int) or every < 2):
@@ -239,6 +241,24 @@ class MetricsWriter:
         self.every = every
         self.margin = margin
         self._held: dict[int, pa.Table] = {}
+        if every is not None and self.folder.is_dir():
+            self._adopt(_SAFE.sub("_", run))
+
+    def _adopt(self, safe: str) -> None:
+        """Hold the rows of the run's small files an earlier process left, but for those a merged
+        file written after them holds (a crash's leftovers, which readers skip)."""
+        merged = []  # (first, last, written) of the run's merged files
+        for path in self.folder.glob(f"compact-{safe}-*.parquet"):
+            m = _MERGED.match(path.name)
+            if m is not None and m["run"] == safe:
+                merged.append((int(m["first"]), int(m["last"]), path.stat().st_mtime_ns))
+        for path in self.folder.glob(f"part-{safe}-*.parquet"):
+            m = _SMALL.match(path.name)
+            if m is None or m["run"] != safe:
+                continue
+            b, written = int(m["first"]), path.stat().st_mtime_ns
+            if not any(first <= b <= last and when >= written for first, last, when in merged):
+                self._held[b] = _conformed(pq.read_table(path))
 
     def write(self, batch_id: int, rows: Iterable[Mapping[str, Any]]) -> Path:
         """Write batch ``batch_id``'s rows (again: they replace the earlier ones); merge when due."""
