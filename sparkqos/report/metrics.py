@@ -217,6 +217,33 @@ def _small_path(folder: Path, run: str, batch_id: int) -> Path:
     return folder / f"part-{_SAFE.sub('_', run)}-{int(batch_id):09d}.parquet"
 
 
+def _merged_path(folder: Path, run: str, first: int, last: int) -> Path:
+    return folder / f"compact-{_SAFE.sub('_', run)}-{int(first):09d}-{int(last):09d}.parquet"
+
+
+#: One metrics file: (run as named in the file, first batch, last batch, merged, path).
+_Unit = tuple[str, int, int, bool, Path]
+
+
+def _units(folder: Path, safe: str | None = None) -> list[_Unit]:
+    """The metrics files in ``folder`` (only run ``safe``'s, as file names spell it, when given),
+    in run and batch order."""
+    units = []
+    for path in folder.glob("*.parquet"):
+        m = _SMALL.match(path.name)
+        merged = m is None
+        if merged:
+            m = _MERGED.match(path.name)
+            if m is None:
+                continue
+        if safe is not None and m["run"] != safe:
+            continue
+        first = int(m["first"])
+        units.append((m["run"], first, int(m["last"]) if merged else first, merged, path))
+    units.sort(key=lambda u: u[:3])
+    return units
+
+
 def _write_small(folder: Path, run: str, batch_id: int, table: pa.Table) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     return write_atomic(_small_path(folder, run, batch_id), lambda f: pq.write_table(table, f), fsync=False)
@@ -242,21 +269,16 @@ class MetricsWriter:
         self.margin = margin
         self._held: dict[int, pa.Table] = {}
         if every is not None and self.folder.is_dir():
-            self._adopt(_SAFE.sub("_", run))
+            self._adopt(_units(self.folder, _SAFE.sub("_", run)))
 
-    def _adopt(self, safe: str) -> None:
+    def _adopt(self, units: list[_Unit]) -> None:
         """Hold the rows of the run's small files an earlier process left, but for those a merged
         file written after them holds (a crash's leftovers, which readers skip)."""
-        merged = []  # (first, last, written) of the run's merged files
-        for path in self.folder.glob(f"compact-{safe}-*.parquet"):
-            m = _MERGED.match(path.name)
-            if m is not None and m["run"] == safe:
-                merged.append((int(m["first"]), int(m["last"]), path.stat().st_mtime_ns))
-        for path in self.folder.glob(f"part-{safe}-*.parquet"):
-            m = _SMALL.match(path.name)
-            if m is None or m["run"] != safe:
+        merged = [(first, last, path.stat().st_mtime_ns) for _, first, last, is_merged, path in units if is_merged]
+        for _, b, _, is_merged, path in units:
+            if is_merged:
                 continue
-            b, written = int(m["first"]), path.stat().st_mtime_ns
+            written = path.stat().st_mtime_ns
             if not any(first <= b <= last and when >= written for first, last, when in merged):
                 self._held[b] = _conformed(pq.read_table(path))
 
@@ -274,8 +296,7 @@ class MetricsWriter:
         ids = sorted(self._held)
         done = ids[: len(ids) - self.margin]
         merged = pa.concat_tables([self._held[b] for b in done])
-        target = self.folder / f"compact-{_SAFE.sub('_', self.run)}-{done[0]:09d}-{done[-1]:09d}.parquet"
-        write_atomic(target, lambda f: pq.write_table(merged, f), fsync=False)
+        write_atomic(_merged_path(self.folder, self.run, done[0], done[-1]), lambda f: pq.write_table(merged, f), fsync=False)
         for b in done:
             _small_path(self.folder, self.run, b).unlink(missing_ok=True)
             del self._held[b]
@@ -288,20 +309,7 @@ def read(directory: str | Path, run: str | None = None, newest: int | None = Non
     folder = Path(directory)
     if (folder / "metrics").is_dir():
         folder = folder / "metrics"
-    safe = None if run is None else _SAFE.sub("_", run)
-    units = []  # (run, first batch, last batch, merged, path)
-    for path in folder.glob("*.parquet"):
-        m = _SMALL.match(path.name)
-        merged = m is None
-        if merged:
-            m = _MERGED.match(path.name)
-            if m is None:
-                continue
-        if safe is not None and m["run"] != safe:
-            continue
-        first = int(m["first"])
-        units.append((m["run"], first, int(m["last"]) if merged else first, merged, path))
-    units.sort(key=lambda u: u[:3])
+    units = _units(folder, None if run is None else _SAFE.sub("_", run))
     if newest is not None:
         keep, batches = [], 0
         for u in reversed(units):
@@ -319,7 +327,7 @@ def read(directory: str | Path, run: str | None = None, newest: int | None = Non
     return table
 
 
-def _newest_writes(units: list[tuple[str, int, int, bool, Path]]) -> list[pa.Table]:
+def _newest_writes(units: list[_Unit]) -> list[pa.Table]:
     """The units' tables, each (run, batch) from the file written last: a small file older than
     a merged file holding its batch is skipped, a newer one replaces the merged file's rows."""
     small = {(u[0], u[1]): u[4] for u in units if not u[3]}
