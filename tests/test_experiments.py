@@ -153,13 +153,19 @@ def test_vs_fair_pools_measures_every_variant_from_its_sink_files(tmp_path):
     assert set(summary["digest"]) == {"fire"}
 
 
+def _tiny(tmp_path, load: float):
+    """chain_memory's 'two' plan at ``load`` and a 3 s bursty trace of it at 400 rows/s in
+    ``tmp_path / "t.parquet"``: the plan's builder and the trace's rows."""
+    cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
+    two = cm.plans_for(["two"], rate=400, load=load)["two"]
+    return two, C.write_bursty_trace(tmp_path / "t.parquet", rate=400, seconds=3, seed=2, off_scale=1.0)
+
+
 @pytest.mark.slow  # an experiment's harness end to end: a replayed trace streamed in real time
 def test_one_tiny_experiment_run_reads_and_emits_every_row(spark, tmp_path):
     """chain_memory's 'two' plan under chain on a 3 s trace: every row read, the queues drained,
     outputs and metrics written, delays measured."""
-    cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
-    two = cm.plans_for(["two"], rate=400, load=0.5)["two"]
-    rows = C.write_bursty_trace(tmp_path / "t.parquet", rate=400, seconds=3, seed=2, off_scale=1.0)
+    two, rows = _tiny(tmp_path, load=0.5)
     st = C.run_sparkqos(
         spark,
         tmp_path / "t.parquet",
@@ -195,9 +201,7 @@ def test_side_by_side_runs_serve_the_same_micro_batches_at_once(spark, tmp_path)
     """chain_memory's 'two' plan under chain and fifo at once: one replay, each micro-batch every
     run's trigger; both read every row at the same instants and emit the same rows, each on its
     own metrics and outputs, and both measured over the same span of the job's cores."""
-    cm = _load(ROOT / "jobs" / "experiments" / "chain_memory.py", "chain_memory")
-    two = cm.plans_for(["two"], rate=400, load=0.3)["two"]
-    rows = C.write_bursty_trace(tmp_path / "t.parquet", rate=400, seconds=3, seed=2, off_scale=1.0)
+    two, rows = _tiny(tmp_path, load=0.3)
     runs = C.run_side_by_side(
         spark,
         tmp_path / "t.parquet",

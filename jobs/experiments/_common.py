@@ -393,9 +393,30 @@ def run_sparkqos(
 
 class _Run:
     """One strategy's sparkqos stream over a replayed trace, not yet started, and its
-    :class:`RunStats` (the arguments are :func:`run_sparkqos`'s; ``df`` the keyed replay)."""
+    :class:`RunStats` (the arguments are :func:`run_sparkqos`'s, with its defaults; ``df`` the
+    keyed replay)."""
 
-    def __init__(self, df, trace, queries, strategy, *, out, name, trace_s, replay_start, lead_s, trigger_s, **kw: Any):
+    def __init__(
+        self,
+        df,
+        trace,
+        queries,
+        strategy,
+        *,
+        out,
+        name,
+        trace_s,
+        replay_start,
+        lead_s,
+        trigger_s,
+        budget_s: float | None = None,
+        strategy_params: Mapping[str, Any] | None = None,
+        qos: Any = None,
+        quiet: bool = False,
+        executor_args: Mapping[str, Any] | None = None,
+        continuous: bool = True,
+        serve_s: float | None = None,
+    ):
         import sparkqos
         from sparkqos.io.sinks import ParquetSink
 
@@ -407,7 +428,7 @@ class _Run:
         transforms, classes, priorities = queries
         self.trigger_s = trigger_s
         self.deadline = replay_start + 4 * trace_s + 60
-        self.stats = stats = RunStats({}, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=kw["quiet"])
+        self.stats = stats = RunStats({}, name, expected_s=lead_s + trace_s + 2 * trigger_s, quiet=quiet)
         ts = pq.read_table(trace, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
         stats.arrivals = np.sort(ts - ts.min()) / US if ts.size else np.empty(0)
         stats.replay_start = replay_start
@@ -416,7 +437,7 @@ class _Run:
             dict(transforms),
             classes=dict(classes),
             priorities=dict(priorities),
-            strategy=StrategyConfig(strategy, params=dict(kw["strategy_params"] or {}), qos=kw["qos"], class_shares=False),
+            strategy=StrategyConfig(strategy, params=dict(strategy_params or {}), qos=qos, class_shares=False),
             trigger_s=trigger_s,
             checkpoint=self.ckpt,
             output=out,
@@ -424,9 +445,9 @@ class _Run:
             name=name,
             on_progress=stats.on_progress,
             on_delays=stats.on_delays,
-            executor=ExecutorOptions.of(budget_s=kw["budget_s"], **dict(kw["executor_args"] or {})),
-            continuous=kw["continuous"],
-            top_class_s=kw["serve_s"],  # without class shares the strategy in force serves then too
+            executor=ExecutorOptions.of(budget_s=budget_s, **dict(executor_args or {})),
+            continuous=continuous,
+            top_class_s=serve_s,  # without class shares the strategy in force serves then too
         )
         plan = self.handle.loop.compiled.plan
         stats.klass_of = {q.name: q.klass for q in plan.queries.values()}
@@ -506,10 +527,11 @@ def run_side_by_side(
     would call it). So the runs get the same rows at the same instants and serve them at the same
     time on the same machine: what else loads the machine loads all of them alike, where runs one
     after another each meet a different share of it. ``strategy_params`` and ``qos`` give a run's
-    by its name; the other keywords are run_sparkqos's."""
+    by its name; the other keywords are run_sparkqos's (``drain``, and each run's options)."""
     from sparkqos.spark.batch import StopGate, stop_as_spark_reads_it, stop_between_triggers
     from sparkqos.spark.warmup import warm_up
 
+    drain = kw.pop("drain", True)
     replay_start = float(f"{time.time() + lead_s:.6f}")
     df = keyed(replay_df(spark, trace, start=replay_start), origin_s=replay_start)
     mine = {
@@ -526,11 +548,7 @@ def run_side_by_side(
             trigger_s=trigger_s,
             strategy_params=strategy_params(name),
             qos=qos(name),
-            budget_s=kw.get("budget_s"),
-            quiet=kw.get("quiet", False),
-            executor_args=kw.get("executor_args"),
-            continuous=kw.get("continuous", True),
-            serve_s=kw.get("serve_s"),
+            **kw,
         )
         for name, (queries, strategy) in runs.items()
     }
@@ -571,7 +589,7 @@ def run_side_by_side(
     if query.exception() is not None:
         raise RuntimeError(f"side-by-side runs {', '.join(mine)}: the streaming query failed: {query.exception()}")
     shutil.rmtree(ckpt, ignore_errors=True)
-    return concurrently({n: lambda r=r: r.end(kw.get("drain", True)) for n, r in mine.items()})
+    return concurrently({n: lambda r=r: r.end(drain) for n, r in mine.items()})
 
 
 def print_table(title: str, header: list[str], rows: Iterable[list[Any]], file=None) -> str:
