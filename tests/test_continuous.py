@@ -440,15 +440,17 @@ def test_the_default_top_class_time_follows_triggers_that_come_late(tmp_path):
 
 
 def test_the_loop_smooths_the_period_between_trigger_starts(tmp_path, monkeypatch):
+    """The first gap is taken as it is; each later one moves the period a fifth of the way."""
     loop = make_loop(tmp_path)
-    clock = iter([100.0, 100.0, 100.3, 100.3, 100.6, 100.6])
+    clock = iter([100.0, 100.0, 100.3, 100.3, 101.1, 101.1])  # (start, return) per trigger
     monkeypatch.setattr(trigger_module, "time", SimpleNamespace(time=lambda: next(clock)))
     monkeypatch.setattr(loop, "_process", lambda *args: None)
     loop.process(None, 0)
     assert loop.period_s is None
     loop.process(None, 1)
-    loop.process(None, 2)
     assert loop.period_s == pytest.approx(0.3)
+    loop.process(None, 2)  # a gap of 0.8 s
+    assert loop.period_s == pytest.approx(0.8 * 0.3 + 0.2 * 0.8)
 
 
 def test_executor_serve_checks_its_operators(tmp_path):
